@@ -1,0 +1,18 @@
+//! `konverge bench`: measurements reported as ratios against an anchor run on the same machine
+//! in the same run.
+
+mod store;
+
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub(crate) enum Target {
+    /// Durable commits/s and latency of DiskStore vs a real etcd, and watch fan-out.
+    Store(store::StoreArgs),
+}
+
+pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
+    match target {
+        Target::Store(args) => store::run(args).await,
+    }
+}
