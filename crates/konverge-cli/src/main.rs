@@ -1,9 +1,13 @@
 //! The `konverge` command.
 //!
+//! - `konverge up`: the API server on loopback over HTTPS, with a kubeconfig (see `up`, and
+//!   `serve` for TLS, credentials and the kubeconfig).
 //! - `konverge bench store`: durable commit rate and latency of the disk store against a real
 //!   etcd on loopback, and watch fan-out (see `bench::store`).
 
 mod bench;
+mod serve;
+mod up;
 
 use clap::{Parser, Subcommand};
 
@@ -20,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a Kubernetes API server on this machine and write a kubeconfig for it.
+    Up(up::UpArgs),
     /// Measure konverge against its anchors (results are ratios measured in one run).
     Bench {
         #[command(subcommand)]
@@ -41,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         match cli.command {
+            Command::Up(args) => up::run(args).await,
             Command::Bench { target } => bench::run(target).await,
         }
     })

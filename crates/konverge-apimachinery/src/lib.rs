@@ -1,0 +1,15 @@
+//! Kubernetes API machinery that does not depend on storage or HTTP: the pure functions the
+//! API server applies to objects (the counterpart of `k8s.io/apimachinery`). Behaviour and
+//! error messages follow Kubernetes 1.33.
+//!
+//! # Where to start
+//!
+//! - [`selector`]: label selectors (the full grammar, and the structured
+//!   `metav1.LabelSelector`) and field selectors, parsed from query strings and matched
+//!   against objects; label key and value validation.
+//! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch
+//!   with the merge keys of the built-in types ([`patch::PatchSchema::builtin`]).
+
+mod gofmt;
+pub mod patch;
+pub mod selector;

@@ -1,0 +1,152 @@
+//! Garbage collection of dependents by `ownerReferences`, with kube-apiserver's three
+//! propagation policies.
+//!
+//! - **Background**: once none of an object's owners exists, the object is deleted. While some
+//!   owner still exists, references to owners that are gone are removed.
+//! - **Foreground**: an owner being deleted with the `foregroundDeletion` finalizer has its
+//!   dependents deleted (in the foreground too); when none is left, the finalizer goes and
+//!   the owner with it.
+//! - **Orphan**: an owner being deleted with the `orphan` finalizer has its references removed
+//!   from every dependent, then the finalizer goes.
+
+use serde_json::{Value, json};
+
+use super::{ClusterIndex, Node};
+use crate::registry::{DeleteOptions, Propagation, Registry, WriteOptions};
+
+const FOREGROUND: &str = "foregroundDeletion";
+const ORPHAN: &str = "orphan";
+
+/// One garbage-collection pass over the index.
+pub async fn pass(registry: &Registry, index: &ClusterIndex) {
+    for node in index.nodes() {
+        if !node.owners.is_empty() && !node.deleting {
+            collect_dependent(registry, index, node).await;
+        }
+        if node.deleting && node.finalizers.iter().any(|f| f == FOREGROUND) {
+            let dependents = index.dependents_of(&node.uid);
+            if dependents.is_empty() {
+                remove_finalizer(registry, node, FOREGROUND).await;
+            }
+        }
+        if node.deleting && node.finalizers.iter().any(|f| f == ORPHAN) {
+            for dependent in index.dependents_of(&node.uid) {
+                remove_owner_refs(registry, dependent, std::slice::from_ref(&node.uid)).await;
+            }
+            if index.dependents_of(&node.uid).is_empty() {
+                remove_finalizer(registry, node, ORPHAN).await;
+            }
+        }
+    }
+}
+
+/// Decides about one dependent from the state of its owners.
+async fn collect_dependent(registry: &Registry, index: &ClusterIndex, node: &Node) {
+    let mut solid = Vec::new();
+    let mut dangling = Vec::new();
+    let mut waiting = Vec::new();
+    for owner in &node.owners {
+        let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
+        if registry.catalog().by_kind(group, &owner.kind).is_none() {
+            // An owner of a kind this server does not serve cannot be checked: keep.
+            solid.push(owner.uid.clone());
+            continue;
+        }
+        match index.get(&owner.uid) {
+            None => dangling.push(owner.uid.clone()),
+            Some(o) if o.deleting && o.finalizers.iter().any(|f| f == FOREGROUND) => {
+                waiting.push(owner.uid.clone())
+            }
+            Some(_) => solid.push(owner.uid.clone()),
+        }
+    }
+    if !solid.is_empty() {
+        let stale: Vec<String> = dangling.into_iter().chain(waiting).collect();
+        if !stale.is_empty() {
+            remove_owner_refs(registry, node, &stale).await;
+        }
+        return;
+    }
+    let propagation = if waiting.is_empty() {
+        Propagation::Background
+    } else {
+        Propagation::Foreground
+    };
+    let opts = DeleteOptions {
+        propagation: Some(propagation),
+        precondition_uid: Some(node.uid.clone()),
+        ..DeleteOptions::default()
+    };
+    match registry
+        .delete(&node.rt, node.namespace.as_deref(), &node.name, &opts)
+        .await
+    {
+        Ok(_) => {
+            tracing::debug!(resource = %node.rt.plural, name = %node.name, "garbage collected")
+        }
+        Err(e) if e.reason == "NotFound" || e.reason == "Conflict" => {}
+        Err(e) => tracing::warn!(error = %e, name = %node.name, "garbage collection failed"),
+    }
+}
+
+async fn remove_owner_refs(registry: &Registry, node: &Node, uids: &[String]) {
+    let apply = |current: &Value| {
+        let mut new = current.clone();
+        if let Some(refs) = new
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            refs.retain(|r| {
+                !r["uid"]
+                    .as_str()
+                    .is_some_and(|u| uids.iter().any(|x| x == u))
+            });
+            if refs.is_empty()
+                && let Some(md) = new.get_mut("metadata").and_then(Value::as_object_mut)
+            {
+                md.remove("ownerReferences");
+            }
+        }
+        Ok(new)
+    };
+    if let Err(e) = registry
+        .patch(
+            &node.rt,
+            node.namespace.as_deref(),
+            &node.name,
+            None,
+            &WriteOptions::default(),
+            &apply,
+        )
+        .await
+        && e.reason != "NotFound"
+    {
+        tracing::warn!(error = %e, name = %node.name, "removing owner references failed");
+    }
+}
+
+async fn remove_finalizer(registry: &Registry, node: &Node, finalizer: &str) {
+    let apply = |current: &Value| {
+        let mut new = current.clone();
+        let kept: Vec<String> = crate::meta::finalizers(current)
+            .into_iter()
+            .filter(|f| f != finalizer)
+            .collect();
+        crate::meta::metadata_mut(&mut new).insert("finalizers".into(), json!(kept));
+        Ok(new)
+    };
+    if let Err(e) = registry
+        .patch(
+            &node.rt,
+            node.namespace.as_deref(),
+            &node.name,
+            None,
+            &WriteOptions::default(),
+            &apply,
+        )
+        .await
+        && e.reason != "NotFound"
+    {
+        tracing::warn!(error = %e, name = %node.name, finalizer, "removing a finalizer failed");
+    }
+}

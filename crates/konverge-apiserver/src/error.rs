@@ -1,0 +1,491 @@
+//! [`ApiError`]: a Kubernetes `Status` failure, and the one place where storage errors become
+//! API errors.
+//!
+//! Every handler returns `Result<_, ApiError>`; the HTTP layer turns an `ApiError` into a
+//! `Status` body with the matching HTTP code. Reasons, codes and message wording follow
+//! kube-apiserver, because clients branch on them (kube-rs' `ErrorResponse.reason`,
+//! client-go's `errors.IsConflict`, kubectl's messages).
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+/// One cause of a failure: which field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// The machine-readable kind of problem (`FieldValueInvalid`, `FieldValueRequired`, ...).
+    pub reason: String,
+    /// What is wrong, for people.
+    pub message: String,
+    /// The field path, for example `metadata.name`.
+    pub field: String,
+}
+
+impl Cause {
+    /// A `FieldValueInvalid` cause: `field: Invalid value: "v": message`.
+    pub fn invalid(field: impl Into<String>, value: &Value, detail: impl AsRef<str>) -> Self {
+        let field = field.into();
+        let shown = match value {
+            Value::String(s) => format!("{s:?}"),
+            other => other.to_string(),
+        };
+        Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {shown}: {}", detail.as_ref()),
+            field,
+        }
+    }
+
+    /// A `FieldValueRequired` cause.
+    pub fn required(field: impl Into<String>) -> Self {
+        Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value".into(),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueForbidden` cause.
+    pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Cause {
+            reason: "FieldValueForbidden".into(),
+            message: format!("Forbidden: {}", detail.into()),
+            field: field.into(),
+        }
+    }
+
+    /// How kube-apiserver prints the cause inside an Invalid message.
+    fn render(&self) -> String {
+        if self.field.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.field, self.message)
+        }
+    }
+}
+
+/// What a failed request answers: a `Status` with `status: Failure`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub code: StatusCode,
+    /// The `Status.reason`, for example `NotFound`.
+    pub reason: &'static str,
+    /// The `Status.message`.
+    pub message: String,
+    /// `Status.details`: the object named, when there is one (boxed: errors travel through
+    /// every `Result` and should stay small).
+    pub details: Option<Box<Details>>,
+}
+
+/// `Status.details`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Details {
+    /// The object's name.
+    pub name: String,
+    /// The API group.
+    pub group: String,
+    /// The resource (plural) or kind the error is about.
+    pub kind: String,
+    /// Field-level causes.
+    pub causes: Vec<Cause>,
+    /// Seconds a client should wait before retrying.
+    pub retry_after_seconds: Option<u32>,
+}
+
+/// A resource and object name, as errors name them: `configmaps "x"`, `deployments.apps "y"`.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The API group, empty for core.
+    pub group: &'a str,
+    /// The resource plural.
+    pub resource: &'a str,
+    /// The object name, empty for collections.
+    pub name: &'a str,
+}
+
+impl Target<'_> {
+    fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.resource.to_string()
+        } else {
+            format!("{}.{}", self.resource, self.group)
+        }
+    }
+
+    fn details(&self) -> Details {
+        Details {
+            name: self.name.to_string(),
+            group: self.group.to_string(),
+            kind: self.resource.to_string(),
+            ..Details::default()
+        }
+    }
+}
+
+impl ApiError {
+    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn with_details(mut self, details: Details) -> Self {
+        self.details = Some(Box::new(details));
+        self
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    /// 401 Unauthorized.
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
+    }
+
+    /// 403 Forbidden with a message.
+    pub fn forbidden(target: Target<'_>, why: impl AsRef<str>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{} {:?} is forbidden: {}",
+                target.qualified(),
+                target.name,
+                why.as_ref()
+            ),
+        )
+        .with_details(target.details())
+    }
+
+    /// 404 NotFound for an object: `configmaps "x" not found`.
+    pub fn not_found(target: Target<'_>) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{} {:?} not found", target.qualified(), target.name),
+        )
+        .with_details(target.details())
+    }
+
+    /// 404 NotFound for a path the server does not serve.
+    pub fn no_route() -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(Details::default())
+    }
+
+    /// 405 MethodNotAllowed.
+    pub fn method_not_allowed(method: &http::Method, what: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            format!(
+                "the server does not allow this method on the requested resource ({method} {what})"
+            ),
+        )
+        .with_details(Details::default())
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(target: Target<'_>) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("{} {:?} already exists", target.qualified(), target.name),
+        )
+        .with_details(target.details())
+    }
+
+    /// 409 Conflict: the object changed since the version the client sent.
+    pub fn conflict(target: Target<'_>, why: impl AsRef<str>) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} {:?}: {}",
+                target.qualified(),
+                target.name,
+                why.as_ref()
+            ),
+        )
+        .with_details(target.details())
+    }
+
+    /// The standard optimistic-concurrency conflict message.
+    pub fn modified(target: Target<'_>) -> Self {
+        Self::conflict(
+            target,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 410 Expired: a resourceVersion older than the retained history.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::GONE, "Expired", message)
+    }
+
+    /// 413 RequestEntityTooLarge.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            message,
+        )
+    }
+
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
+            ),
+        )
+    }
+
+    /// 422 Invalid with field causes: `Kind "name" is invalid: [causes]`.
+    pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let rendered: Vec<String> = causes.iter().map(Cause::render).collect();
+        let list = if rendered.len() == 1 {
+            rendered[0].clone()
+        } else {
+            format!("[{}]", rendered.join(", "))
+        };
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("{qualified} {name:?} is invalid: {list}"),
+        )
+        .with_details(Details {
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            causes,
+            retry_after_seconds: None,
+        })
+    }
+
+    /// 429 TooManyRequests.
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: u32) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message).with_details(Details {
+            retry_after_seconds: Some(retry_after_seconds),
+            ..Details::default()
+        })
+    }
+
+    /// 500 InternalError.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            format!("Internal error occurred: {}", message.into()),
+        )
+    }
+
+    /// 504 Timeout.
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::GATEWAY_TIMEOUT, "Timeout", message)
+    }
+
+    /// 503 ServiceUnavailable.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            message,
+        )
+    }
+
+    /// Maps a storage error met while serving a request about `target`.
+    ///
+    /// This is the only translation of [`konverge_store::Error`] into API errors.
+    pub fn from_store(err: konverge_store::Error, target: Target<'_>) -> Self {
+        use konverge_store::Error as S;
+        match err {
+            S::NotFound { .. } => Self::not_found(target),
+            S::AlreadyExists { .. } => Self::already_exists(target),
+            S::Conflict { .. } => Self::modified(target),
+            S::Compacted { compact_revision } => Self::expired(format!(
+                "The resourceVersion for the provided list is too old (compacted at {compact_revision})."
+            )),
+            S::FutureRevision { requested, current } => Self::timeout(format!(
+                "Too large resource version: {requested}, current: {current}"
+            ))
+            .with_details(Details {
+                retry_after_seconds: Some(1),
+                ..Details::default()
+            }),
+            S::InvalidRequest(message) => Self::bad_request(message),
+            S::EmptyKey | S::InvalidRange { .. } | S::DuplicateKey(_) => {
+                Self::internal(format!("storage rejected the request: {err}"))
+            }
+            S::Closed => Self::unavailable("storage is shutting down"),
+            other => Self::internal(other.to_string()),
+        }
+    }
+
+    /// The `Status` object.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code.as_u16(),
+        });
+        if let Some(d) = &self.details {
+            let mut details = serde_json::Map::new();
+            if !d.name.is_empty() {
+                details.insert("name".into(), d.name.clone().into());
+            }
+            if !d.group.is_empty() {
+                details.insert("group".into(), d.group.clone().into());
+            }
+            if !d.kind.is_empty() {
+                details.insert("kind".into(), d.kind.clone().into());
+            }
+            if !d.causes.is_empty() {
+                details.insert(
+                    "causes".into(),
+                    d.causes
+                        .iter()
+                        .map(
+                            |c| json!({"reason": c.reason, "message": c.message, "field": c.field}),
+                        )
+                        .collect(),
+                );
+            }
+            if let Some(s) = d.retry_after_seconds {
+                details.insert("retryAfterSeconds".into(), s.into());
+            }
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+/// `Result` with [`ApiError`].
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CM: Target<'static> = Target {
+        group: "",
+        resource: "configmaps",
+        name: "x",
+    };
+    const DEPLOY: Target<'static> = Target {
+        group: "apps",
+        resource: "deployments",
+        name: "web",
+    };
+
+    /// Every storage error maps to the code and reason kube-apiserver answers with.
+    #[test]
+    fn store_errors_map_to_kubernetes_statuses() {
+        use konverge_store::Error as S;
+        let key = bytes::Bytes::from_static(b"/registry/configmaps/default/x");
+        let table: Vec<(S, u16, &str)> = vec![
+            (S::NotFound { key: key.clone() }, 404, "NotFound"),
+            (S::AlreadyExists { key: key.clone() }, 409, "AlreadyExists"),
+            (
+                S::Conflict {
+                    key: key.clone(),
+                    expected: 1,
+                    actual: 2,
+                },
+                409,
+                "Conflict",
+            ),
+            (
+                S::Compacted {
+                    compact_revision: 7,
+                },
+                410,
+                "Expired",
+            ),
+            (
+                S::FutureRevision {
+                    requested: 9,
+                    current: 3,
+                },
+                504,
+                "Timeout",
+            ),
+            (S::InvalidRequest("too many ops".into()), 400, "BadRequest"),
+            (S::EmptyKey, 500, "InternalError"),
+            (S::Closed, 503, "ServiceUnavailable"),
+            (
+                S::Backend {
+                    message: "disk".into(),
+                    source: None,
+                },
+                500,
+                "InternalError",
+            ),
+        ];
+        for (err, code, reason) in table {
+            let shown = err.to_string();
+            let api = ApiError::from_store(err, CM);
+            assert_eq!((api.code.as_u16(), api.reason), (code, reason), "{shown}");
+            let status = api.to_status();
+            assert_eq!(status["code"], code);
+            assert_eq!(status["kind"], "Status");
+            assert_eq!(status["status"], "Failure");
+        }
+    }
+
+    #[test]
+    fn messages_match_kube_apiserver() {
+        assert_eq!(
+            ApiError::not_found(CM).message,
+            r#"configmaps "x" not found"#
+        );
+        assert_eq!(
+            ApiError::already_exists(DEPLOY).message,
+            r#"deployments.apps "web" already exists"#
+        );
+        assert_eq!(
+            ApiError::modified(CM).message,
+            r#"Operation cannot be fulfilled on configmaps "x": the object has been modified; please apply your changes to the latest version and try again"#
+        );
+        let invalid = ApiError::invalid(
+            "ConfigMap",
+            "",
+            "Bad_Name",
+            vec![Cause::invalid(
+                "metadata.name",
+                &Value::from("Bad_Name"),
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
+            )],
+        );
+        assert!(invalid.message.starts_with(
+            r#"ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123"#
+        ));
+        let status = invalid.to_status();
+        assert_eq!(status["details"]["causes"][0]["field"], "metadata.name");
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueInvalid"
+        );
+    }
+}

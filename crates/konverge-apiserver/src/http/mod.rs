@@ -1,0 +1,393 @@
+//! The HTTP front: one [`tower::Service`] (an axum `Router`) that authenticates, parses the
+//! path into a [`Route`], decodes the body, calls the registry and encodes the answer.
+//!
+//! Everything a response can be — an object, a list, a `Table`, a watch stream, a `Status`
+//! failure — is produced here; the registry never sees HTTP.
+
+mod request;
+pub mod route;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::ApiServer;
+use crate::error::{ApiError, Result};
+use crate::registry::{Deleted, WatchEvent, Written};
+use crate::table::{self, IncludeObject};
+use request::{Accept, Query};
+use route::{ResourceRoute, Route};
+
+/// The router: every path goes through [`dispatch`].
+pub fn router(server: Arc<ApiServer>) -> axum::Router {
+    axum::Router::new().fallback(dispatch).with_state(server)
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        json_response(self.code, &self.to_status(), None)
+    }
+}
+
+fn json_response(code: StatusCode, body: &Value, content_type: Option<&str>) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = (code, bytes).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(content_type.unwrap_or("application/json"))
+            .unwrap_or(HeaderValue::from_static("application/json")),
+    );
+    response
+}
+
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!("299 - {:?}", warning);
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
+    match handle(&server, req).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+fn authenticated(server: &ApiServer, req: &Request) -> bool {
+    let Some(token) = &server.token else {
+        return true;
+    };
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), token.as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn handle(server: &Arc<ApiServer>, req: Request) -> Result<Response> {
+    let path = req.uri().path().to_string();
+    let route = route::parse(&path, server.registry.catalog());
+    let public = matches!(route, Ok(Route::Version | Route::Health(_)));
+    if !public && !authenticated(server, &req) {
+        return Err(ApiError::unauthorized());
+    }
+    let route = route?;
+    let method = req.method().clone();
+    let accept = Accept::parse(req.headers());
+    let query = Query::parse(req.uri().query())?;
+    if method != Method::GET && !matches!(route, Route::Resource(_)) {
+        return Err(ApiError::method_not_allowed(&method, &path));
+    }
+    match route {
+        Route::Version => Ok(json_response(StatusCode::OK, &server.version_info(), None)),
+        Route::Health(_) => {
+            let mut response = (StatusCode::OK, "ok").into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            Ok(response)
+        }
+        Route::CoreVersions => Ok(match accept.aggregated_discovery() {
+            Some((version, ct)) => json_response(
+                StatusCode::OK,
+                &crate::discovery::aggregated(server.registry.catalog(), true, version),
+                Some(&ct),
+            ),
+            None => json_response(
+                StatusCode::OK,
+                &crate::discovery::core_versions(&server.address()),
+                None,
+            ),
+        }),
+        Route::Groups => Ok(match accept.aggregated_discovery() {
+            Some((version, ct)) => json_response(
+                StatusCode::OK,
+                &crate::discovery::aggregated(server.registry.catalog(), false, version),
+                Some(&ct),
+            ),
+            None => json_response(
+                StatusCode::OK,
+                &crate::discovery::group_list(server.registry.catalog()),
+                None,
+            ),
+        }),
+        Route::Group(group) => crate::discovery::group(server.registry.catalog(), &group)
+            .map(|g| json_response(StatusCode::OK, &g, None))
+            .ok_or_else(ApiError::no_route),
+        Route::GroupVersion(group, version) => {
+            crate::discovery::resource_list(server.registry.catalog(), &group, &version)
+                .map(|l| json_response(StatusCode::OK, &l, None))
+                .ok_or_else(ApiError::no_route)
+        }
+        Route::OpenApiV3(path) => Ok(crate::openapi::v3_response(
+            server.registry.catalog(),
+            path.as_deref(),
+            req.uri().query(),
+            req.headers(),
+        )),
+        Route::OpenApiV2 => Ok(crate::openapi::v2_response(
+            server.registry.catalog(),
+            req.headers(),
+        )),
+        Route::Resource(route) => resource(server, route, method, accept, query, req).await,
+    }
+}
+
+async fn resource(
+    server: &Arc<ApiServer>,
+    route: ResourceRoute,
+    method: Method,
+    accept: Accept,
+    query: Query,
+    req: Request,
+) -> Result<Response> {
+    let rt = route.rt.clone();
+    let registry = &server.registry;
+    if rt.namespaced && route.namespace.is_none() && route.name.is_some() {
+        return Err(ApiError::no_route());
+    }
+    let ns = route.namespace.as_deref();
+    let name = route.name.as_deref();
+    let sub = route.subresource.as_deref();
+    let list_meta = |rv: i64, cont: Option<String>, remaining: Option<u64>| {
+        let mut m = json!({"resourceVersion": rv.to_string()});
+        if let Some(c) = cont {
+            m["continue"] = json!(c);
+        }
+        if let Some(r) = remaining {
+            m["remainingItemCount"] = json!(r);
+        }
+        m
+    };
+    match (method.as_str(), name) {
+        ("GET", None) if route.watch_path || query.watch => {
+            let opts = query.watch_options(&rt)?;
+            let stream = registry
+                .watch(rt.clone(), route.namespace.clone(), opts)
+                .await?;
+            Ok(watch_response(stream, &rt, accept))
+        }
+        ("GET", None) => {
+            let opts = query.list_options(&rt)?;
+            let listed = registry.list(&rt, ns, &opts).await?;
+            let meta = list_meta(
+                listed.resource_version,
+                listed.continue_token,
+                listed.remaining,
+            );
+            if accept.table {
+                let table = table::table(&rt, &listed.items, meta, query.include_object);
+                return Ok(json_response(StatusCode::OK, &table, Some(Accept::TABLE)));
+            }
+            if accept.metadata {
+                let list = table::partial_metadata_list(&listed.items, meta);
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &list,
+                    Some(Accept::METADATA_LIST),
+                ));
+            }
+            let list = json!({
+                "kind": rt.list_kind(),
+                "apiVersion": rt.api_version(),
+                "metadata": meta,
+                "items": listed.items,
+            });
+            Ok(json_response(StatusCode::OK, &list, None))
+        }
+        ("GET", Some(name)) => {
+            let obj = registry
+                .get(&rt, ns, name, query.resource_version.as_deref())
+                .await?;
+            if sub == Some("scale") {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &crate::scale::to_scale(&rt, &obj)?,
+                    None,
+                ));
+            }
+            Ok(object_response(
+                StatusCode::OK,
+                &rt,
+                obj,
+                &accept,
+                query.include_object,
+            ))
+        }
+        ("POST", None) => {
+            let body = request::body(req).await?;
+            let obj = request::decode_object(&body)?;
+            let written = registry
+                .create(&rt, ns, obj, &query.write_options()?)
+                .await?;
+            Ok(written_response(&rt, written, &accept, &query))
+        }
+        ("PUT", Some(name)) => {
+            let body = request::body(req).await?;
+            let obj = request::decode_object(&body)?;
+            let opts = query.write_options()?;
+            if sub == Some("scale") {
+                let written =
+                    crate::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
+                return Ok(json_response(StatusCode::OK, &written, None));
+            }
+            let written = registry.update(&rt, ns, name, obj, sub, &opts).await?;
+            Ok(written_response(&rt, written, &accept, &query))
+        }
+        ("PATCH", Some(name)) => {
+            let content_type = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = request::body(req).await?;
+            let opts = query.write_options()?;
+            let patch = crate::patch::Patch::parse(&content_type, &body, &rt)?;
+            if sub == Some("scale") {
+                let written =
+                    crate::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
+                return Ok(json_response(StatusCode::OK, &written, None));
+            }
+            let apply = |current: &Value| patch.apply(current);
+            let written = registry.patch(&rt, ns, name, sub, &opts, &apply).await?;
+            Ok(written_response(&rt, written, &accept, &query))
+        }
+        ("DELETE", Some(name)) => {
+            let body = request::body(req).await?;
+            let opts = query.delete_options(&body)?;
+            match registry.delete(&rt, ns, name, &opts).await? {
+                Deleted::Pending(obj) => Ok(json_response(StatusCode::OK, &obj, None)),
+                Deleted::Gone(obj) => {
+                    let status = json!({
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": {
+                            "name": name,
+                            "group": rt.group,
+                            "kind": rt.plural,
+                            "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                        },
+                    });
+                    Ok(json_response(StatusCode::OK, &status, None))
+                }
+            }
+        }
+        ("DELETE", None) => {
+            let body = request::body(req).await?;
+            let opts = query.delete_options(&body)?;
+            let list = query.list_options(&rt)?;
+            let deleted = registry.delete_collection(&rt, ns, &list, &opts).await?;
+            let list = json!({
+                "kind": rt.list_kind(),
+                "apiVersion": rt.api_version(),
+                "metadata": {},
+                "items": deleted,
+            });
+            Ok(json_response(StatusCode::OK, &list, None))
+        }
+        _ => Err(ApiError::method_not_allowed(&method, &rt.plural)),
+    }
+}
+
+fn object_response(
+    code: StatusCode,
+    rt: &crate::resources::ResourceType,
+    obj: Value,
+    accept: &Accept,
+    include: IncludeObject,
+) -> Response {
+    if accept.table {
+        let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+        let table = table::table(rt, std::slice::from_ref(&obj), meta, include);
+        return json_response(code, &table, Some(Accept::TABLE));
+    }
+    if accept.metadata {
+        return json_response(code, &table::partial_metadata(&obj), Some(Accept::METADATA));
+    }
+    json_response(code, &obj, None)
+}
+
+fn written_response(
+    rt: &crate::resources::ResourceType,
+    written: Written,
+    accept: &Accept,
+    query: &Query,
+) -> Response {
+    let code = if written.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    with_warnings(
+        object_response(code, rt, written.object, accept, query.include_object),
+        &written.warnings,
+    )
+}
+
+fn watch_response(
+    stream: impl futures::Stream<Item = WatchEvent> + Send + 'static,
+    rt: &Arc<crate::resources::ResourceType>,
+    accept: Accept,
+) -> Response {
+    use futures::StreamExt;
+    let rt = rt.clone();
+    let table = accept.table;
+    let metadata = accept.metadata;
+    let lines = stream.map(move |event| {
+        let event = match (&event, table, metadata) {
+            (WatchEvent::Error(_) | WatchEvent::Bookmark(_), _, _) => event,
+            (_, true, _) => {
+                let obj = event.object();
+                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                let t = table::table(&rt, std::slice::from_ref(obj), meta, IncludeObject::Metadata);
+                replace_object(event, t)
+            }
+            (_, false, true) => {
+                let m = table::partial_metadata(event.object());
+                replace_object(event, m)
+            }
+            _ => event,
+        };
+        let mut line = serde_json::to_vec(&event.to_json()).unwrap_or_default();
+        line.push(b'\n');
+        Ok::<Bytes, std::convert::Infallible>(Bytes::from(line))
+    });
+    let content_type = if table {
+        Accept::TABLE
+    } else if metadata {
+        Accept::METADATA
+    } else {
+        "application/json"
+    };
+    let mut response = Response::new(Body::from_stream(lines));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn replace_object(event: WatchEvent, object: Value) -> WatchEvent {
+    match event {
+        WatchEvent::Added(_) => WatchEvent::Added(object),
+        WatchEvent::Modified(_) => WatchEvent::Modified(object),
+        WatchEvent::Deleted(_) => WatchEvent::Deleted(object),
+        other => other,
+    }
+}

@@ -1,0 +1,348 @@
+//! Reading a request: query options, the `Accept` header, and the body.
+
+use std::time::Duration;
+
+use axum::extract::Request;
+use bytes::Bytes;
+use http::HeaderMap;
+use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
+use serde_json::Value;
+
+use crate::error::{ApiError, Result};
+use crate::registry::{
+    DeleteOptions, FieldValidation, ListOptions, Propagation, ResourceVersionMatch, WatchOptions,
+    WriteOptions,
+};
+use crate::resources::ResourceType;
+use crate::table::IncludeObject;
+
+/// The largest request body read (kube-apiserver's limit is 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// What the client accepts, beyond plain JSON.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Accept {
+    /// `as=Table;g=meta.k8s.io;v=v1`.
+    pub(crate) table: bool,
+    /// `as=PartialObjectMetadata(List)`.
+    pub(crate) metadata: bool,
+    /// `as=APIGroupDiscoveryList;g=apidiscovery.k8s.io;v=...`: the versions offered.
+    discovery: Vec<String>,
+}
+
+impl Accept {
+    pub(crate) const TABLE: &'static str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    pub(crate) const METADATA: &'static str =
+        "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io";
+    pub(crate) const METADATA_LIST: &'static str =
+        "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
+
+    pub(crate) fn parse(headers: &HeaderMap) -> Self {
+        let mut accept = Accept::default();
+        for value in headers.get_all(http::header::ACCEPT) {
+            let Ok(value) = value.to_str() else { continue };
+            for entry in value.split(',') {
+                let params: Vec<(&str, &str)> = entry
+                    .split(';')
+                    .skip(1)
+                    .filter_map(|p| p.trim().split_once('='))
+                    .collect();
+                let get = |k: &str| params.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+                let media = entry.split(';').next().unwrap_or("").trim();
+                if media != "application/json" && media != "*/*" {
+                    continue;
+                }
+                match (get("as"), get("g"), get("v")) {
+                    (Some("Table"), Some("meta.k8s.io"), Some("v1")) => accept.table = true,
+                    (
+                        Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
+                        Some("meta.k8s.io"),
+                        Some("v1"),
+                    ) => accept.metadata = true,
+                    (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some(v)) => {
+                        accept.discovery.push(v.to_string())
+                    }
+                    _ => {}
+                }
+            }
+        }
+        accept
+    }
+
+    /// The aggregated discovery version to answer with, and its content type.
+    pub(crate) fn aggregated_discovery(&self) -> Option<(&'static str, String)> {
+        let version = ["v2", "v2beta1"]
+            .into_iter()
+            .find(|v| self.discovery.iter().any(|d| d == v))?;
+        Some((
+            version,
+            format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"),
+        ))
+    }
+}
+
+/// The query parameters a resource request may carry.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Query {
+    pub(crate) watch: bool,
+    pub(crate) resource_version: Option<String>,
+    resource_version_match: Option<String>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    limit: Option<String>,
+    continue_token: Option<String>,
+    allow_bookmarks: bool,
+    send_initial_events: Option<bool>,
+    timeout_seconds: Option<String>,
+    dry_run: Vec<String>,
+    field_validation: Option<String>,
+    field_manager: Option<String>,
+    propagation_policy: Option<String>,
+    pub(crate) include_object: IncludeObject,
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" | "1" => Ok(true),
+        "false" | "0" | "" => Ok(false),
+        other => Err(ApiError::bad_request(format!(
+            "invalid value for {name}: {other:?}"
+        ))),
+    }
+}
+
+impl Query {
+    pub(crate) fn parse(query: Option<&str>) -> Result<Self> {
+        let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
+        let mut q = Query::default();
+        for (key, value) in pairs {
+            match key.as_str() {
+                "watch" => q.watch = parse_bool("watch", &value)?,
+                "resourceVersion" => q.resource_version = Some(value),
+                "resourceVersionMatch" => q.resource_version_match = Some(value),
+                "labelSelector" => q.label_selector = Some(value),
+                "fieldSelector" => q.field_selector = Some(value),
+                "limit" => q.limit = Some(value),
+                "continue" => q.continue_token = Some(value).filter(|v| !v.is_empty()),
+                "allowWatchBookmarks" => {
+                    q.allow_bookmarks = parse_bool("allowWatchBookmarks", &value)?
+                }
+                "sendInitialEvents" => {
+                    q.send_initial_events = Some(parse_bool("sendInitialEvents", &value)?)
+                }
+                "timeoutSeconds" => q.timeout_seconds = Some(value),
+                "dryRun" => q.dry_run.push(value),
+                "fieldValidation" => q.field_validation = Some(value),
+                "fieldManager" => q.field_manager = Some(value),
+                "propagationPolicy" => q.propagation_policy = Some(value),
+                "includeObject" => {
+                    q.include_object = match value.as_str() {
+                        "None" => IncludeObject::None,
+                        "Object" => IncludeObject::Object,
+                        "Metadata" | "" => IncludeObject::Metadata,
+                        other => {
+                            return Err(ApiError::bad_request(format!(
+                                "invalid includeObject: {other:?}"
+                            )));
+                        }
+                    }
+                }
+                // Accepted and meaningless here: pretty-printing, gracePeriodSeconds on
+                // objects without grace periods, and the legacy orphanDependents.
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+
+    pub(crate) fn list_options(&self, rt: &ResourceType) -> Result<ListOptions> {
+        let label_selector =
+            match self
+                .label_selector
+                .as_deref()
+                .filter(|s| !s.trim().is_empty())
+            {
+                Some(s) => Some(LabelSelector::parse(s).map_err(|e| {
+                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
+                })?),
+                None => None,
+            };
+        let field_selector = match self
+            .field_selector
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
+            Some(s) => {
+                Some(FieldSelector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?)
+            }
+            None => None,
+        };
+        let limit = match self.limit.as_deref().filter(|l| !l.is_empty()) {
+            Some(l) => Some(
+                l.parse::<i64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?,
+            )
+            .filter(|l| *l > 0)
+            .map(|l| l as u64),
+            None => None,
+        };
+        let resource_version_match = match self.resource_version_match.as_deref() {
+            None | Some("") => None,
+            Some("NotOlderThan") => Some(ResourceVersionMatch::NotOlderThan),
+            Some("Exact") => Some(ResourceVersionMatch::Exact),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "unsupported resourceVersionMatch {other:?}: supported values are \"Exact\" and \"NotOlderThan\""
+                )));
+            }
+        };
+        let _ = rt;
+        Ok(ListOptions {
+            label_selector,
+            field_selector,
+            limit,
+            continue_token: self.continue_token.clone(),
+            resource_version: self.resource_version.clone(),
+            resource_version_match,
+        })
+    }
+
+    pub(crate) fn watch_options(&self, rt: &ResourceType) -> Result<WatchOptions> {
+        let list = self.list_options(rt)?;
+        let timeout = match self.timeout_seconds.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))
+            })?)),
+            None => None,
+        };
+        Ok(WatchOptions {
+            list,
+            allow_bookmarks: self.allow_bookmarks,
+            send_initial_events: self.send_initial_events,
+            timeout,
+            ..WatchOptions::default()
+        })
+    }
+
+    fn dry_run(&self) -> Result<bool> {
+        match self.dry_run.as_slice() {
+            [] => Ok(false),
+            [v] if v == "All" => Ok(true),
+            other => Err(ApiError::bad_request(format!(
+                "invalid dry run value {other:?}: only \"All\" is supported"
+            ))),
+        }
+    }
+
+    pub(crate) fn write_options(&self) -> Result<WriteOptions> {
+        let field_validation = match self.field_validation.as_deref() {
+            None | Some("") | Some("Warn") => FieldValidation::Warn,
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {other:?}"
+                )));
+            }
+        };
+        if let Some(manager) = &self.field_manager
+            && manager.chars().count() > 128
+        {
+            return Err(ApiError::bad_request(
+                "fieldManager must be 128 characters or fewer",
+            ));
+        }
+        Ok(WriteOptions {
+            dry_run: self.dry_run()?,
+            field_validation,
+            field_manager: self.field_manager.clone(),
+        })
+    }
+
+    /// Delete options from the query and from a `DeleteOptions` body (the body wins).
+    pub(crate) fn delete_options(&self, body: &Bytes) -> Result<DeleteOptions> {
+        let mut opts = DeleteOptions {
+            dry_run: self.dry_run()?,
+            propagation: parse_propagation(self.propagation_policy.as_deref())?,
+            ..DeleteOptions::default()
+        };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(opts);
+        }
+        let body = decode_object(body)?;
+        if let Some(policy) = body.get("propagationPolicy").and_then(Value::as_str) {
+            opts.propagation = parse_propagation(Some(policy))?;
+        }
+        if body.get("orphanDependents") == Some(&Value::Bool(true)) && opts.propagation.is_none() {
+            opts.propagation = Some(Propagation::Orphan);
+        }
+        if let Some(dry_run) = body.get("dryRun").and_then(Value::as_array) {
+            opts.dry_run |= dry_run.iter().any(|v| v == "All");
+        }
+        if let Some(uid) = body.pointer("/preconditions/uid").and_then(Value::as_str) {
+            opts.precondition_uid = Some(uid.to_string());
+        }
+        if let Some(rv) = body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+        {
+            opts.precondition_resource_version = Some(rv.to_string());
+        }
+        Ok(opts)
+    }
+}
+
+fn parse_propagation(policy: Option<&str>) -> Result<Option<Propagation>> {
+    match policy {
+        None | Some("") => Ok(None),
+        Some("Background") => Ok(Some(Propagation::Background)),
+        Some("Foreground") => Ok(Some(Propagation::Foreground)),
+        Some("Orphan") => Ok(Some(Propagation::Orphan)),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+        ))),
+    }
+}
+
+/// Reads the whole body, refusing more than kube-apiserver accepts.
+pub(crate) async fn body(req: Request) -> Result<Bytes> {
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    if content_type.starts_with("application/vnd.kubernetes.protobuf") {
+        return Err(ApiError::unsupported_media_type(&content_type));
+    }
+    axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")))
+}
+
+/// Decodes a JSON or YAML body into an object.
+pub(crate) fn decode_object(body: &Bytes) -> Result<Value> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the request body is not valid UTF-8"))?;
+    let trimmed = text.trim_start();
+    let value: Value = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        serde_json::from_str(text).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as JSON: {e}"
+            ))
+        })?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request could not be decoded as YAML: {e}"
+            ))
+        })?
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be an object",
+        ));
+    }
+    Ok(value)
+}

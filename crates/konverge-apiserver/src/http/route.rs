@@ -1,0 +1,201 @@
+//! Which request is this: parsing a URL path into a [`Route`], as kube-apiserver's request
+//! info does.
+
+use std::sync::Arc;
+
+use crate::error::{ApiError, Result};
+use crate::resources::{Catalog, ResourceType};
+
+/// A parsed request path.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// `/version`.
+    Version,
+    /// `/healthz`, `/livez`, `/readyz` (and their `/...` sub-checks).
+    Health(&'static str),
+    /// `/api`.
+    CoreVersions,
+    /// `/apis`.
+    Groups,
+    /// `/apis/{group}`.
+    Group(String),
+    /// `/api/v1` or `/apis/{group}/{version}`.
+    GroupVersion(String, String),
+    /// `/openapi/v3` and `/openapi/v3/{path}`.
+    OpenApiV3(Option<String>),
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// A resource path.
+    Resource(ResourceRoute),
+}
+
+/// A request for a resource, a collection, or a subresource.
+#[derive(Debug, Clone)]
+pub struct ResourceRoute {
+    /// The resource.
+    pub rt: Arc<ResourceType>,
+    /// The namespace in the path (for namespaced resources).
+    pub namespace: Option<String>,
+    /// The object name, for requests about one object.
+    pub name: Option<String>,
+    /// `status`, `scale`, `finalize`.
+    pub subresource: Option<String>,
+    /// The deprecated `/watch/` path prefix was used.
+    pub watch_path: bool,
+}
+
+fn decode_segment(segment: &str) -> Result<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = segment
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("invalid escape in path segment {segment:?}"))
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ApiError::bad_request("path is not UTF-8"))
+}
+
+/// Parses `path` against the served resources.
+pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
+    let parts: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(decode_segment)
+        .collect::<Result<_>>()?;
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    match parts.as_slice() {
+        ["version"] => return Ok(Route::Version),
+        ["healthz", ..] => return Ok(Route::Health("healthz")),
+        ["livez", ..] => return Ok(Route::Health("livez")),
+        ["readyz", ..] => return Ok(Route::Health("readyz")),
+        ["api"] => return Ok(Route::CoreVersions),
+        ["apis"] => return Ok(Route::Groups),
+        ["apis", group] => return Ok(Route::Group(group.to_string())),
+        ["api", version] => return Ok(Route::GroupVersion(String::new(), version.to_string())),
+        ["apis", group, version] => {
+            return Ok(Route::GroupVersion(group.to_string(), version.to_string()));
+        }
+        ["openapi", "v3"] => return Ok(Route::OpenApiV3(None)),
+        ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiV3(Some(rest.join("/")))),
+        ["openapi", "v2"] => return Ok(Route::OpenApiV2),
+        _ => {}
+    }
+    let (group, version, mut rest) = match parts.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(ApiError::no_route()),
+    };
+    let mut watch_path = false;
+    if rest.first() == Some(&"watch") {
+        watch_path = true;
+        rest = &rest[1..];
+    }
+    let mut namespace = None;
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        namespace = Some(rest[1].to_string());
+        if rest.len() > 2 && rest[2] != "status" && rest[2] != "finalize" {
+            rest = &rest[2..];
+        }
+    }
+    let (resource, name, subresource) = match rest {
+        [resource] => (*resource, None, None),
+        [resource, name] => (*resource, Some(*name), None),
+        [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
+        _ => return Err(ApiError::no_route()),
+    };
+    let rt = catalog
+        .get(group, version, resource)
+        .ok_or_else(ApiError::no_route)?;
+    if !rt.namespaced {
+        // `/api/v1/namespaces/{name}`: the namespace segment names the object itself.
+        namespace = None;
+    }
+    if let Some(sub) = subresource {
+        let served = match sub {
+            "status" => rt.status,
+            "scale" => rt.scale.is_some(),
+            "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
+            _ => false,
+        };
+        if !served {
+            return Err(ApiError::no_route());
+        }
+    }
+    Ok(Route::Resource(ResourceRoute {
+        rt,
+        namespace,
+        name: name.map(String::from),
+        subresource: subresource.map(String::from),
+        watch_path,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(path: &str) -> ResourceRoute {
+        match parse(path, &Catalog::builtin()) {
+            Ok(Route::Resource(r)) => r,
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn paths_parse_like_kube_apiserver() {
+        let r = resource("/api/v1/namespaces/default/configmaps/x");
+        assert_eq!(
+            (
+                r.rt.plural.as_str(),
+                r.namespace.as_deref(),
+                r.name.as_deref()
+            ),
+            ("configmaps", Some("default"), Some("x"))
+        );
+        let r = resource("/api/v1/configmaps");
+        assert_eq!((r.namespace.as_deref(), r.name.as_deref()), (None, None));
+        let r = resource("/api/v1/namespaces/kube-system");
+        assert_eq!(
+            (
+                r.rt.plural.as_str(),
+                r.namespace.as_deref(),
+                r.name.as_deref()
+            ),
+            ("namespaces", None, Some("kube-system"))
+        );
+        let r = resource("/api/v1/namespaces/x/status");
+        assert_eq!(
+            (
+                r.rt.plural.as_str(),
+                r.name.as_deref(),
+                r.subresource.as_deref()
+            ),
+            ("namespaces", Some("x"), Some("status"))
+        );
+        let r = resource("/apis/apps/v1/namespaces/d/deployments/web/scale");
+        assert_eq!(r.subresource.as_deref(), Some("scale"));
+        let r = resource("/api/v1/watch/namespaces/d/pods");
+        assert!(r.watch_path);
+        let r = resource("/api/v1/nodes/n%3A1");
+        assert_eq!(r.name.as_deref(), Some("n:1"));
+        assert!(matches!(parse("/api/v1/nope", &Catalog::builtin()), Err(e) if e.code == 404));
+        assert!(
+            matches!(parse("/api/v1/namespaces/d/configmaps/x/status", &Catalog::builtin()), Err(e) if e.code == 404)
+        );
+        assert!(
+            matches!(parse("/apis/apps/v1", &Catalog::builtin()), Ok(Route::GroupVersion(g, v)) if g == "apps" && v == "v1")
+        );
+    }
+}

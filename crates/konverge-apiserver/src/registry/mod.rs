@@ -1,0 +1,905 @@
+//! The generic registry: one implementation of every verb for every resource, over any
+//! [`KvStore`].
+//!
+//! Per-resource behaviour comes from the [`ResourceType`] (its codec, defaults, validation,
+//! subresources). What is the same for all resources lives here: metadata rules, generation,
+//! optimistic concurrency, finalizers and deletion, dry runs, and the resourceVersion rules of
+//! reads. Objects are stored as JSON without `metadata.resourceVersion`; the store's
+//! `mod_revision` becomes the resourceVersion on the way out.
+
+mod list;
+mod watch;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
+use serde_json::{Value, json};
+
+pub use list::{ListOptions, ListResult, ResourceVersionMatch};
+pub use watch::{WatchEvent, WatchOptions};
+
+use crate::error::{ApiError, Cause, Result, Target};
+use crate::meta;
+use crate::resources::{Catalog, ResourceType};
+
+/// How many times an unconditional write retries after losing a race.
+const MAX_RETRIES: usize = 16;
+
+/// Largest object the server stores (etcd's own request limit).
+pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024 / 2;
+
+/// What `fieldValidation` asks the server to do with fields the type does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in `Warning` headers.
+    #[default]
+    Warn,
+    /// Refuse the request.
+    Strict,
+}
+
+/// Options of create, update and patch.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: validate and answer, write nothing.
+    pub dry_run: bool,
+    /// `fieldValidation`.
+    pub field_validation: FieldValidation,
+    /// `fieldManager`.
+    pub field_manager: Option<String>,
+}
+
+/// What a write answers.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The object as stored.
+    pub object: Value,
+    /// Whether the write created it (201 rather than 200).
+    pub created: bool,
+    /// `Warning` headers for the response.
+    pub warnings: Vec<String>,
+}
+
+/// How a delete propagates to dependents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Propagation {
+    /// Delete the owner now; the garbage collector deletes dependents afterwards.
+    #[default]
+    Background,
+    /// Delete dependents first; the owner waits with the `foregroundDeletion` finalizer.
+    Foreground,
+    /// Keep dependents and remove their owner references.
+    Orphan,
+}
+
+/// Options of a delete.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `propagationPolicy`.
+    pub propagation: Option<Propagation>,
+    /// `preconditions.uid`.
+    pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub precondition_resource_version: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone)]
+pub enum Deleted {
+    /// The object is gone; this is how it was.
+    Gone(Value),
+    /// The object waits for finalizers; this is how it is now (with `deletionTimestamp`).
+    Pending(Value),
+}
+
+/// The generic registry.
+#[derive(Clone)]
+pub struct Registry {
+    store: Arc<dyn KvStore>,
+    catalog: Arc<Catalog>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").finish_non_exhaustive()
+    }
+}
+
+fn target<'a>(rt: &'a ResourceType, name: &'a str) -> Target<'a> {
+    Target {
+        group: &rt.group,
+        resource: &rt.plural,
+        name,
+    }
+}
+
+/// A stored object, decoded, with its resourceVersion set.
+pub(crate) fn decode(kv: &KeyValue) -> Result<Value> {
+    let mut obj: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
+    meta::metadata_mut(&mut obj).insert(
+        "resourceVersion".into(),
+        Value::String(kv.mod_revision.to_string()),
+    );
+    Ok(obj)
+}
+
+fn encode(obj: &Value) -> Result<Bytes> {
+    let mut stored = obj.clone();
+    if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    let bytes = serde_json::to_vec(&stored).map_err(|e| ApiError::internal(e.to_string()))?;
+    if bytes.len() > MAX_OBJECT_BYTES {
+        return Err(ApiError::too_large(format!(
+            "Request entity too large: limit is {MAX_OBJECT_BYTES}"
+        )));
+    }
+    Ok(bytes.into())
+}
+
+/// Parses a resourceVersion the client sent.
+pub(crate) fn parse_rv(rv: &str) -> Result<i64> {
+    rv.parse::<i64>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
+}
+
+fn set_rv(obj: &mut Value, rv: i64) {
+    meta::metadata_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
+}
+
+impl Registry {
+    /// A registry serving `catalog` from `store`.
+    pub fn new(store: Arc<dyn KvStore>, catalog: Arc<Catalog>) -> Self {
+        Registry { store, catalog }
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Arc<dyn KvStore> {
+        &self.store
+    }
+
+    /// The served resources.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    async fn read(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<KeyValue>> {
+        self.store
+            .get(Bytes::from(rt.key(ns, name)))
+            .await
+            .map_err(|e| ApiError::from_store(e, target(rt, name)))
+    }
+
+    /// Reads one object. `resource_version`: unset or "0" reads the latest state; "N" reads a
+    /// state at least as new as N (kube-apiserver's NotOlderThan).
+    pub async fn get(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Value> {
+        let kv = self
+            .read(rt, ns, name)
+            .await?
+            .ok_or_else(|| ApiError::not_found(target(rt, name)))?;
+        if let Some(rv) = resource_version.filter(|rv| !rv.is_empty() && *rv != "0") {
+            let wanted = parse_rv(rv)?;
+            let current = self
+                .store
+                .current_revision()
+                .await
+                .map_err(|e| ApiError::from_store(e, target(rt, name)))?;
+            if wanted > current {
+                return Err(ApiError::from_store(
+                    konverge_store::Error::FutureRevision {
+                        requested: wanted,
+                        current,
+                    },
+                    target(rt, name),
+                ));
+            }
+        }
+        decode(&kv)
+    }
+
+    /// Decodes a request body as this resource's type: rejects wrong types (400), drops fields
+    /// the type does not have as `fieldValidation` says, and applies defaults.
+    fn decode_body(
+        &self,
+        rt: &ResourceType,
+        mut body: Value,
+        validation: FieldValidation,
+        warnings: &mut Vec<String>,
+    ) -> Result<Value> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: the request body must be a JSON object",
+                rt.kind, rt.version, rt.kind
+            )));
+        }
+        rt.check_type_meta(&body)?;
+        body["apiVersion"] = json!(rt.api_version());
+        body["kind"] = json!(rt.kind);
+        if let Some(codec) = rt.codec {
+            let (decoded, unknown) = codec(body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "{} in version {:?} cannot be handled as a {}: {e}",
+                    rt.kind, rt.version, rt.kind
+                ))
+            })?;
+            if !unknown.is_empty() {
+                let listed: Vec<String> = unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}"))
+                    .collect();
+                match validation {
+                    FieldValidation::Strict => {
+                        return Err(ApiError::bad_request(format!(
+                            "strict decoding error: {}",
+                            listed.join(", ")
+                        )));
+                    }
+                    FieldValidation::Warn => warnings.extend(listed),
+                    FieldValidation::Ignore => {}
+                }
+            }
+            body = decoded;
+        }
+        if let Some(default) = rt.default {
+            default(&mut body);
+        }
+        Ok(body)
+    }
+
+    fn validate(&self, rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<()> {
+        let name = meta::meta_str(obj, "name").unwrap_or("");
+        let mut causes = Vec::new();
+        if let Some(cause) = rt.check_name(name, "metadata.name") {
+            causes.push(cause);
+        }
+        causes.extend(check_labels(obj));
+        if let Some(validate) = rt.validate {
+            causes.extend(validate(obj, old));
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(&rt.kind, &rt.group, name, causes))
+        }
+    }
+
+    /// Checks that the namespace of a namespaced create exists and is not terminating.
+    async fn check_namespace(&self, rt: &ResourceType, ns: &str, name: &str) -> Result<()> {
+        let Some(namespaces) = self.catalog.get("", "v1", "namespaces") else {
+            return Ok(());
+        };
+        let Some(kv) = self.read(&namespaces, None, ns).await? else {
+            return Err(ApiError::not_found(Target {
+                group: "",
+                resource: "namespaces",
+                name: ns,
+            }));
+        };
+        let namespace = decode(&kv)?;
+        if namespace.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::forbidden(
+                target(rt, name),
+                format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Creates an object.
+    pub async fn create(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written> {
+        let mut warnings = Vec::new();
+        let mut obj = self.decode_body(rt, body, opts.field_validation, &mut warnings)?;
+        let md = meta::metadata_mut(&mut obj);
+        match (rt.namespaced, ns) {
+            (true, Some(ns)) => match md.get("namespace").and_then(Value::as_str) {
+                Some(given) if !given.is_empty() && given != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {
+                    md.insert("namespace".into(), json!(ns));
+                }
+            },
+            (true, None) => {
+                return Err(ApiError::bad_request(format!(
+                    "{} must be created in a namespace",
+                    rt.plural
+                )));
+            }
+            (false, _) => {
+                md.remove("namespace");
+            }
+        }
+        let generate = md
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|g| !g.is_empty())
+            .map(String::from);
+        let has_name = md
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        if !has_name {
+            match &generate {
+                Some(prefix) => {
+                    md.insert("name".into(), json!(meta::generate_name(prefix)));
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        &rt.kind,
+                        &rt.group,
+                        "",
+                        vec![Cause {
+                            reason: "FieldValueRequired".into(),
+                            message: "Required value: name or generateName is required".into(),
+                            field: "metadata.name".into(),
+                        }],
+                    ));
+                }
+            }
+        }
+        md.insert("uid".into(), json!(meta::new_uid()));
+        md.insert("creationTimestamp".into(), json!(meta::now()));
+        for field in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            md.remove(field);
+        }
+        if rt.generation {
+            md.insert("generation".into(), json!(1));
+        } else {
+            md.remove("generation");
+        }
+        if rt.status
+            && let Some(o) = obj.as_object_mut()
+        {
+            o.remove("status");
+        }
+        if let Some(prepare) = rt.prepare_create {
+            prepare(&mut obj);
+        }
+        let name = meta::meta_str(&obj, "name").unwrap_or("").to_string();
+        self.validate(rt, &obj, None)?;
+        if let (true, Some(ns)) = (rt.namespaced, ns) {
+            self.check_namespace(rt, ns, &name).await?;
+        }
+        let value = encode(&obj)?;
+        if opts.dry_run {
+            if self.read(rt, ns, &name).await?.is_some() {
+                return Err(ApiError::already_exists(target(rt, &name)));
+            }
+            return Ok(Written {
+                object: obj,
+                created: true,
+                warnings,
+            });
+        }
+        let rev = self
+            .store
+            .create(Bytes::from(rt.key(ns, &name)), value)
+            .await
+            .map_err(|e| ApiError::from_store(e, target(rt, &name)))?;
+        set_rv(&mut obj, rev);
+        Ok(Written {
+            object: obj,
+            created: true,
+            warnings,
+        })
+    }
+
+    /// Replaces an object (`PUT`), or its status (`subresource = Some("status")`).
+    pub async fn update(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        body: Value,
+        subresource: Option<&str>,
+        opts: &WriteOptions,
+    ) -> Result<Written> {
+        let mut warnings = Vec::new();
+        let new = self.decode_body(rt, body, opts.field_validation, &mut warnings)?;
+        if let Some(body_name) = meta::meta_str(&new, "name")
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let (true, Some(ns), Some(body_ns)) =
+            (rt.namespaced, ns, meta::meta_str(&new, "namespace"))
+            && !body_ns.is_empty()
+            && body_ns != ns
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let expected = match meta::meta_str(&new, "resourceVersion").filter(|rv| !rv.is_empty()) {
+            Some(rv) => Some(parse_rv(rv)?),
+            None => None,
+        };
+        for _ in 0..MAX_RETRIES {
+            let Some(current_kv) = self.read(rt, ns, name).await? else {
+                if rt.create_on_update && subresource.is_none() && expected.is_none() {
+                    let mut created = new.clone();
+                    meta::metadata_mut(&mut created).insert("name".into(), json!(name));
+                    let mut written = self.create(rt, ns, created, opts).await?;
+                    written.warnings.extend(warnings);
+                    return Ok(written);
+                }
+                return Err(ApiError::not_found(target(rt, name)));
+            };
+            if let Some(expected) = expected
+                && expected != current_kv.mod_revision
+            {
+                return Err(ApiError::modified(target(rt, name)));
+            }
+            let current = decode(&current_kv)?;
+            let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
+            match self
+                .commit_update(rt, ns, name, &current_kv, &current, merged, opts)
+                .await
+            {
+                Err(e) if e.reason == "Conflict" && expected.is_none() => continue,
+                Err(e) => return Err(e),
+                Ok(mut written) => {
+                    written.warnings.extend(warnings);
+                    return Ok(written);
+                }
+            }
+        }
+        Err(ApiError::modified(target(rt, name)))
+    }
+
+    /// Applies `patch` to the current object (retrying when the object changes underneath)
+    /// and stores the result as an update.
+    pub async fn patch(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        opts: &WriteOptions,
+        apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
+    ) -> Result<Written> {
+        for _ in 0..MAX_RETRIES {
+            let Some(current_kv) = self.read(rt, ns, name).await? else {
+                return Err(ApiError::not_found(target(rt, name)));
+            };
+            let current = decode(&current_kv)?;
+            let patched = apply(&current)?;
+            // A resourceVersion in the patch is a precondition; otherwise the patch applies to
+            // whatever is current.
+            if let Some(rv) =
+                meta::meta_str(&patched, "resourceVersion").filter(|rv| !rv.is_empty())
+                && parse_rv(rv)? != current_kv.mod_revision
+            {
+                return Err(ApiError::modified(target(rt, name)));
+            }
+            let mut warnings = Vec::new();
+            let new = self.decode_body(rt, patched, opts.field_validation, &mut warnings)?;
+            if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    name,
+                    vec![Cause::invalid(
+                        "metadata.name",
+                        &json!(meta::meta_str(&new, "name")),
+                        "field is immutable",
+                    )],
+                ));
+            }
+            let merged = self.merge_update(rt, &current, new, subresource)?;
+            match self
+                .commit_update(rt, ns, name, &current_kv, &current, merged, opts)
+                .await
+            {
+                Err(e) if e.reason == "Conflict" => continue,
+                Err(e) => return Err(e),
+                Ok(mut written) => {
+                    written.warnings.extend(warnings);
+                    return Ok(written);
+                }
+            }
+        }
+        Err(ApiError::modified(target(rt, name)))
+    }
+
+    /// The object an update stores: `new` with what the client may not change taken from
+    /// `current`.
+    fn merge_update(
+        &self,
+        rt: &ResourceType,
+        current: &Value,
+        new: Value,
+        subresource: Option<&str>,
+    ) -> Result<Value> {
+        let name = meta::meta_str(current, "name").unwrap_or("");
+        let mut merged = match subresource {
+            Some("status") => {
+                // The status subresource changes status and nothing else.
+                let mut merged = current.clone();
+                match new.get("status") {
+                    Some(status) => merged["status"] = status.clone(),
+                    None => {
+                        if let Some(o) = merged.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+                merged
+            }
+            Some("finalize") if is_namespace(rt) => {
+                // `/finalize` changes the namespace's spec.finalizers and nothing else.
+                let mut merged = current.clone();
+                merged["spec"]["finalizers"] = new
+                    .pointer("/spec/finalizers")
+                    .cloned()
+                    .unwrap_or_else(|| json!([]));
+                merged
+            }
+            Some(other) => {
+                return Err(ApiError::no_route().with_message(format!(
+                    "the server does not support the {other} subresource of {}",
+                    rt.plural
+                )));
+            }
+            None => {
+                let mut merged = new;
+                if is_namespace(rt) {
+                    // Only `/finalize` changes a namespace's finalizers.
+                    merged["spec"]["finalizers"] = current
+                        .pointer("/spec/finalizers")
+                        .cloned()
+                        .unwrap_or_else(|| json!([]));
+                }
+                if rt.status {
+                    match current.get("status") {
+                        Some(status) => merged["status"] = status.clone(),
+                        None => {
+                            if let Some(o) = merged.as_object_mut() {
+                                o.remove("status");
+                            }
+                        }
+                    }
+                }
+                merged
+            }
+        };
+        let new_uid = meta::meta_str(&merged, "uid").map(String::from);
+        let old_md = current
+            .get("metadata")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        if let Some(uid) = new_uid.filter(|u| !u.is_empty())
+            && Some(uid.as_str()) != old_md["uid"].as_str()
+        {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                &rt.group,
+                name,
+                vec![Cause::invalid(
+                    "metadata.uid",
+                    &json!(uid),
+                    "field is immutable",
+                )],
+            ));
+        }
+        let old_finalizers = meta::finalizers(current);
+        let md = meta::metadata_mut(&mut merged);
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_md.get(field) {
+                Some(v) => md.insert(field.into(), v.clone()),
+                None => md.remove(field),
+            };
+        }
+        md.remove("resourceVersion");
+        if rt.generation && meta::spec_part(&merged) != meta::spec_part(current) {
+            let generation = old_md["generation"].as_i64().unwrap_or(0) + 1;
+            meta::metadata_mut(&mut merged).insert("generation".into(), json!(generation));
+        }
+        if current.pointer("/metadata/deletionTimestamp").is_some() {
+            let added: Vec<String> = meta::finalizers(&merged)
+                .into_iter()
+                .filter(|f| !old_finalizers.contains(f))
+                .collect();
+            if !added.is_empty() {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &rt.group,
+                    name,
+                    vec![Cause::forbidden(
+                        "metadata.finalizers",
+                        format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
+                    )],
+                ));
+            }
+        }
+        Ok(merged)
+    }
+
+    /// Stores `merged` over `current` unless nothing changed; deletes the object instead when
+    /// its deletion was waiting for the finalizers that this update removes.
+    #[allow(clippy::too_many_arguments)]
+    async fn commit_update(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        current_kv: &KeyValue,
+        current: &Value,
+        mut merged: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written> {
+        self.validate(rt, &merged, Some(current))?;
+        let key = Bytes::from(rt.key(ns, name));
+        let mut unchanged = merged.clone();
+        set_rv(&mut unchanged, current_kv.mod_revision);
+        if &unchanged == current {
+            // A no-op update writes nothing and keeps the resourceVersion: controllers that
+            // write back what they read do not wake themselves up.
+            return Ok(Written {
+                object: unchanged,
+                created: false,
+                warnings: Vec::new(),
+            });
+        }
+        let finalized = merged.pointer("/metadata/deletionTimestamp").is_some()
+            && meta::pending_finalizers(&merged, is_namespace(rt)).is_empty();
+        if opts.dry_run {
+            set_rv(&mut merged, current_kv.mod_revision);
+            return Ok(Written {
+                object: merged,
+                created: false,
+                warnings: Vec::new(),
+            });
+        }
+        if finalized {
+            self.store
+                .delete_if(key, current_kv.mod_revision)
+                .await
+                .map_err(|e| ApiError::from_store(e, target(rt, name)))?;
+            set_rv(&mut merged, current_kv.mod_revision);
+            return Ok(Written {
+                object: merged,
+                created: false,
+                warnings: Vec::new(),
+            });
+        }
+        let value = encode(&merged)?;
+        let rev = self
+            .store
+            .update(key, value, current_kv.mod_revision)
+            .await
+            .map_err(|e| ApiError::from_store(e, target(rt, name)))?;
+        set_rv(&mut merged, rev);
+        Ok(Written {
+            object: merged,
+            created: false,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Deletes an object, or marks it for deletion while finalizers remain.
+    pub async fn delete(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<Deleted> {
+        for _ in 0..MAX_RETRIES {
+            let Some(kv) = self.read(rt, ns, name).await? else {
+                return Err(ApiError::not_found(target(rt, name)));
+            };
+            let current = decode(&kv)?;
+            if let Some(uid) = &opts.precondition_uid {
+                let actual = meta::meta_str(&current, "uid").unwrap_or("");
+                if actual != uid {
+                    return Err(ApiError::conflict(
+                        target(rt, name),
+                        format!(
+                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                        ),
+                    ));
+                }
+            }
+            if let Some(rv) = &opts.precondition_resource_version
+                && parse_rv(rv)? != kv.mod_revision
+            {
+                return Err(ApiError::conflict(
+                    target(rt, name),
+                    format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        kv.mod_revision
+                    ),
+                ));
+            }
+            let mut finalizers = meta::finalizers(&current);
+            let held_by_spec = !meta::pending_finalizers(&current, is_namespace(rt))
+                .iter()
+                .all(|f| finalizers.contains(f));
+            let extra = match opts.propagation {
+                Some(Propagation::Foreground) => Some("foregroundDeletion"),
+                Some(Propagation::Orphan) => Some("orphan"),
+                _ => None,
+            };
+            let mut marked = current.clone();
+            if let Some(extra) = extra
+                && !finalizers.iter().any(|f| f == extra)
+            {
+                finalizers.push(extra.to_string());
+            }
+            if finalizers.is_empty() && !held_by_spec {
+                if opts.dry_run {
+                    return Ok(Deleted::Gone(current));
+                }
+                match self
+                    .store
+                    .delete_if(Bytes::from(rt.key(ns, name)), kv.mod_revision)
+                    .await
+                {
+                    Ok(_) => return Ok(Deleted::Gone(current)),
+                    Err(konverge_store::Error::Conflict { .. }) => continue,
+                    Err(e) => return Err(ApiError::from_store(e, target(rt, name))),
+                }
+            }
+            if is_namespace(rt) {
+                marked["status"] = json!({"phase": "Terminating"});
+            }
+            let md = meta::metadata_mut(&mut marked);
+            if !finalizers.is_empty() {
+                md.insert("finalizers".into(), json!(finalizers));
+            }
+            if !md.contains_key("deletionTimestamp") {
+                md.insert("deletionTimestamp".into(), json!(meta::now()));
+                md.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+            if marked == current {
+                return Ok(Deleted::Pending(current));
+            }
+            if opts.dry_run {
+                return Ok(Deleted::Pending(marked));
+            }
+            match self
+                .store
+                .update(
+                    Bytes::from(rt.key(ns, name)),
+                    encode(&marked)?,
+                    kv.mod_revision,
+                )
+                .await
+            {
+                Ok(rev) => {
+                    set_rv(&mut marked, rev);
+                    return Ok(Deleted::Pending(marked));
+                }
+                Err(konverge_store::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(ApiError::from_store(e, target(rt, name))),
+            }
+        }
+        Err(ApiError::modified(target(rt, name)))
+    }
+
+    /// Deletes every object a list with `list` options returns.
+    pub async fn delete_collection(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        list: &ListOptions,
+        opts: &DeleteOptions,
+    ) -> Result<Vec<Value>> {
+        let listed = self
+            .list(
+                rt,
+                ns,
+                &ListOptions {
+                    limit: None,
+                    continue_token: None,
+                    ..list.clone()
+                },
+            )
+            .await?;
+        let mut deleted = Vec::new();
+        for obj in listed.items {
+            let name = meta::meta_str(&obj, "name").unwrap_or("").to_string();
+            let obj_ns = meta::meta_str(&obj, "namespace").map(String::from);
+            match self.delete(rt, obj_ns.as_deref(), &name, opts).await {
+                Ok(Deleted::Gone(o) | Deleted::Pending(o)) => deleted.push(o),
+                Err(e) if e.reason == "NotFound" => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Counts the objects of a resource (all namespaces).
+    pub async fn count(&self, rt: &ResourceType) -> Result<u64> {
+        let resp = self
+            .store
+            .range(
+                RangeRequest::new(KeyRange::prefix(Bytes::from(rt.storage_prefix()))).count_only(),
+            )
+            .await
+            .map_err(|e| ApiError::from_store(e, target(rt, "")))?;
+        Ok(resp.count)
+    }
+}
+
+fn is_namespace(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "namespaces"
+}
+
+/// Label keys and values must be valid, as kube-apiserver checks them on every object.
+fn check_labels(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) else {
+        return causes;
+    };
+    for (key, value) in labels {
+        let field = "metadata.labels";
+        for message in konverge_apimachinery::selector::label_key_errors(key) {
+            causes.push(Cause::invalid(field, &json!(key), message));
+        }
+        match value.as_str() {
+            Some(v) => {
+                for message in konverge_apimachinery::selector::label_value_errors(v) {
+                    causes.push(Cause::invalid(field, value, message));
+                }
+            }
+            None => causes.push(Cause::invalid(field, value, "must be a string")),
+        }
+    }
+    causes
+}
+
+impl ApiError {
+    /// The same error with another message.
+    pub fn with_message(mut self, message: String) -> Self {
+        self.message = message;
+        self
+    }
+}

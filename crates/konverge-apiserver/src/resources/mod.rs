@@ -1,0 +1,248 @@
+//! The resources the server serves: what each one is called, how it is scoped and stored, and
+//! what is special about it (its strategy).
+//!
+//! A [`ResourceType`] is plain data plus a few hooks. Built-in types come from
+//! [`builtin::catalog`]; custom resources will be added at run time, so the [`Catalog`] is
+//! shared and can grow.
+
+pub mod builtin;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use crate::error::{ApiError, Cause};
+
+/// How object names of a resource are validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain: lowercase alphanumerics, '-' and '.', at most 253 characters.
+    Subdomain,
+    /// RFC 1123 label: lowercase alphanumerics and '-', at most 63 characters.
+    Label,
+    /// RFC 1035 label (must start with a letter): Services.
+    Rfc1035Label,
+    /// Any name that is a valid path segment (no '/', '%', not "." or "..").
+    PathSegment,
+}
+
+/// The JSON paths the scale subresource reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// Where the desired replica count lives (`spec.replicas`).
+    pub spec_replicas: &'static str,
+    /// Where the observed replica count lives (`status.replicas`).
+    pub status_replicas: &'static str,
+    /// Where the label selector lives (`spec.selector`).
+    pub selector: &'static str,
+}
+
+/// One column of `kubectl get` output: its header, and how to compute the cell.
+#[derive(Clone)]
+pub struct Column {
+    /// The header, as kubectl prints it (upper-cased by kubectl).
+    pub name: &'static str,
+    /// `string`, `integer`, `date`, ...
+    pub type_: &'static str,
+    /// Hidden unless `-o wide`.
+    pub wide: bool,
+    /// The cell for an object.
+    pub cell: fn(&Value) -> Value,
+    /// What the column means.
+    pub description: &'static str,
+}
+
+impl std::fmt::Debug for Column {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Column").field("name", &self.name).finish()
+    }
+}
+
+/// Turns a request body into the stored form: decodes it as the resource's type (rejecting
+/// wrong types), drops fields the type does not have, and reports which ones it dropped.
+pub type Codec = fn(Value) -> Result<(Value, Vec<String>), String>;
+
+/// Per-resource validation and defaulting.
+pub type Validator = fn(&Value, Option<&Value>) -> Vec<Cause>;
+
+/// A resource the server serves.
+#[derive(Debug, Clone)]
+pub struct ResourceType {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// The served version.
+    pub version: String,
+    /// The kind, `ConfigMap`.
+    pub kind: String,
+    /// The plural resource name used in paths, `configmaps`.
+    pub plural: String,
+    /// The singular name, `configmap`.
+    pub singular: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// kubectl abbreviations, `cm`.
+    pub short_names: Vec<String>,
+    /// Groupings such as `all`.
+    pub categories: Vec<String>,
+    /// Whether a `status` subresource exists (then the main resource ignores status writes
+    /// and the status subresource ignores everything else).
+    pub status: bool,
+    /// Where the scale subresource reads and writes, if it exists.
+    pub scale: Option<ScalePaths>,
+    /// Whether `metadata.generation` counts spec changes.
+    pub generation: bool,
+    /// How names are validated.
+    pub name_rule: NameRule,
+    /// Typed decoding for built-in types.
+    pub codec: Option<Codec>,
+    /// Resource-specific validation (`old` is set on update).
+    pub validate: Option<Validator>,
+    /// Resource-specific defaulting on create and update.
+    pub default: Option<fn(&mut Value)>,
+    /// Preparation on create only, after client-set status is dropped (initial status,
+    /// mandatory finalizers), as kube-apiserver's `PrepareForCreate`.
+    pub prepare_create: Option<fn(&mut Value)>,
+    /// Columns for `kubectl get`, after NAME and before AGE.
+    pub columns: Vec<Column>,
+    /// Fields usable in field selectors besides `metadata.name` and `metadata.namespace`.
+    pub selectable_fields: Vec<&'static str>,
+    /// Whether `PUT` of an object that does not exist creates it.
+    pub create_on_update: bool,
+}
+
+impl ResourceType {
+    /// `apiVersion` as objects carry it: `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The list kind, `ConfigMapList`.
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+
+    /// The storage prefix of all objects: `/registry/configmaps/` or
+    /// `/registry/apps/deployments/`.
+    pub fn storage_prefix(&self) -> String {
+        if self.group.is_empty() {
+            format!("/registry/{}/", self.plural)
+        } else {
+            format!("/registry/{}/{}/", self.group, self.plural)
+        }
+    }
+
+    /// The storage prefix of one namespace (or of everything, for cluster-scoped resources and
+    /// `None`).
+    pub fn namespace_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.namespaced => format!("{}{ns}/", self.storage_prefix()),
+            _ => self.storage_prefix(),
+        }
+    }
+
+    /// The storage key of one object.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        format!("{}{name}", self.namespace_prefix(namespace))
+    }
+
+    /// Validates an object name by this resource's rule, as a cause on `metadata.name`.
+    pub fn check_name(&self, name: &str, field: &str) -> Option<Cause> {
+        crate::meta::check_name(self.name_rule, name, field)
+    }
+
+    /// Rejects objects whose `apiVersion`/`kind` belong to another resource.
+    pub fn check_type_meta(&self, obj: &Value) -> Result<(), ApiError> {
+        let kind = obj.get("kind").and_then(Value::as_str);
+        let api_version = obj.get("apiVersion").and_then(Value::as_str);
+        if kind.is_some_and(|k| k != self.kind)
+            || api_version.is_some_and(|v| v != self.api_version())
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({}) does not match the expected API version ({})",
+                api_version.unwrap_or(""),
+                self.api_version()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Every served resource, indexed for the lookups requests need.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    by_path: RwLock<BTreeMap<(String, String, String), Arc<ResourceType>>>,
+}
+
+impl Catalog {
+    /// A catalog of the built-in resources.
+    pub fn builtin() -> Self {
+        let catalog = Catalog::default();
+        for rt in builtin::catalog() {
+            catalog.insert(rt);
+        }
+        catalog
+    }
+
+    /// Adds (or replaces) a resource.
+    pub fn insert(&self, rt: ResourceType) -> Arc<ResourceType> {
+        let rt = Arc::new(rt);
+        self.by_path
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                (rt.group.clone(), rt.version.clone(), rt.plural.clone()),
+                rt.clone(),
+            );
+        rt
+    }
+
+    /// The resource served at `/apis/{group}/{version}/{plural}`.
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.by_path
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    /// Every resource, ordered by group, version and plural.
+    pub fn all(&self) -> Vec<Arc<ResourceType>> {
+        self.by_path
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The resource, namespace and name a storage key belongs to.
+    pub fn resolve_key(&self, key: &str) -> Option<(Arc<ResourceType>, Option<String>, String)> {
+        let map = self.by_path.read().unwrap_or_else(|e| e.into_inner());
+        // The longest matching prefix wins (`/registry/apps/...` over a core resource named
+        // `apps`).
+        let rt = map
+            .values()
+            .filter(|rt| key.starts_with(&rt.storage_prefix()))
+            .max_by_key(|rt| rt.storage_prefix().len())?
+            .clone();
+        let rest = &key[rt.storage_prefix().len()..];
+        if rt.namespaced {
+            let (ns, name) = rest.split_once('/')?;
+            Some((rt, Some(ns.to_string()), name.to_string()))
+        } else {
+            Some((rt.clone(), None, rest.to_string()))
+        }
+    }
+
+    /// The resource with this kind in this group (any served version).
+    pub fn by_kind(&self, group: &str, kind: &str) -> Option<Arc<ResourceType>> {
+        self.all()
+            .into_iter()
+            .find(|rt| rt.group == group && rt.kind == kind)
+    }
+}

@@ -1,0 +1,1036 @@
+//! The API server through a real `kube::Client`: every verb, the error codes clients branch
+//! on, watch resume and expiry, pagination, subresources, finalizers — against the memory and
+//! the disk store.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, TestServer};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::core::Status;
+use serde_json::json;
+
+/// Runs each case once per backend.
+macro_rules! on_every_store {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::TestServer::start(super::Backend::Memory).await).await;
+                }
+            )*
+        }
+        mod disk {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::TestServer::start(super::Backend::Disk).await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_store!(
+    bootstrap_objects_exist,
+    configmap_crud,
+    errors_have_kubernetes_codes_and_reasons,
+    invalid_objects_get_422_with_causes,
+    watch_delivers_changes_and_resumes,
+    watch_from_compacted_version_is_410,
+    list_pagination,
+    selectors,
+    generation_and_status_subresource,
+    finalizers_hold_deletion,
+    scale_subresource,
+    dry_run_writes_nothing,
+    patches,
+    no_op_update_keeps_resource_version,
+    garbage_collection_background,
+    garbage_collection_foreground,
+    garbage_collection_orphan,
+    namespace_deletion_empties_the_namespace,
+);
+
+fn status_of(err: kube::Error) -> Box<Status> {
+    match err {
+        kube::Error::Api(status) => status,
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+fn cm(name: &str, data: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": data,
+    }))
+    .expect("configmap")
+}
+
+async fn bootstrap_objects_exist(t: TestServer) {
+    let namespaces: Api<Namespace> = Api::all(t.client.clone());
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .expect("list namespaces")
+        .items
+        .into_iter()
+        .filter_map(|ns| ns.metadata.name)
+        .collect();
+    for expected in ["default", "kube-node-lease", "kube-public", "kube-system"] {
+        assert!(names.contains(&expected.to_string()), "{names:?}");
+    }
+    let ns = namespaces.get("default").await.expect("default");
+    assert_eq!(ns.status.and_then(|s| s.phase).as_deref(), Some("Active"));
+    let services: Api<Service> = Api::namespaced(t.client.clone(), "default");
+    let kubernetes = services
+        .get("kubernetes")
+        .await
+        .expect("kubernetes service");
+    assert_eq!(
+        kubernetes.spec.and_then(|s| s.cluster_ip).as_deref(),
+        Some("10.96.0.1")
+    );
+    let version = t.client.apiserver_version().await.expect("version");
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "33")
+    );
+}
+
+async fn configmap_crud(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let created = api
+        .create(&PostParams::default(), &cm("app", json!({"a": "1"})))
+        .await
+        .expect("create");
+    let md = &created.metadata;
+    assert!(md.uid.is_some() && md.creation_timestamp.is_some());
+    assert_eq!(md.namespace.as_deref(), Some("default"));
+    let rv1 = md.resource_version.clone().expect("resourceVersion");
+
+    let got = api.get("app").await.expect("get");
+    assert_eq!(got.metadata.resource_version.as_deref(), Some(rv1.as_str()));
+    assert_eq!(
+        got.data
+            .as_ref()
+            .and_then(|d| d.get("a"))
+            .map(String::as_str),
+        Some("1")
+    );
+
+    let mut changed = got.clone();
+    changed.data = Some([("a".to_string(), "2".to_string())].into());
+    let replaced = api
+        .replace("app", &PostParams::default(), &changed)
+        .await
+        .expect("replace");
+    let rv2 = replaced.metadata.resource_version.clone().expect("rv");
+    assert_ne!(rv1, rv2);
+
+    // The same stale object again: 409 Conflict.
+    let stale = status_of(
+        api.replace("app", &PostParams::default(), &changed)
+            .await
+            .expect_err("stale"),
+    );
+    assert_eq!((stale.code, stale.reason.as_str()), (409, "Conflict"));
+    assert!(
+        stale.message.contains("the object has been modified"),
+        "{}",
+        stale.message
+    );
+
+    let listed = api.list(&ListParams::default()).await.expect("list");
+    assert_eq!(listed.items.len(), 1);
+    let all: Api<ConfigMap> = Api::all(t.client.clone());
+    assert_eq!(
+        all.list(&ListParams::default())
+            .await
+            .expect("list all")
+            .items
+            .len(),
+        1
+    );
+
+    let deleted = api
+        .delete("app", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert!(
+        deleted.is_right(),
+        "an object without finalizers is gone at once"
+    );
+    let missing = status_of(api.get("app").await.expect_err("gone"));
+    assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+    assert_eq!(missing.message, r#"configmaps "app" not found"#);
+}
+
+async fn errors_have_kubernetes_codes_and_reasons(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    api.create(&PostParams::default(), &cm("dup", json!({})))
+        .await
+        .expect("create");
+    let dup = status_of(
+        api.create(&PostParams::default(), &cm("dup", json!({})))
+            .await
+            .expect_err("dup"),
+    );
+    assert_eq!((dup.code, dup.reason.as_str()), (409, "AlreadyExists"));
+
+    let nowhere: Api<ConfigMap> = Api::namespaced(t.client.clone(), "nowhere");
+    let missing_ns = status_of(
+        nowhere
+            .create(&PostParams::default(), &cm("x", json!({})))
+            .await
+            .expect_err("no ns"),
+    );
+    assert_eq!(
+        (missing_ns.code, missing_ns.reason.as_str()),
+        (404, "NotFound")
+    );
+    assert_eq!(missing_ns.message, r#"namespaces "nowhere" not found"#);
+
+    let (code, status) = t
+        .raw("GET", "/api/v1/namespaces/default/widgets", None, vec![])
+        .await;
+    assert_eq!((code, status["reason"].as_str()), (404, Some("NotFound")));
+
+    let (code, status) = t
+        .raw(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some("application/json"),
+            "{not json",
+        )
+        .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{status}"
+    );
+
+    let (code, status) = t
+        .raw(
+            "PUT",
+            "/api/v1/namespaces/default/configmaps",
+            Some("application/json"),
+            "{}",
+        )
+        .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (405, Some("MethodNotAllowed")),
+        "{status}"
+    );
+
+    let (code, status) = t
+        .raw(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/dup",
+            Some("application/xml"),
+            "<x/>",
+        )
+        .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (415, Some("UnsupportedMediaType")),
+        "{status}"
+    );
+
+    let huge = "x".repeat(2 * 1024 * 1024);
+    let big = status_of(
+        api.create(&PostParams::default(), &cm("big", json!({"blob": huge})))
+            .await
+            .expect_err("too large"),
+    );
+    assert_eq!(
+        (big.code, big.reason.as_str()),
+        (413, "RequestEntityTooLarge")
+    );
+    let gone = status_of(api.get("big").await.expect_err("nothing half-written"));
+    assert_eq!(gone.code, 404);
+
+    let wrong_type = t
+        .raw(
+            "POST",
+            "/apis/apps/v1/namespaces/default/deployments",
+            Some("application/json"),
+            r#"{"metadata":{"name":"w"},"spec":{"replicas":"three"}}"#,
+        )
+        .await;
+    assert_eq!(wrong_type.0, 400, "{}", wrong_type.1);
+    assert!(
+        wrong_type.1["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("spec.replicas"),
+        "{}",
+        wrong_type.1
+    );
+}
+
+async fn invalid_objects_get_422_with_causes(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let bad = status_of(
+        api.create(&PostParams::default(), &cm("Bad_Name", json!({})))
+            .await
+            .expect_err("invalid"),
+    );
+    assert_eq!((bad.code, bad.reason.as_str()), (422, "Invalid"));
+    assert!(
+        bad.message.starts_with(r#"ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain"#),
+        "{}",
+        bad.message
+    );
+    let (_, status) = t
+        .raw(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some("application/json"),
+            r#"{"metadata":{"name":"Bad_Name"}}"#,
+        )
+        .await;
+    assert_eq!(status["details"]["causes"][0]["field"], "metadata.name");
+
+    let deployments: Api<Deployment> = Api::namespaced(t.client.clone(), "default");
+    let no_containers: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}
+    }))
+    .expect("deployment");
+    let err = status_of(
+        deployments
+            .create(&PostParams::default(), &no_containers)
+            .await
+            .expect_err("invalid"),
+    );
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message
+            .contains("spec.template.spec.containers: Required value"),
+        "{}",
+        err.message
+    );
+}
+
+fn deployment(name: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
+            }
+        }
+    }))
+    .expect("deployment")
+}
+
+async fn watch_delivers_changes_and_resumes(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let first = api
+        .create(&PostParams::default(), &cm("w1", json!({})))
+        .await
+        .expect("create");
+    let from = first.metadata.resource_version.clone().expect("rv");
+    let mut stream = api
+        .watch(&WatchParams::default(), &from)
+        .await
+        .expect("watch")
+        .boxed();
+    api.create(&PostParams::default(), &cm("w2", json!({})))
+        .await
+        .expect("create");
+    api.patch(
+        "w2",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "v"}})),
+    )
+    .await
+    .expect("patch");
+    api.delete("w2", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+            .await
+            .expect("event in time")
+            .expect("watch ok")
+            .expect("stream open");
+        match event {
+            WatchEvent::Added(o) => seen.push(("ADDED", o.metadata.name.expect("name"))),
+            WatchEvent::Modified(o) => seen.push(("MODIFIED", o.metadata.name.expect("name"))),
+            WatchEvent::Deleted(o) => seen.push(("DELETED", o.metadata.name.expect("name"))),
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(e) => panic!("watch error {e:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("ADDED", "w2".into()),
+            ("MODIFIED", "w2".into()),
+            ("DELETED", "w2".into())
+        ]
+    );
+
+    // kube-runtime's watcher (list, then watch with bookmarks) sees the current state.
+    let events = kube::runtime::watcher(api.clone(), kube::runtime::watcher::Config::default());
+    let mut objects = kube::runtime::WatchStreamExt::applied_objects(events).boxed();
+    let seen = tokio::time::timeout(Duration::from_secs(10), objects.try_next())
+        .await
+        .expect("watcher in time")
+        .expect("watcher ok")
+        .expect("object");
+    assert_eq!(seen.metadata.name.as_deref(), Some("w1"));
+}
+
+async fn watch_from_compacted_version_is_410(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let first = api
+        .create(&PostParams::default(), &cm("c1", json!({})))
+        .await
+        .expect("create");
+    let old = first.metadata.resource_version.clone().expect("rv");
+    api.create(&PostParams::default(), &cm("c2", json!({})))
+        .await
+        .expect("create");
+    api.create(&PostParams::default(), &cm("c3", json!({})))
+        .await
+        .expect("create");
+    // History before c3 goes: a watch from c1's version (changes from the next revision on)
+    // needs c2's revision, which is gone.
+    let now = t.store.current_revision().await.expect("rev");
+    t.store.compact(now).await.expect("compact");
+    let mut stream = api
+        .watch(&WatchParams::default(), &old)
+        .await
+        .expect("watch")
+        .boxed();
+    match tokio::time::timeout(Duration::from_secs(10), stream.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Error(e)))) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+            assert!(
+                e.message.starts_with("too old resource version"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    // A list at an exact, compacted resourceVersion is 410 as well.
+    let exact = ListParams::default()
+        .at(&old)
+        .matching(kube::api::VersionMatch::Exact);
+    let err = status_of(api.list(&exact).await.expect_err("compacted"));
+    assert_eq!(err.code, 410);
+}
+
+async fn list_pagination(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    for i in 0..25 {
+        api.create(&PostParams::default(), &cm(&format!("p-{i:02}"), json!({})))
+            .await
+            .expect("create");
+    }
+    let mut names = Vec::new();
+    let mut params = ListParams::default().limit(10);
+    let mut pages = 0;
+    let mut rvs = Vec::new();
+    loop {
+        let page = api.list(&params).await.expect("page");
+        pages += 1;
+        rvs.push(page.metadata.resource_version.clone());
+        if pages == 1 {
+            assert_eq!(page.metadata.remaining_item_count, Some(15));
+        }
+        names.extend(page.items.into_iter().filter_map(|c| c.metadata.name));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => {
+                params = ListParams::default().limit(10).continue_token(&token)
+            }
+            _ => break,
+        }
+        // Writes between pages do not show up: every page is read at the first page's revision.
+        api.create(
+            &PostParams::default(),
+            &cm(&format!("late-{pages}"), json!({})),
+        )
+        .await
+        .expect("create");
+    }
+    assert_eq!(pages, 3);
+    let expected: Vec<String> = (0..25).map(|i| format!("p-{i:02}")).collect();
+    assert_eq!(names, expected);
+    assert!(rvs.windows(2).all(|w| w[0] == w[1]), "{rvs:?}");
+}
+
+async fn selectors(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    for (name, tier) in [("a", "web"), ("b", "db"), ("c", "web")] {
+        let mut c = cm(name, json!({}));
+        c.metadata.labels = Some([("tier".to_string(), tier.to_string())].into());
+        api.create(&PostParams::default(), &c)
+            .await
+            .expect("create");
+    }
+    let names = |list: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    };
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("tier=web"))
+                .await
+                .expect("list")
+        ),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("tier in (db)"))
+                .await
+                .expect("list")
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("tier!=web"))
+                .await
+                .expect("list")
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("!tier"))
+                .await
+                .expect("list")
+        )
+        .len(),
+        0
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().fields("metadata.name=b"))
+                .await
+                .expect("list")
+        ),
+        ["b"]
+    );
+    let err = status_of(
+        api.list(&ListParams::default().fields("spec.nope=x"))
+            .await
+            .expect_err("unsupported field"),
+    );
+    assert_eq!(err.code, 400);
+    let err = status_of(
+        api.list(&ListParams::default().labels("tier in (web"))
+            .await
+            .expect_err("bad selector"),
+    );
+    assert_eq!(err.code, 400);
+}
+
+async fn generation_and_status_subresource(t: TestServer) {
+    let api: Api<Deployment> = Api::namespaced(t.client.clone(), "default");
+    let created = api
+        .create(&PostParams::default(), &deployment("web", 1))
+        .await
+        .expect("create");
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(created.status.is_none(), "status is not set on create");
+
+    let patched = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("spec patch");
+    assert_eq!(
+        patched.metadata.generation,
+        Some(2),
+        "spec change bumps generation"
+    );
+
+    let labelled = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+        .expect("metadata patch");
+    assert_eq!(
+        labelled.metadata.generation,
+        Some(2),
+        "metadata change does not"
+    );
+
+    let with_status = api
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 3, "readyReplicas": 2}})),
+        )
+        .await
+        .expect("status patch");
+    assert_eq!(
+        with_status.metadata.generation,
+        Some(2),
+        "status change does not"
+    );
+    assert_eq!(
+        with_status.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2)
+    );
+
+    // The main resource ignores status; the status subresource ignores spec.
+    let ignored = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"readyReplicas": 0}})),
+        )
+        .await
+        .expect("status through main resource");
+    assert_eq!(
+        ignored.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2)
+    );
+    let ignored = api
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 9}})),
+        )
+        .await
+        .expect("spec through status");
+    assert_eq!(ignored.spec.as_ref().and_then(|s| s.replicas), Some(3));
+}
+
+async fn finalizers_hold_deletion(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let mut c = cm("held", json!({}));
+    c.metadata.finalizers = Some(vec!["example.com/cleanup".into()]);
+    api.create(&PostParams::default(), &c)
+        .await
+        .expect("create");
+    let pending = api
+        .delete("held", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let pending = pending.left().expect("deletion waits for the finalizer");
+    assert!(pending.metadata.deletion_timestamp.is_some());
+    let still = api.get("held").await.expect("still there");
+    assert!(still.metadata.deletion_timestamp.is_some());
+
+    let err = status_of(
+        api.patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/cleanup", "new"]}})),
+        )
+        .await
+        .expect_err("no new finalizers"),
+    );
+    assert_eq!(err.code, 422);
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("remove finalizer");
+    let gone = status_of(
+        api.get("held")
+            .await
+            .expect_err("deleted after the last finalizer"),
+    );
+    assert_eq!(gone.code, 404);
+}
+
+async fn scale_subresource(t: TestServer) {
+    let api: Api<Deployment> = Api::namespaced(t.client.clone(), "default");
+    api.create(&PostParams::default(), &deployment("scaled", 2))
+        .await
+        .expect("create");
+    let scale = api.get_scale("scaled").await.expect("get scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    assert_eq!(
+        scale.status.and_then(|s| s.selector).as_deref(),
+        Some("app=scaled")
+    );
+    api.patch_scale(
+        "scaled",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .expect("patch scale");
+    let d = api.get("scaled").await.expect("get");
+    assert_eq!(d.spec.and_then(|s| s.replicas), Some(5));
+    assert_eq!(d.metadata.generation, Some(2));
+}
+
+async fn dry_run_writes_nothing(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let before = t.store.current_revision().await.expect("rev");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let answered = api
+        .create(&dry, &cm("dry", json!({"a": "1"})))
+        .await
+        .expect("dry create");
+    assert_eq!(answered.metadata.name.as_deref(), Some("dry"));
+    assert_eq!(t.store.current_revision().await.expect("rev"), before);
+    assert_eq!(
+        status_of(api.get("dry").await.expect_err("not created")).code,
+        404
+    );
+
+    api.create(&PostParams::default(), &cm("real", json!({"a": "1"})))
+        .await
+        .expect("create");
+    let before = t.store.current_revision().await.expect("rev");
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let answered = api
+        .patch(
+            "real",
+            &dry_patch,
+            &Patch::Merge(json!({"data": {"a": "2"}})),
+        )
+        .await
+        .expect("dry patch");
+    assert_eq!(
+        answered.data.and_then(|d| d.get("a").cloned()).as_deref(),
+        Some("2")
+    );
+    let dry_delete = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    api.delete("real", &dry_delete).await.expect("dry delete");
+    assert_eq!(t.store.current_revision().await.expect("rev"), before);
+    let real = api.get("real").await.expect("still there");
+    assert_eq!(
+        real.data.and_then(|d| d.get("a").cloned()).as_deref(),
+        Some("1")
+    );
+}
+
+async fn patches(t: TestServer) {
+    let api: Api<Deployment> = Api::namespaced(t.client.clone(), "default");
+    let mut d = deployment("patched", 1);
+    if let Some(spec) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        spec.containers.push(
+            serde_json::from_value(json!({"name": "sidecar", "image": "busybox"}))
+                .expect("container"),
+        );
+    }
+    api.create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+
+    // Strategic merge: containers merge by name.
+    let smp = api
+        .patch(
+            "patched",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:1.28"}]}}}})),
+        )
+        .await
+        .expect("strategic");
+    let containers = smp
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec")
+        .containers;
+    let images: Vec<_> = containers
+        .iter()
+        .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        images,
+        vec![
+            ("main".into(), "nginx:1.28".into()),
+            ("sidecar".into(), "busybox".into())
+        ]
+    );
+
+    // JSON patch, including a failing test op (422, nothing written).
+    let json_patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/spec/replicas", "value": 4}
+    ]))
+    .expect("patch");
+    let jp = api
+        .patch(
+            "patched",
+            &PatchParams::default(),
+            &Patch::Json::<()>(json_patch),
+        )
+        .await
+        .expect("json patch");
+    assert_eq!(jp.spec.and_then(|s| s.replicas), Some(4));
+    let failing: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/spec/replicas", "value": 99},
+        {"op": "replace", "path": "/spec/replicas", "value": 7}
+    ]))
+    .expect("patch");
+    let err = status_of(
+        api.patch(
+            "patched",
+            &PatchParams::default(),
+            &Patch::Json::<()>(failing),
+        )
+        .await
+        .expect_err("test fails"),
+    );
+    assert_eq!(err.code, 422);
+    assert_eq!(
+        api.get("patched")
+            .await
+            .expect("get")
+            .spec
+            .and_then(|s| s.replicas),
+        Some(4)
+    );
+
+    // Merge patch with null removes a key.
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &cm("m", json!({"keep": "1", "drop": "2"})),
+    )
+    .await
+    .expect("create");
+    let merged = cms
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"drop": null}})),
+        )
+        .await
+        .expect("merge");
+    assert_eq!(
+        merged
+            .data
+            .expect("data")
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec!["keep".to_string()]
+    );
+}
+
+async fn no_op_update_keeps_resource_version(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let created = api
+        .create(&PostParams::default(), &cm("same", json!({"a": "1"})))
+        .await
+        .expect("create");
+    let before = t.store.current_revision().await.expect("rev");
+    let again = api
+        .replace("same", &PostParams::default(), &created)
+        .await
+        .expect("replace");
+    assert_eq!(
+        again.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let patched = api
+        .patch(
+            "same",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": "1"}})),
+        )
+        .await
+        .expect("patch");
+    assert_eq!(
+        patched.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(
+        t.store.current_revision().await.expect("rev"),
+        before,
+        "nothing was written"
+    );
+}
+
+/// Waits (up to 10 s) until `check` holds; the control loops act asynchronously.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+async fn owned_pair(api: &Api<ConfigMap>, owner: &str, dependent: &str) -> ConfigMap {
+    let owner_obj = api
+        .create(&PostParams::default(), &cm(owner, json!({})))
+        .await
+        .expect("owner");
+    let mut dep = cm(dependent, json!({}));
+    dep.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": owner,
+            "uid": owner_obj.metadata.uid.clone().expect("uid"),
+            "blockOwnerDeletion": true,
+        }))
+        .expect("owner reference"),
+    ]);
+    api.create(&PostParams::default(), &dep)
+        .await
+        .expect("dependent");
+    owner_obj
+}
+
+async fn exists(api: &Api<ConfigMap>, name: &str) -> bool {
+    api.get_opt(name).await.expect("get").is_some()
+}
+
+async fn garbage_collection_background(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    owned_pair(&api, "owner", "dep").await;
+    // A dependent whose owner lives on is left alone.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(exists(&api, "dep").await);
+    api.delete("owner", &DeleteParams::background())
+        .await
+        .expect("delete owner");
+    eventually("the dependent is collected", || async {
+        !exists(&api, "dep").await
+    })
+    .await;
+}
+
+async fn garbage_collection_foreground(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    owned_pair(&api, "fg-owner", "fg-dep").await;
+    let pending = api
+        .delete("fg-owner", &DeleteParams::foreground())
+        .await
+        .expect("delete owner");
+    let pending = pending.left().expect("the owner waits for its dependents");
+    assert!(
+        pending
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"foregroundDeletion".to_string())
+    );
+    eventually("dependent and owner are gone", || async {
+        !exists(&api, "fg-dep").await && !exists(&api, "fg-owner").await
+    })
+    .await;
+}
+
+async fn garbage_collection_orphan(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    owned_pair(&api, "or-owner", "or-dep").await;
+    api.delete("or-owner", &DeleteParams::orphan())
+        .await
+        .expect("delete owner");
+    eventually("the owner is gone", || async {
+        !exists(&api, "or-owner").await
+    })
+    .await;
+    let dep = api.get("or-dep").await.expect("the dependent stays");
+    assert!(
+        dep.metadata.owner_references.unwrap_or_default().is_empty(),
+        "its owner reference is removed"
+    );
+}
+
+async fn namespace_deletion_empties_the_namespace(t: TestServer) {
+    let namespaces: Api<Namespace> = Api::all(t.client.clone());
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "scratch"}})).expect("ns");
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create ns");
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "scratch");
+    api.create(&PostParams::default(), &cm("plain", json!({})))
+        .await
+        .expect("cm");
+    let mut held = cm("held", json!({}));
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    api.create(&PostParams::default(), &held)
+        .await
+        .expect("held cm");
+
+    namespaces
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .expect("delete ns");
+    let terminating = namespaces.get("scratch").await.expect("still there");
+    assert_eq!(
+        terminating.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    eventually("the plain object is deleted", || async {
+        !exists(&api, "plain").await
+    })
+    .await;
+
+    let refused = status_of(
+        api.create(&PostParams::default(), &cm("late", json!({})))
+            .await
+            .expect_err("terminating"),
+    );
+    assert_eq!((refused.code, refused.reason.as_str()), (403, "Forbidden"));
+    assert!(
+        refused.message.contains("because it is being terminated"),
+        "{}",
+        refused.message
+    );
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    eventually("the namespace is gone", || async {
+        namespaces.get_opt("scratch").await.expect("get").is_none()
+    })
+    .await;
+}

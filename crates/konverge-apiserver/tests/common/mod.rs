@@ -1,0 +1,81 @@
+//! An API server on a loopback port, and a `kube::Client` for it.
+
+use std::sync::Arc;
+
+use konverge_apiserver::ApiServer;
+use konverge_store::{KvStore, MemStore};
+
+/// Which store the server runs on.
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)]
+pub(crate) enum Backend {
+    Memory,
+    Disk,
+}
+
+pub(crate) struct TestServer {
+    pub(crate) client: kube::Client,
+    pub(crate) store: Arc<dyn KvStore>,
+    _dir: Option<tempfile::TempDir>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    pub(crate) async fn start(backend: Backend) -> TestServer {
+        let (store, dir): (Arc<dyn KvStore>, _) = match backend {
+            Backend::Memory => (Arc::new(MemStore::new()), None),
+            Backend::Disk => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let store = konverge_store_disk::DiskStore::open(dir.path()).expect("open");
+                (Arc::new(store), Some(dir))
+            }
+        };
+        let server = ApiServer::builder(store.clone())
+            .build()
+            .await
+            .expect("server");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        server.set_address(addr.to_string());
+        let router = server.router();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.expect("serve");
+        });
+        let url = format!("http://{addr}");
+        let config = kube::Config::new(url.parse().expect("url"));
+        let client = kube::Client::try_from(config).expect("client");
+        TestServer {
+            client,
+            store,
+            _dir: dir,
+            _task: task,
+        }
+    }
+
+    /// A raw HTTP request, for what kube::Client cannot send (wrong methods, bad bodies).
+    pub(crate) async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Vec<u8>>,
+    ) -> (u16, serde_json::Value) {
+        let mut builder = http::Request::builder().method(method).uri(path);
+        if let Some(ct) = content_type {
+            builder = builder.header("content-type", ct);
+        }
+        let req = builder.body(body.into()).expect("request");
+        match self.client.request_text(req).await {
+            Ok(text) => (
+                200,
+                serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+            ),
+            Err(kube::Error::Api(status)) => {
+                (status.code, serde_json::to_value(&*status).expect("status"))
+            }
+            Err(other) => panic!("{method} {path}: {other}"),
+        }
+    }
+}

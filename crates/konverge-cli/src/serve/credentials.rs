@@ -1,0 +1,485 @@
+//! The server's TLS identity and the bearer token, generated once per data directory.
+//!
+//! Layout (all files mode 0600, directories created here mode 0700):
+//!
+//! ```text
+//! DATA_DIR/pki/ca.crt         self-signed CA certificate (PEM), "konverge-ca"
+//! DATA_DIR/pki/ca.key         CA private key (PKCS#8 PEM, ECDSA P-256)
+//! DATA_DIR/pki/apiserver.crt  serving certificate (PEM) for localhost, 127.0.0.1, ::1
+//! DATA_DIR/pki/apiserver.key  serving private key (PKCS#8 PEM, ECDSA P-256)
+//! DATA_DIR/token              bearer token (one line, URL-safe base64 of 32 random bytes)
+//! ```
+//!
+//! The first start (none of these files exist) generates them all; later starts load them
+//! unchanged so kubeconfigs written earlier keep working. Anything else (some files missing,
+//! unreadable or corrupt, a key not matching its certificate, a serving certificate not issued
+//! by the CA for 127.0.0.1 or expired) is an error naming the file; nothing is silently
+//! regenerated.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SerialNumber,
+};
+use rustls::RootCertStore;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::ServerCertVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+
+use super::fsutil;
+
+/// Path of the CA certificate, relative to the data directory.
+pub(crate) const CA_CERT_FILE: &str = "pki/ca.crt";
+/// Path of the CA private key, relative to the data directory.
+pub(crate) const CA_KEY_FILE: &str = "pki/ca.key";
+/// Path of the serving certificate, relative to the data directory.
+pub(crate) const SERVING_CERT_FILE: &str = "pki/apiserver.crt";
+/// Path of the serving certificate's private key, relative to the data directory.
+pub(crate) const SERVING_KEY_FILE: &str = "pki/apiserver.key";
+/// Path of the bearer token file, relative to the data directory.
+pub(crate) const TOKEN_FILE: &str = "token";
+
+/// Common name of the generated CA certificate.
+pub(crate) const CA_COMMON_NAME: &str = "konverge-ca";
+/// Common name of the generated serving certificate.
+pub(crate) const SERVING_COMMON_NAME: &str = "konverge-apiserver";
+/// Subject alternative names of the generated serving certificate.
+pub(crate) const SERVING_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Validity of generated certificates (about ten years).
+const VALIDITY: Duration = Duration::from_secs(3652 * 24 * 60 * 60);
+/// How far in the past generated certificates start being valid (tolerates clock skew).
+const BACKDATE: Duration = Duration::from_secs(60 * 60);
+/// Random bytes in a generated token.
+const TOKEN_BYTES: usize = 32;
+
+const RECOVERY_HINT: &str = "to start over with new credentials, delete the pki directory and \
+                             the token file in the data directory (kubeconfigs written before \
+                             stop working)";
+
+/// The server's CA, serving certificate and key, and the bearer token, as PEM / text.
+///
+/// `Debug` redacts the private key and the token.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    /// The CA certificate (PEM): what clients trust (`certificate-authority-data`).
+    pub(crate) ca_pem: String,
+    /// The serving certificate (PEM), issued by the CA, for `localhost`, `127.0.0.1`, `::1`.
+    pub(crate) cert_pem: String,
+    /// The serving certificate's private key (PKCS#8 PEM).
+    pub(crate) key_pem: String,
+    /// The bearer token clients send as `Authorization: Bearer <token>`.
+    pub(crate) token: String,
+    /// True when this call generated the credentials (first start in the data directory),
+    /// false when they were loaded from an earlier start.
+    pub(crate) generated: bool,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("ca_pem", &self.ca_pem)
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .field("token", &"<redacted>")
+            .field("generated", &self.generated)
+            .finish()
+    }
+}
+
+/// Why credentials could not be loaded or created.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CredentialsError {
+    /// A directory could not be created.
+    #[error("cannot create directory {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A credentials file exists but could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A credentials file could not be written.
+    #[error("cannot write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A credentials file is corrupt or inconsistent with the others.
+    #[error("{} is invalid: {reason}; {RECOVERY_HINT}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Some credentials files exist and others do not (e.g. an interrupted first start).
+    #[error(
+        "incomplete credentials in {}: missing {}; present {}; {RECOVERY_HINT}",
+        data_dir.display(), list(missing), list(present)
+    )]
+    Incomplete {
+        /// The data directory.
+        data_dir: PathBuf,
+        /// The files that do not exist.
+        missing: Vec<PathBuf>,
+        /// The files that do exist.
+        present: Vec<PathBuf>,
+    },
+    /// Key or certificate generation failed.
+    #[error("cannot generate credentials")]
+    Generate(#[source] rcgen::Error),
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn invalid(path: &Path, reason: impl Into<String>) -> CredentialsError {
+    CredentialsError::Invalid {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Absolute-ish paths of the credentials files in one data directory.
+struct Files {
+    data_dir: PathBuf,
+    pki_dir: PathBuf,
+    ca_cert: PathBuf,
+    ca_key: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    token: PathBuf,
+}
+
+impl Files {
+    fn new(data_dir: &Path) -> Self {
+        Self {
+            data_dir: data_dir.to_path_buf(),
+            pki_dir: data_dir.join("pki"),
+            ca_cert: data_dir.join(CA_CERT_FILE),
+            ca_key: data_dir.join(CA_KEY_FILE),
+            cert: data_dir.join(SERVING_CERT_FILE),
+            key: data_dir.join(SERVING_KEY_FILE),
+            token: data_dir.join(TOKEN_FILE),
+        }
+    }
+
+    fn all(&self) -> [&PathBuf; 5] {
+        [
+            &self.ca_cert,
+            &self.ca_key,
+            &self.cert,
+            &self.key,
+            &self.token,
+        ]
+    }
+}
+
+impl Credentials {
+    /// Loads the credentials stored in `data_dir`, or generates and stores new ones if none of
+    /// the credentials files exist yet (creating `data_dir` if needed).
+    ///
+    /// Errors (never panics) if only some of the files exist, or any of them cannot be read,
+    /// is corrupt, or is inconsistent with the others; the error names the file.
+    pub(crate) fn load_or_create(data_dir: &Path) -> Result<Self, CredentialsError> {
+        let files = Files::new(data_dir);
+        let mut missing = Vec::new();
+        let mut present = Vec::new();
+        for path in files.all() {
+            match path.try_exists() {
+                Ok(true) => present.push(path.clone()),
+                Ok(false) => missing.push(path.clone()),
+                Err(source) => {
+                    return Err(CredentialsError::Read {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        if present.is_empty() {
+            Self::create(&files)
+        } else if missing.is_empty() {
+            Self::load_files(&files)
+        } else {
+            Err(CredentialsError::Incomplete {
+                data_dir: files.data_dir,
+                missing,
+                present,
+            })
+        }
+    }
+
+    /// Loads the credentials stored in `data_dir`; errors if any file is missing or invalid.
+    #[cfg(test)]
+    pub(crate) fn load(data_dir: &Path) -> Result<Self, CredentialsError> {
+        Self::load_files(&Files::new(data_dir))
+    }
+
+    fn create(files: &Files) -> Result<Self, CredentialsError> {
+        for dir in [&files.data_dir, &files.pki_dir] {
+            fsutil::create_private_dir_all(dir).map_err(|source| CredentialsError::CreateDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        fsutil::restrict_dir(&files.pki_dir).map_err(|source| CredentialsError::CreateDir {
+            path: files.pki_dir.clone(),
+            source,
+        })?;
+
+        let generated = generate().map_err(CredentialsError::Generate)?;
+        // The token goes last: its presence marks a completed first start.
+        for (path, contents) in [
+            (&files.ca_key, &generated.ca_key_pem),
+            (&files.ca_cert, &generated.ca_pem),
+            (&files.key, &generated.key_pem),
+            (&files.cert, &generated.cert_pem),
+            (&files.token, &format!("{}\n", generated.token)),
+        ] {
+            fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
+                CredentialsError::Write {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        }
+        tracing::info!(dir = %files.data_dir.display(), "generated a new CA, serving certificate and token");
+        // Read back through the same checks a later start applies.
+        let mut credentials = Self::load_files(files)?;
+        credentials.generated = true;
+        Ok(credentials)
+    }
+
+    fn load_files(files: &Files) -> Result<Self, CredentialsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+
+        let ca_pem = read_text(&files.ca_cert)?;
+        let ca_chain = parse_certs(&files.ca_cert, &ca_pem)?;
+        let ca_der = &ca_chain[0];
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(ca_der.clone())
+            .map_err(|e| invalid(&files.ca_cert, format!("not a usable CA certificate: {e}")))?;
+        let ca_key_pem = read_text(&files.ca_key)?;
+        check_key(
+            &provider,
+            &files.ca_key,
+            &ca_key_pem,
+            ca_der,
+            &files.ca_cert,
+        )?;
+
+        let cert_pem = read_text(&files.cert)?;
+        let chain = parse_certs(&files.cert, &cert_pem)?;
+        let verifier =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| {
+                    invalid(&files.ca_cert, format!("not a usable CA certificate: {e}"))
+                })?;
+        verifier
+            .verify_server_cert(
+                &chain[0],
+                &chain[1..],
+                &ServerName::from(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                &[],
+                UnixTime::now(),
+            )
+            .map_err(|e| {
+                invalid(
+                    &files.cert,
+                    format!(
+                        "not a valid serving certificate for 127.0.0.1 issued by {}: {e}",
+                        files.ca_cert.display()
+                    ),
+                )
+            })?;
+        let key_pem = read_text(&files.key)?;
+        check_key(&provider, &files.key, &key_pem, &chain[0], &files.cert)?;
+
+        let token = read_text(&files.token)?.trim().to_owned();
+        if token.is_empty() {
+            return Err(invalid(&files.token, "the token is empty"));
+        }
+        if let Some(bad) = token.chars().find(|c| !is_token_char(*c)) {
+            return Err(invalid(
+                &files.token,
+                format!(
+                    "the token contains {bad:?}; allowed are ASCII letters, digits and - . _ ~ + / ="
+                ),
+            ));
+        }
+
+        for path in [&files.ca_key, &files.key, &files.token] {
+            if fsutil::is_group_or_world_accessible(path) {
+                tracing::warn!(
+                    file = %path.display(),
+                    "secret file is accessible by group or others; consider chmod 600"
+                );
+            }
+        }
+
+        Ok(Self {
+            ca_pem,
+            cert_pem,
+            key_pem,
+            token,
+            generated: false,
+        })
+    }
+}
+
+/// Characters allowed in a bearer token (RFC 6750 `b64token`).
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~' | '+' | '/' | '=')
+}
+
+fn read_text(path: &Path) -> Result<String, CredentialsError> {
+    let bytes = std::fs::read(path).map_err(|source| CredentialsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    String::from_utf8(bytes).map_err(|_| invalid(path, "not UTF-8 text"))
+}
+
+/// Parses all `CERTIFICATE` blocks of a PEM file; at least one is required.
+fn parse_certs(path: &Path, pem: &str) -> Result<Vec<CertificateDer<'static>>, CredentialsError> {
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid(path, format!("not valid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(invalid(path, "contains no PEM CERTIFICATE block"));
+    }
+    Ok(certs)
+}
+
+/// Checks that `key_pem` (from `key_path`) is a usable private key for `cert` (from `cert_path`).
+fn check_key(
+    provider: &CryptoProvider,
+    key_path: &Path,
+    key_pem: &str,
+    cert: &CertificateDer<'static>,
+    cert_path: &Path,
+) -> Result<(), CredentialsError> {
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| invalid(key_path, format!("not a PEM private key: {e}")))?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| invalid(key_path, format!("unusable private key: {e}")))?;
+    let certified = rustls::sign::CertifiedKey::new(vec![cert.clone()], signing_key);
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(invalid(
+                key_path,
+                format!(
+                    "the key does not belong to the certificate in {}",
+                    cert_path.display()
+                ),
+            ))
+        }
+        Err(e) => Err(invalid(cert_path, format!("unusable certificate: {e}"))),
+    }
+}
+
+/// Freshly generated credentials, PEM-encoded.
+struct Generated {
+    ca_pem: String,
+    ca_key_pem: String,
+    cert_pem: String,
+    key_pem: String,
+    token: String,
+}
+
+fn generate() -> Result<Generated, rcgen::Error> {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let now = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(since_epoch.as_secs());
+    let not_before = now - BACKDATE;
+    let not_after = now + VALIDITY;
+
+    let ca_key = KeyPair::generate()?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = name(CA_COMMON_NAME);
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca_params.not_before = not_before;
+    ca_params.not_after = not_after;
+    ca_params.serial_number = Some(random_serial());
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
+
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(SERVING_NAMES.map(str::to_owned).to_vec())?;
+    params.distinguished_name = name(SERVING_COMMON_NAME);
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    // Python 3.13+ (VERIFY_X509_STRICT) requires the authority key identifier.
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = not_before;
+    params.not_after = not_after;
+    params.serial_number = Some(random_serial());
+    let cert = params.signed_by(&key, &ca)?;
+
+    Ok(Generated {
+        ca_pem: ca.pem(),
+        ca_key_pem,
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        token: generate_token(),
+    })
+}
+
+fn name(common_name: &str) -> DistinguishedName {
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, common_name);
+    name
+}
+
+/// A positive 128-bit random serial number without a leading zero byte.
+fn random_serial() -> SerialNumber {
+    let mut bytes: [u8; 16] = rand::random();
+    bytes[0] = (bytes[0] & 0x7f) | 0x40;
+    SerialNumber::from_slice(&bytes)
+}
+
+/// A new bearer token: URL-safe base64 (no padding) of 32 random bytes, 43 characters.
+pub(crate) fn generate_token() -> String {
+    let bytes: [u8; TOKEN_BYTES] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}

@@ -1,0 +1,1094 @@
+//! End-to-end tests of `serve`: real TLS, real clients (kube-rs, kubectl, hyper HTTP/1.1 and
+//! HTTP/2), restarts, corrupt files, streaming and graceful shutdown.
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, StatusCode, Version, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+
+use super::credentials::{
+    CA_CERT_FILE, CA_KEY_FILE, Credentials, CredentialsError, SERVING_CERT_FILE, SERVING_KEY_FILE,
+    TOKEN_FILE,
+};
+use super::https::{ServeError, ServeOptions, serve_http_with, serve_https, serve_https_with};
+use super::kubeconfig::{KUBECONFIG_FILE, render, server_url, write_kubeconfig};
+
+const GIT_VERSION: &str = "v1.33.0+konverge-test";
+const VERSION_JSON: &str = r#"{"major":"1","minor":"33","gitVersion":"v1.33.0+konverge-test","gitCommit":"0000000000000000000000000000000000000000","gitTreeState":"clean","buildDate":"2025-01-01T00:00:00Z","goVersion":"none","compiler":"rustc","platform":"linux/amd64"}"#;
+const STREAM_CHUNKS: usize = 3;
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// A small API: /version (checks the bearer token), /stream (gated chunks), /forever.
+
+/// What the test router saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: &'static str,
+    authorization: Option<String>,
+    version: Version,
+    remote: SocketAddr,
+}
+
+#[derive(Clone)]
+struct Api {
+    token: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    /// Each permit releases one more `/stream` chunk after the first.
+    release: Arc<Semaphore>,
+}
+
+impl Api {
+    fn new(token: &str) -> Self {
+        Self {
+            token: token.to_owned(),
+            seen: Arc::default(),
+            release: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    fn router(&self) -> Router {
+        Router::new()
+            .route("/version", get(version))
+            .route("/stream", get(stream))
+            .route("/forever", get(forever))
+            .with_state(self.clone())
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn record(
+        &self,
+        path: &'static str,
+        remote: SocketAddr,
+        version: Version,
+        headers: &HeaderMap,
+    ) {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .map(|v| v.to_str().unwrap_or("<binary>").to_owned());
+        self.seen.lock().unwrap().push(Seen {
+            path,
+            authorization,
+            version,
+            remote,
+        });
+    }
+}
+
+async fn version(
+    State(api): State<Api>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    version: Version,
+    headers: HeaderMap,
+) -> Response {
+    api.record("/version", remote, version, &headers);
+    let expected = format!("Bearer {}", api.token);
+    if headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        != Some(expected.as_str())
+    {
+        return (StatusCode::UNAUTHORIZED, "bad or missing bearer token").into_response();
+    }
+    ([(header::CONTENT_TYPE, "application/json")], VERSION_JSON).into_response()
+}
+
+async fn stream(
+    State(api): State<Api>,
+    ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    version: Version,
+    headers: HeaderMap,
+) -> Response {
+    api.record("/stream", remote, version, &headers);
+    let release = api.release.clone();
+    let chunks = futures::stream::unfold(0, move |i| {
+        let release = release.clone();
+        async move {
+            if i == STREAM_CHUNKS {
+                return None;
+            }
+            if i > 0 {
+                release.acquire().await.ok()?.forget();
+            }
+            Some((
+                Ok::<_, Infallible>(Bytes::from(format!("chunk-{i}\n"))),
+                i + 1,
+            ))
+        }
+    });
+    Body::from_stream(chunks).into_response()
+}
+
+/// One chunk, then nothing, forever (a quiet watch).
+async fn forever() -> Response {
+    let first = futures::stream::once(async { Ok::<_, Infallible>(Bytes::from("chunk-0\n")) });
+    Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending())).into_response()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running servers.
+
+struct Running {
+    addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    handle: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// Triggers shutdown and returns how long serving took to return.
+    async fn stop(self) -> Duration {
+        let started = Instant::now();
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("server did not shut down")
+            .expect("server task panicked")
+            .expect("server failed");
+        started.elapsed()
+    }
+}
+
+async fn loopback_listener() -> TcpListener {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap()
+}
+
+async fn start_https(
+    listener: TcpListener,
+    router: Router,
+    credentials: &Credentials,
+    options: Option<ServeOptions>,
+) -> Running {
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let credentials = credentials.clone();
+    let handle = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        match options {
+            None => serve_https(listener, router, &credentials, shutdown).await,
+            Some(options) => {
+                serve_https_with(listener, router, &credentials, shutdown, options).await
+            }
+        }
+    });
+    Running { addr, stop, handle }
+}
+
+async fn start_http(listener: TcpListener, router: Router, options: ServeOptions) -> Running {
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        serve_http_with(listener, router, shutdown, options).await
+    });
+    Running { addr, stop, handle }
+}
+
+/// A data directory inside a fresh temporary directory (not created yet).
+fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    (tmp, dir)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP/1.1 and HTTP/2 clients over TLS (hyper), to watch individual body frames.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+impl Proto {
+    fn alpn(self) -> &'static [u8] {
+        match self {
+            Proto::H1 => b"http/1.1",
+            Proto::H2 => b"h2",
+        }
+    }
+
+    fn version(self) -> Version {
+        match self {
+            Proto::H1 => Version::HTTP_11,
+            Proto::H2 => Version::HTTP_2,
+        }
+    }
+}
+
+async fn tls_connect(
+    addr: SocketAddr,
+    ca_pem: &str,
+    proto: Proto,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![proto.alpn().to_vec()];
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(proto.alpn()));
+    tls
+}
+
+/// Sends `GET path` on a new HTTP connection over `io` and returns the response head.
+async fn get_on<I>(io: I, proto: Proto, addr: SocketAddr, path: &str) -> hyper::Response<Incoming>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    let response = match proto {
+        Proto::H1 => {
+            let (mut send, connection) = hyper::client::conn::http1::handshake(io).await.unwrap();
+            tokio::spawn(connection);
+            let request = hyper::Request::get(path)
+                .header(header::HOST, format!("localhost:{}", addr.port()))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            send.send_request(request).await.unwrap()
+        }
+        Proto::H2 => {
+            let (mut send, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            let request = hyper::Request::get(format!("https://localhost:{}{path}", addr.port()))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            send.send_request(request).await.unwrap()
+        }
+    };
+    assert_eq!(response.version(), proto.version());
+    response
+}
+
+/// Reads body frames until exactly `expected` arrived (fails after [`WAIT`]).
+async fn expect_text(body: &mut Incoming, expected: &str) {
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let frame = tokio::time::timeout(WAIT, body.frame())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "timed out waiting for {expected:?}; got {:?}",
+                    String::from_utf8_lossy(&got)
+                )
+            })
+            .unwrap_or_else(|| panic!("body ended before {expected:?}"))
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            got.extend_from_slice(&data);
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&got), expected);
+}
+
+/// Asserts that the body ends (cleanly, or with an error if `cut` is allowed) with no more data.
+async fn expect_end(body: &mut Incoming, cut_allowed: bool) {
+    loop {
+        let frame = tokio::time::timeout(WAIT, body.frame())
+            .await
+            .expect("body did not end");
+        match frame {
+            None => return,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    assert!(data.is_empty(), "unexpected data: {data:?}");
+                }
+            }
+            Some(Err(e)) => {
+                assert!(cut_allowed, "body failed: {e}");
+                return;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Credentials.
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn credentials_are_generated_once_with_private_modes() {
+    let (_tmp, dir) = data_dir();
+    let first = Credentials::load_or_create(&dir).unwrap();
+    assert!(first.generated);
+    assert!(first.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(first.cert_pem.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(first.key_pem.starts_with("-----BEGIN PRIVATE KEY-----"));
+    // 32 random bytes, URL-safe base64 without padding.
+    assert_eq!(first.token.len(), 43);
+    assert!(
+        first
+            .token
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    );
+    #[cfg(unix)]
+    {
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("pki")), 0o700);
+        for file in [
+            CA_CERT_FILE,
+            CA_KEY_FILE,
+            SERVING_CERT_FILE,
+            SERVING_KEY_FILE,
+            TOKEN_FILE,
+        ] {
+            assert_eq!(mode(&dir.join(file)), 0o600, "{file}");
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join(TOKEN_FILE)).unwrap(),
+        format!("{}\n", first.token)
+    );
+    let debug = format!("{first:?}");
+    assert!(!debug.contains(&first.token) && !debug.contains(&first.key_pem));
+
+    let second = Credentials::load_or_create(&dir).unwrap();
+    assert!(!second.generated);
+    assert_eq!(
+        Credentials {
+            generated: true,
+            ..second.clone()
+        },
+        first
+    );
+    assert_eq!(Credentials::load(&dir).unwrap(), second);
+
+    // A different data directory gets a different identity.
+    let (_tmp2, other) = data_dir();
+    let other = Credentials::load_or_create(&other).unwrap();
+    assert_ne!(other.ca_pem, first.ca_pem);
+    assert_ne!(other.token, first.token);
+}
+
+#[test]
+fn existing_empty_pki_dir_counts_as_first_start() {
+    let (_tmp, dir) = data_dir();
+    std::fs::create_dir_all(dir.join("pki")).unwrap();
+    assert!(Credentials::load_or_create(&dir).unwrap().generated);
+}
+
+/// Runs `damage` on a fresh data directory and returns the error of the next start.
+fn error_after(damage: impl FnOnce(&Path)) -> CredentialsError {
+    let (_tmp, dir) = data_dir();
+    Credentials::load_or_create(&dir).unwrap();
+    damage(&dir);
+    Credentials::load_or_create(&dir).expect_err("damaged credentials were accepted")
+}
+
+fn assert_invalid(error: &CredentialsError, file: &str, reason_part: &str) {
+    let message = error.to_string();
+    match error {
+        CredentialsError::Invalid { path, reason } => {
+            assert!(path.ends_with(file), "{message}");
+            assert!(reason.contains(reason_part), "{message}");
+        }
+        other => panic!("expected Invalid for {file}, got {other:?}"),
+    }
+    assert!(message.contains(file), "{message}");
+    assert!(message.contains("delete the pki directory"), "{message}");
+}
+
+#[test]
+fn corrupt_ca_certificate_is_a_clear_error() {
+    let error = error_after(|dir| std::fs::write(dir.join(CA_CERT_FILE), "garbage\n").unwrap());
+    assert_invalid(&error, CA_CERT_FILE, "no PEM CERTIFICATE");
+
+    // Truncated in the middle of the PEM block.
+    let error = error_after(|dir| {
+        let path = dir.join(CA_CERT_FILE);
+        let pem = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, &pem[..pem.len() / 2]).unwrap();
+    });
+    assert_invalid(&error, CA_CERT_FILE, "not valid PEM");
+
+    // Valid PEM framing around bytes that are not a certificate.
+    let error = error_after(|dir| {
+        std::fs::write(
+            dir.join(CA_CERT_FILE),
+            "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+    });
+    assert_invalid(&error, CA_CERT_FILE, "not a usable CA certificate");
+
+    let error = error_after(|dir| std::fs::write(dir.join(CA_CERT_FILE), [0xff, 0xfe]).unwrap());
+    assert_invalid(&error, CA_CERT_FILE, "not UTF-8");
+}
+
+#[test]
+fn inconsistent_files_are_clear_errors() {
+    // A key that belongs to another certificate.
+    let error = error_after(|dir| {
+        std::fs::copy(dir.join(CA_KEY_FILE), dir.join(SERVING_KEY_FILE)).unwrap();
+    });
+    assert_invalid(&error, SERVING_KEY_FILE, "does not belong");
+
+    let error = error_after(|dir| std::fs::write(dir.join(CA_KEY_FILE), "").unwrap());
+    assert_invalid(&error, CA_KEY_FILE, "not a PEM private key");
+
+    // A serving certificate from another CA.
+    let error = error_after(|dir| {
+        let (_tmp, other) = data_dir();
+        Credentials::load_or_create(&other).unwrap();
+        for file in [SERVING_CERT_FILE, SERVING_KEY_FILE] {
+            std::fs::copy(other.join(file), dir.join(file)).unwrap();
+        }
+    });
+    assert_invalid(&error, SERVING_CERT_FILE, "issued by");
+
+    let error = error_after(|dir| std::fs::write(dir.join(TOKEN_FILE), "\n").unwrap());
+    assert_invalid(&error, TOKEN_FILE, "empty");
+    let error = error_after(|dir| std::fs::write(dir.join(TOKEN_FILE), "a b\n").unwrap());
+    assert_invalid(&error, TOKEN_FILE, "' '");
+}
+
+#[test]
+fn partial_credentials_are_a_clear_error() {
+    let error = error_after(|dir| std::fs::remove_file(dir.join(TOKEN_FILE)).unwrap());
+    let message = error.to_string();
+    match &error {
+        CredentialsError::Incomplete {
+            missing, present, ..
+        } => {
+            assert_eq!(missing.len(), 1);
+            assert!(missing[0].ends_with(TOKEN_FILE));
+            assert_eq!(present.len(), 4);
+        }
+        other => panic!("expected Incomplete, got {other:?}"),
+    }
+    assert!(message.contains("incomplete credentials"), "{message}");
+    assert!(
+        message.contains("missing") && message.contains("/token"),
+        "{message}"
+    );
+
+    // Nothing was regenerated behind the user's back.
+    let (_tmp, dir) = data_dir();
+    let original = Credentials::load_or_create(&dir).unwrap();
+    std::fs::remove_file(dir.join(SERVING_CERT_FILE)).unwrap();
+    assert!(Credentials::load_or_create(&dir).is_err());
+    assert!(!dir.join(SERVING_CERT_FILE).exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.join(CA_CERT_FILE)).unwrap(),
+        original.ca_pem
+    );
+}
+
+/// The certificates pass OpenSSL's strict X.509 checks (what Python 3.13+ enables by default).
+#[test]
+fn certificates_pass_openssl_strict_verification() {
+    let (_tmp, dir) = data_dir();
+    Credentials::load_or_create(&dir).unwrap();
+    let output = match std::process::Command::new("openssl")
+        .arg("verify")
+        .arg("-x509_strict")
+        .arg("-purpose")
+        .arg("sslserver")
+        .arg("-CAfile")
+        .arg(dir.join(CA_CERT_FILE))
+        .arg(dir.join(SERVING_CERT_FILE))
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!("skipping: cannot run openssl: {e}");
+            return;
+        }
+    };
+    assert!(
+        output.status.success(),
+        "openssl verify failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubeconfig.
+
+#[test]
+fn server_url_uses_a_name_the_certificate_covers() {
+    let url = |s: &str| server_url(s.parse().unwrap());
+    assert_eq!(url("127.0.0.1:6443"), "https://127.0.0.1:6443");
+    assert_eq!(url("0.0.0.0:1234"), "https://127.0.0.1:1234");
+    assert_eq!(url("[::]:1234"), "https://127.0.0.1:1234");
+    assert_eq!(url("[::1]:1234"), "https://[::1]:1234");
+}
+
+#[test]
+fn kubeconfig_is_written_private_and_rewritten_each_start() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let path = write_kubeconfig(&dir, &credentials, "https://127.0.0.1:1111").unwrap();
+    assert_eq!(path, dir.join(KUBECONFIG_FILE));
+    #[cfg(unix)]
+    assert_eq!(mode(&path), 0o600);
+    write_kubeconfig(&dir, &credentials, "https://127.0.0.1:2222").unwrap();
+    let yaml = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        yaml,
+        render(&credentials, "https://127.0.0.1:2222").unwrap()
+    );
+
+    let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    assert_eq!(config.current_context.as_deref(), Some("konverge"));
+    let cluster = config.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(config.clusters[0].name, "konverge");
+    assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:2222"));
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(cluster.certificate_authority_data.as_deref().unwrap())
+        .unwrap();
+    assert_eq!(ca, credentials.ca_pem.as_bytes());
+    assert_eq!(config.auth_infos[0].name, "konverge");
+    assert!(
+        config.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .unwrap()
+            .token
+            .is_some()
+    );
+    let context = config.contexts[0].context.as_ref().unwrap();
+    assert_eq!(config.contexts[0].name, "konverge");
+    assert_eq!(context.cluster, "konverge");
+    assert_eq!(context.user.as_deref(), Some("konverge"));
+    assert_eq!(context.namespace.as_deref(), Some("default"));
+}
+
+/// `kubectl config view --raw` reads the kubeconfig back field by field.
+#[test]
+fn kubectl_parses_the_kubeconfig() {
+    let (tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let path = write_kubeconfig(&dir, &credentials, "https://127.0.0.1:6443").unwrap();
+    let view = |jsonpath: &str| {
+        kubectl(
+            tmp.path(),
+            &path,
+            &[
+                "config",
+                "view",
+                "--raw",
+                "-o",
+                &format!("jsonpath={jsonpath}"),
+            ],
+        )
+    };
+    let Some(server) = view("{.clusters[?(@.name==\"konverge\")].cluster.server}") else {
+        return;
+    };
+    assert_eq!(server, "https://127.0.0.1:6443");
+    assert_eq!(view("{.current-context}").unwrap(), "konverge");
+    assert_eq!(
+        view("{.users[?(@.name==\"konverge\")].user.token}").unwrap(),
+        credentials.token
+    );
+    assert_eq!(
+        view("{.contexts[?(@.name==\"konverge\")].context.namespace}").unwrap(),
+        "default"
+    );
+    assert_eq!(
+        view("{.clusters[0].cluster.certificate-authority-data}").unwrap(),
+        base64::engine::general_purpose::STANDARD.encode(&credentials.ca_pem)
+    );
+}
+
+/// Runs kubectl with `kubeconfig` and returns its stdout, or `None` (test skipped) when kubectl
+/// is not installed. Fails the test when kubectl exits unsuccessfully.
+fn kubectl(home: &Path, kubeconfig: &Path, args: &[&str]) -> Option<String> {
+    let output = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env("HOME", home)
+        .env_remove("KUBECONFIG")
+        .output();
+    let output = match output {
+        Ok(output) => output,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipping: kubectl is not on PATH");
+            return None;
+        }
+        Err(e) => panic!("cannot run kubectl: {e}"),
+    };
+    assert!(
+        output.status.success(),
+        "kubectl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(String::from_utf8(output.stdout).unwrap())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Serving.
+
+/// A kube::Client built from the written kubeconfig reaches the server over HTTPS (CA data
+/// trusted, bearer token sent).
+async fn kube_client_version(kubeconfig: &Path) -> Result<String, kube::Error> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(config.default_namespace, "default");
+    let client = kube::Client::try_from(config)?;
+    Ok(client.apiserver_version().await?.git_version)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_client_and_kubectl_reach_the_server_with_ca_and_token() {
+    let (tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let api = Api::new(&credentials.token);
+    let listener = loopback_listener().await;
+    let addr = listener.local_addr().unwrap();
+    let kubeconfig = write_kubeconfig(&dir, &credentials, &server_url(addr)).unwrap();
+    let server = start_https(listener, api.router(), &credentials, None).await;
+
+    // (a) kube-rs.
+    assert_eq!(kube_client_version(&kubeconfig).await.unwrap(), GIT_VERSION);
+    let seen = api.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].path, "/version");
+    let expected_auth = format!("Bearer {}", credentials.token);
+    assert_eq!(
+        seen[0].authorization.as_deref(),
+        Some(expected_auth.as_str())
+    );
+    assert!(seen[0].remote.ip().is_loopback());
+
+    // (b) kubectl (HTTP/2 via ALPN, like client-go).
+    let home = tmp.path().to_path_buf();
+    let path = kubeconfig.clone();
+    let output =
+        tokio::task::spawn_blocking(move || kubectl(&home, &path, &["get", "--raw", "/version"]))
+            .await
+            .unwrap();
+    if let Some(output) = output {
+        assert!(output.contains(GIT_VERSION), "{output}");
+        let seen = api.seen();
+        let last = seen.last().unwrap();
+        assert_eq!(last.authorization.as_deref(), Some(expected_auth.as_str()));
+        assert_eq!(last.version, Version::HTTP_2, "kubectl should use HTTP/2");
+    }
+
+    // A client without the token is refused by the (test) API, proving the check is real.
+    let tls = tls_connect(server.addr, &credentials.ca_pem, Proto::H2).await;
+    let response = get_on(tls, Proto::H2, server.addr, "/version").await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_reuses_ca_and_token_so_old_kubeconfigs_keep_working() {
+    let (tmp, dir) = data_dir();
+    let first = Credentials::load_or_create(&dir).unwrap();
+    let listener = loopback_listener().await;
+    let addr = listener.local_addr().unwrap();
+    let kubeconfig = write_kubeconfig(&dir, &first, &server_url(addr)).unwrap();
+    let saved = tmp.path().join("saved-kubeconfig");
+    std::fs::copy(&kubeconfig, &saved).unwrap();
+    let server = start_https(listener, Api::new(&first.token).router(), &first, None).await;
+    assert_eq!(kube_client_version(&saved).await.unwrap(), GIT_VERSION);
+    server.stop().await;
+
+    // Second start: same data directory, same port.
+    let second = Credentials::load_or_create(&dir).unwrap();
+    assert!(!second.generated);
+    assert_eq!(second.ca_pem, first.ca_pem);
+    assert_eq!(second.token, first.token);
+    let listener = TcpListener::bind(addr).await.unwrap();
+    write_kubeconfig(&dir, &second, &server_url(addr)).unwrap();
+    assert_eq!(
+        std::fs::read(&kubeconfig).unwrap(),
+        std::fs::read(&saved).unwrap()
+    );
+    let api = Api::new(&second.token);
+    let server = start_https(listener, api.router(), &second, None).await;
+    assert_eq!(kube_client_version(&saved).await.unwrap(), GIT_VERSION);
+    assert_eq!(api.seen().len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_handshakes_do_not_stop_the_server() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let options = ServeOptions {
+        tls_handshake_timeout: Duration::from_millis(300),
+        ..ServeOptions::default()
+    };
+    let server = start_https(
+        loopback_listener().await,
+        Api::new(&credentials.token).router(),
+        &credentials,
+        Some(options),
+    )
+    .await;
+
+    // Plain HTTP on the TLS port.
+    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut tcp, b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // A client that does not trust the CA.
+    let (_tmp2, other_dir) = data_dir();
+    let other = Credentials::load_or_create(&other_dir).unwrap();
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(other.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let untrusting = TlsConnector::from(Arc::new(config))
+        .connect(
+            ServerName::try_from("localhost").unwrap(),
+            TcpStream::connect(server.addr).await.unwrap(),
+        )
+        .await;
+    assert!(untrusting.is_err());
+    // A client that connects and never says anything (hits the handshake timeout).
+    let _silent = TcpStream::connect(server.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    for proto in [Proto::H1, Proto::H2] {
+        let tls = tls_connect(server.addr, &credentials.ca_pem, proto).await;
+        let response = get_on(tls, proto, server.addr, "/version").await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+    drop(tcp);
+    server.stop().await;
+}
+
+/// (e) A streaming response reaches the client chunk by chunk: each chunk after the first is
+/// only produced once the client has received the previous one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_delivered_incrementally_over_http2_and_http1() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let api = Api::new(&credentials.token);
+    let server = start_https(loopback_listener().await, api.router(), &credentials, None).await;
+
+    for proto in [Proto::H2, Proto::H1] {
+        let tls = tls_connect(server.addr, &credentials.ca_pem, proto).await;
+        let response = get_on(tls, proto, server.addr, "/stream").await;
+        assert_eq!(response.status(), StatusCode::OK);
+        if proto == Proto::H1 {
+            assert_eq!(
+                response.headers().get(header::TRANSFER_ENCODING).unwrap(),
+                "chunked"
+            );
+        }
+        let mut body = response.into_body();
+        for i in 0..STREAM_CHUNKS {
+            if i > 0 {
+                api.release.add_permits(1);
+            }
+            expect_text(&mut body, &format!("chunk-{i}\n")).await;
+        }
+        expect_end(&mut body, false).await;
+        assert_eq!(api.seen().last().unwrap().version, proto.version());
+    }
+    server.stop().await;
+}
+
+/// The same over plain HTTP (HTTP/1.1, and HTTP/2 with prior knowledge).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_serves_both_protocols() {
+    let api = Api::new("t0ken");
+    let server = start_http(
+        loopback_listener().await,
+        api.router(),
+        ServeOptions::default(),
+    )
+    .await;
+    for proto in [Proto::H1, Proto::H2] {
+        let tcp = TcpStream::connect(server.addr).await.unwrap();
+        let response = get_on(tcp, proto, server.addr, "/stream").await;
+        let mut body = response.into_body();
+        expect_text(&mut body, "chunk-0\n").await;
+        api.release.add_permits(STREAM_CHUNKS - 1);
+        expect_text(&mut body, "chunk-1\nchunk-2\n").await;
+        expect_end(&mut body, false).await;
+    }
+    let elapsed = server.stop().await;
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "idle shutdown took {elapsed:?}"
+    );
+}
+
+/// (f) On shutdown the server stops accepting, but open streams run to completion within the
+/// grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_lets_open_streams_finish() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let api = Api::new(&credentials.token);
+    let options = ServeOptions {
+        shutdown_grace: Duration::from_secs(20),
+        ..ServeOptions::default()
+    };
+    let server = start_https(
+        loopback_listener().await,
+        api.router(),
+        &credentials,
+        Some(options),
+    )
+    .await;
+    let addr = server.addr;
+
+    let mut bodies = Vec::new();
+    for proto in [Proto::H2, Proto::H1] {
+        let tls = tls_connect(addr, &credentials.ca_pem, proto).await;
+        let mut body = get_on(tls, proto, addr, "/stream").await.into_body();
+        expect_text(&mut body, "chunk-0\n").await;
+        bodies.push(body);
+    }
+
+    let started = Instant::now();
+    let stopping = tokio::spawn(server.stop());
+    // New connections are refused once shutdown has begun.
+    let deadline = Instant::now() + WAIT;
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after shutdown");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!stopping.is_finished());
+
+    api.release.add_permits(2 * (STREAM_CHUNKS - 1));
+    for body in &mut bodies {
+        expect_text(body, "chunk-1\nchunk-2\n").await;
+        expect_end(body, false).await;
+    }
+    stopping.await.unwrap();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "shutdown waited {elapsed:?} after the streams finished"
+    );
+}
+
+/// (f) Streams that do not finish (watches) are cut when the grace period ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_drops_endless_streams_after_the_grace_period() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let grace = Duration::from_millis(500);
+    let options = ServeOptions {
+        shutdown_grace: grace,
+        ..ServeOptions::default()
+    };
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let tasks_before = metrics.num_alive_tasks();
+    let server = start_https(
+        loopback_listener().await,
+        Api::new(&credentials.token).router(),
+        &credentials,
+        Some(options),
+    )
+    .await;
+    let addr = server.addr;
+
+    let mut bodies = Vec::new();
+    for proto in [Proto::H2, Proto::H1] {
+        let tls = tls_connect(addr, &credentials.ca_pem, proto).await;
+        let mut body = get_on(tls, proto, addr, "/forever").await.into_body();
+        expect_text(&mut body, "chunk-0\n").await;
+        bodies.push(body);
+    }
+
+    let elapsed = server.stop().await;
+    assert!(
+        elapsed >= grace,
+        "did not wait for the grace period: {elapsed:?}"
+    );
+    assert!(elapsed < grace + Duration::from_secs(3), "took {elapsed:?}");
+    for body in &mut bodies {
+        expect_end(body, true).await;
+    }
+    // Nothing is left running: no connection tasks, no HTTP/2 stream tasks (and the test's own
+    // client connection tasks saw the connections close).
+    let deadline = Instant::now() + WAIT;
+    while metrics.num_alive_tasks() > tasks_before {
+        assert!(
+            Instant::now() < deadline,
+            "{} tasks still alive after shutdown",
+            metrics.num_alive_tasks() - tasks_before
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The default grace period also bounds `serve_https` (no options) with an endless stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_grace_period_bounds_shutdown() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let server = start_https(
+        loopback_listener().await,
+        Api::new(&credentials.token).router(),
+        &credentials,
+        None,
+    )
+    .await;
+    let tls = tls_connect(server.addr, &credentials.ca_pem, Proto::H2).await;
+    let mut body = get_on(tls, Proto::H2, server.addr, "/forever")
+        .await
+        .into_body();
+    expect_text(&mut body, "chunk-0\n").await;
+    let elapsed = server.stop().await;
+    let grace = super::https::DEFAULT_SHUTDOWN_GRACE;
+    assert!(
+        elapsed >= grace && elapsed < grace + Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    expect_end(&mut body, true).await;
+}
+
+/// Tokens that look like other YAML types survive the round trip through kubectl as strings.
+#[test]
+fn unusual_tokens_round_trip_through_kubectl() {
+    let (tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    for token in [
+        "123",
+        "1e3",
+        "0x1F",
+        "0o17",
+        ".5",
+        "true",
+        "yes",
+        "off",
+        "null",
+        "~",
+        "-abc",
+        "=x",
+        "a+b/c=",
+        "2001-01-01",
+    ] {
+        let credentials = Credentials {
+            token: token.to_owned(),
+            ..credentials.clone()
+        };
+        let path = write_kubeconfig(&dir, &credentials, "https://127.0.0.1:6443").unwrap();
+        let Some(got) = kubectl(
+            tmp.path(),
+            &path,
+            &[
+                "config",
+                "view",
+                "--raw",
+                "-o",
+                "jsonpath={.users[0].user.token}",
+            ],
+        ) else {
+            return;
+        };
+        assert_eq!(got, token);
+    }
+}
+
+/// Python's TLS stack with strict X.509 checks (the default from Python 3.13 on, which the
+/// Python Kubernetes client inherits) accepts the server and CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_strict_tls_accepts_the_server() {
+    const SCRIPT: &str = r#"
+import ssl, sys, urllib.request
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+req = urllib.request.Request(sys.argv[2], headers={"Authorization": "Bearer " + sys.argv[3]})
+print(urllib.request.urlopen(req, context=ctx).read().decode())
+"#;
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let server = start_https(
+        loopback_listener().await,
+        Api::new(&credentials.token).router(),
+        &credentials,
+        None,
+    )
+    .await;
+    let url = format!("{}/version", server_url(server.addr));
+    let ca = dir.join(CA_CERT_FILE);
+    let token = credentials.token.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(ca)
+            .arg(url)
+            .arg(token)
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .output()
+    })
+    .await
+    .unwrap();
+    match output {
+        Err(e) => eprintln!("skipping: cannot run python3: {e}"),
+        Ok(output) => assert!(
+            output.status.success()
+                && String::from_utf8_lossy(&output.stdout).contains(GIT_VERSION),
+            "python3 failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+    server.stop().await;
+}

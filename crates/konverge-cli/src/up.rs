@@ -1,0 +1,126 @@
+//! `konverge up`: a Kubernetes API on this machine, over HTTPS, in milliseconds.
+//!
+//! Opens the store (the embedded disk store by default), loads or creates the credentials in
+//! the data directory, starts the API server on loopback, writes `DATA_DIR/kubeconfig`, says
+//! so, and serves until Ctrl-C or SIGTERM.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use konverge_apiserver::ApiServer;
+use konverge_store::{KvStore, MemStore};
+use konverge_store_disk::DiskStore;
+
+use crate::serve::{Credentials, serve_https, server_url, write_kubeconfig};
+
+#[derive(clap::Args)]
+pub(crate) struct UpArgs {
+    /// Where the store, the credentials and the kubeconfig live (default: $HOME/.konverge).
+    #[arg(long, env = "KONVERGE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// The loopback port to serve on (0 picks a free one).
+    #[arg(long, default_value_t = 6443)]
+    port: u16,
+    /// `disk` (durable, in the data directory), `memory` (gone on exit), or
+    /// `etcd://HOST:PORT` (an etcd cluster; needs the `etcd` build feature).
+    #[arg(long, default_value = "disk")]
+    store: String,
+}
+
+fn default_data_dir() -> PathBuf {
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".konverge"),
+        None => PathBuf::from(".konverge"),
+    }
+}
+
+async fn open_store(
+    spec: &str,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Arc<dyn KvStore>, String)> {
+    if spec == "disk" {
+        let path = data_dir.join("store");
+        let store = DiskStore::open(&path)
+            .with_context(|| format!("opening the disk store in {}", path.display()))?;
+        return Ok((Arc::new(store), format!("disk store in {}", path.display())));
+    }
+    if spec == "memory" {
+        return Ok((
+            Arc::new(MemStore::new()),
+            "memory store (nothing is kept on exit)".into(),
+        ));
+    }
+    if let Some(endpoint) = spec.strip_prefix("etcd://") {
+        return open_etcd(endpoint).await;
+    }
+    bail!("unknown --store {spec:?}: use disk, memory or etcd://HOST:PORT")
+}
+
+#[cfg(feature = "etcd")]
+async fn open_etcd(endpoint: &str) -> anyhow::Result<(Arc<dyn KvStore>, String)> {
+    let url = format!("http://{endpoint}");
+    let store = konverge_store_etcd::EtcdStore::connect(std::slice::from_ref(&url))
+        .await
+        .with_context(|| format!("connecting to etcd at {url}"))?;
+    Ok((Arc::new(store), format!("etcd at {url}")))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn open_etcd(_endpoint: &str) -> anyhow::Result<(Arc<dyn KvStore>, String)> {
+    bail!("this konverge was built without etcd support: rebuild with `--features etcd`")
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    let credentials = Credentials::load_or_create(&data_dir)?;
+    let (store, described) = open_store(&args.store, &data_dir).await?;
+    let server = ApiServer::builder(store)
+        .bearer_token(credentials.token.clone())
+        .build()
+        .await
+        .context("starting the API server")?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .with_context(|| format!("listening on 127.0.0.1:{}", args.port))?;
+    let addr = listener.local_addr()?;
+    server.set_address(addr.to_string());
+    let url = server_url(addr);
+    let kubeconfig = write_kubeconfig(&data_dir, &credentials, &url)?;
+    // Connections that arrive from here on wait in the listen backlog until serving starts.
+    println!(
+        "konverge is ready in {:.1} ms: Kubernetes API at {url} ({described})",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    println!("export KUBECONFIG={}", kubeconfig.display());
+    println!("kubectl get namespaces");
+    serve_https(listener, server.router(), &credentials, shutdown_signal()).await?;
+    println!("konverge stopped");
+    Ok(())
+}

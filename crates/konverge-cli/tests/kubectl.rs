@@ -1,0 +1,416 @@
+//! Real kubectl against `konverge up` (HTTPS, token, generated kubeconfig) on a free port in
+//! a temporary directory: the commands people type every day.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Up {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Up {
+    fn start() -> Up {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_konverge"))
+            .args(["up", "--port", &port.to_string(), "--data-dir"])
+            .arg(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start konverge up");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().expect("a readiness line").expect("read");
+        assert!(first.starts_with("konverge is ready in "), "{first}");
+        let export = lines.next().expect("export line").expect("read");
+        assert_eq!(
+            export,
+            format!(
+                "export KUBECONFIG={}",
+                dir.path().join("kubeconfig").display()
+            )
+        );
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Up { child, dir }
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("kubectl");
+        cmd.env("KUBECONFIG", self.kubeconfig()).args(args);
+        cmd
+    }
+
+    /// Runs kubectl and returns stdout; panics with stderr on failure.
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_stdin(args, None)
+    }
+
+    fn ok_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (code, out, err) = self.run(args, stdin);
+        assert!(
+            code == Some(0),
+            "kubectl {args:?} failed ({code:?}):\n{err}\n{out}"
+        );
+        out
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    fn fails(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let (code, out, err) = self.run(args, stdin);
+        assert!(code != Some(0), "kubectl {args:?} should fail:\n{out}");
+        err
+    }
+
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String) {
+        let mut child = self
+            .kubectl(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(input.as_bytes())
+                .expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("kubectl output");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut full = args.to_vec();
+        full.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&full)).expect("kubectl -o json")
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write(dir: &Path, name: &str, content: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, content).expect("write manifest");
+    path.display().to_string()
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.27
+        ports:
+        - containerPort: 80
+        env:
+        - {name: MODE, value: "one"}
+"#;
+
+#[test]
+fn everyday_kubectl_commands() {
+    let up = Up::start();
+    let dir = up.dir.path();
+
+    // Basics: version, namespaces, api-resources.
+    let version = up.ok(&["get", "--raw", "/version"]);
+    assert!(version.contains("\"gitVersion\""), "{version}");
+    let namespaces = up.ok(&["get", "namespaces"]);
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        assert!(namespaces.contains(ns), "{namespaces}");
+    }
+    let resources = up.ok(&["api-resources"]);
+    assert!(
+        resources.contains("deployments") && resources.contains("deploy"),
+        "{resources}"
+    );
+
+    // create -f, get in every output format.
+    let manifest = write(dir, "deploy.yaml", DEPLOYMENT);
+    up.ok(&["create", "-f", &manifest]);
+    let d = up.json(&["get", "deployment", "web"]);
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(d["metadata"]["generation"], 1);
+    let yaml = up.ok(&["get", "deploy", "web", "-o", "yaml"]);
+    assert!(
+        yaml.contains("kind: Deployment") && yaml.contains("image: nginx:1.27"),
+        "{yaml}"
+    );
+    let name = up.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.name}"]);
+    assert_eq!(name, "web");
+    let wide = up.ok(&["get", "deploy", "-o", "wide"]);
+    assert!(
+        wide.contains("READY") && wide.contains("IMAGES") && wide.contains("nginx:1.27"),
+        "{wide}"
+    );
+
+    // apply twice with a change: the second apply patches.
+    up.ok(&["apply", "-f", &manifest]);
+    let changed = write(
+        dir,
+        "deploy2.yaml",
+        &DEPLOYMENT
+            .replace("replicas: 2", "replicas: 3")
+            .replace("value: \"one\"", "value: \"two\""),
+    );
+    let out = up.ok(&["apply", "-f", &changed]);
+    assert!(out.contains("configured"), "{out}");
+    let d = up.json(&["get", "deployment", "web"]);
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"],
+        "two"
+    );
+    assert_eq!(d["metadata"]["generation"], 2);
+    let out = up.ok(&["apply", "-f", &changed]);
+    assert!(out.contains("unchanged"), "{out}");
+
+    // label, annotate, patch (merge, json, strategic), replace.
+    up.ok(&["label", "deployment", "web", "tier=frontend"]);
+    up.ok(&["annotate", "deployment", "web", "owner=team-a"]);
+    let d = up.json(&["get", "deployment", "web"]);
+    assert_eq!(d["metadata"]["labels"]["tier"], "frontend");
+    assert_eq!(d["metadata"]["annotations"]["owner"], "team-a");
+    up.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"replicas":4}}"#,
+    ]);
+    up.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/minReadySeconds","value":5}]"#,
+    ]);
+    up.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "--type",
+        "strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"busybox"}]}}}}"#,
+    ]);
+    let d = up.json(&["get", "deployment", "web"]);
+    assert_eq!(d["spec"]["replicas"], 4);
+    assert_eq!(d["spec"]["minReadySeconds"], 5);
+    let containers: Vec<&str> = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    // Kubernetes' strategic merge keeps nginx and puts the element the patch adds first.
+    assert_eq!(containers, ["sidecar", "nginx"]);
+    let mut replaced = d.clone();
+    replaced["spec"]["replicas"] = 1.into();
+    let replaced_path = write(dir, "replace.json", &replaced.to_string());
+    up.ok(&["replace", "-f", &replaced_path]);
+    assert_eq!(
+        up.json(&["get", "deployment", "web"])["spec"]["replicas"],
+        1
+    );
+    // The same stale object again: a conflict.
+    let err = up.fails(&["replace", "-f", &replaced_path], None);
+    assert!(err.contains("the object has been modified"), "{err}");
+
+    // scale.
+    up.ok(&["scale", "deployment", "web", "--replicas", "6"]);
+    assert_eq!(
+        up.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
+        "6"
+    );
+
+    // --dry-run=server writes nothing.
+    let dry = write(
+        dir,
+        "dry.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: dry}\ndata: {a: \"1\"}\n",
+    );
+    up.ok(&["create", "-f", &dry, "--dry-run=server"]);
+    let err = up.fails(&["get", "cm", "dry"], None);
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+
+    // A key removed with a merge patch null, read back with jsonpath.
+    let cm = write(
+        dir,
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {keep: \"1\", drop: \"2\"}\n",
+    );
+    up.ok(&["apply", "-f", &cm]);
+    assert_eq!(
+        up.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.drop}"]),
+        "2"
+    );
+    up.ok(&[
+        "patch",
+        "cm",
+        "settings",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"drop":null}}"#,
+    ]);
+    assert_eq!(
+        up.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.drop}"]),
+        ""
+    );
+    assert_eq!(
+        up.ok(&["get", "cm", "settings", "-o", "jsonpath={.data.keep}"]),
+        "1"
+    );
+
+    // Bad input is refused with Kubernetes' wording.
+    let bad = write(
+        dir,
+        "bad.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n",
+    );
+    let err = up.fails(&["create", "-f", &bad], None);
+    assert!(
+        err.contains("is invalid") && err.contains("metadata.name"),
+        "{err}"
+    );
+
+    // delete --wait, and wait --for=delete.
+    up.ok(&["delete", "cm", "settings", "--wait"]);
+    up.ok(&["wait", "--for=delete", "cm/settings", "--timeout=10s"]);
+}
+
+#[test]
+fn watch_and_cascading_deletes() {
+    let up = Up::start();
+    let dir = up.dir.path();
+
+    // get -w sees a change made by another command.
+    let mut watch = up
+        .kubectl(&["get", "configmaps", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl get -w");
+    let stdout = watch.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let cm = write(
+        dir,
+        "w.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: watched}\n",
+    );
+    up.ok(&["create", "-f", &cm]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.push(line.clone());
+            if line.contains("ADDED") && line.contains("watched") {
+                break;
+            }
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("ADDED") && l.contains("watched")),
+        "kubectl get -w did not show the new object: {seen:?}"
+    );
+
+    // Cascading deletes: foreground removes the dependent first, orphan keeps it.
+    let owner = up.json(&[
+        "create",
+        "-f",
+        &write(
+            dir,
+            "o.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: owner}\n",
+        ),
+    ]);
+    let uid = owner["metadata"]["uid"].as_str().expect("uid").to_string();
+    let dependent = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dependent\n  ownerReferences:\n  - {{apiVersion: v1, kind: ConfigMap, name: owner, uid: {uid}, blockOwnerDeletion: true}}\n"
+    );
+    up.ok(&["create", "-f", &write(dir, "d.yaml", &dependent)]);
+    up.ok(&["delete", "cm", "owner", "--cascade=foreground", "--wait"]);
+    up.fails(&["get", "cm", "dependent"], None);
+
+    let owner = up.json(&[
+        "create",
+        "-f",
+        &write(
+            dir,
+            "o2.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: owner2}\n",
+        ),
+    ]);
+    let uid = owner["metadata"]["uid"].as_str().expect("uid").to_string();
+    let dependent = dependent
+        .replace("name: owner,", "name: owner2,")
+        .replace("name: dependent", "name: dependent2");
+    let dependent = dependent.replace(
+        &dependent[dependent.find("uid: ").expect("uid") + 5
+            ..dependent.find(", blockOwnerDeletion").expect("block")],
+        &uid,
+    );
+    up.ok(&["create", "-f", &write(dir, "d2.yaml", &dependent)]);
+    up.ok(&["delete", "cm", "owner2", "--cascade=orphan", "--wait"]);
+    let kept = up.json(&["get", "cm", "dependent2"]);
+    assert!(kept["metadata"].get("ownerReferences").is_none(), "{kept}");
+}
