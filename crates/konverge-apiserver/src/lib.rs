@@ -87,9 +87,6 @@ impl ApiServerBuilder {
             address: RwLock::new("127.0.0.1:6443".into()),
         });
         server.bootstrap().await?;
-        // Build the OpenAPI documents off the request path, so the first kubectl does not wait.
-        let catalog = server.registry.catalog().clone();
-        tokio::task::spawn_blocking(move || openapi::snapshot(&catalog));
         if self.control_loops {
             tokio::spawn(controllers::run(server.registry.clone()));
             tokio::spawn(controllers::compaction::run(

@@ -165,6 +165,85 @@ fn everyday_kubectl_commands() {
         "{resources}"
     );
 
+    // Generators: kubectl 1.32+ sends these bodies as protobuf.
+    up.ok(&["create", "namespace", "team"]);
+    up.ok(&[
+        "create",
+        "configmap",
+        "gen",
+        "-n",
+        "team",
+        "--from-literal=a=1",
+    ]);
+    up.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "gen",
+        "-n",
+        "team",
+        "--from-literal=k=v",
+    ]);
+    up.ok(&[
+        "create",
+        "deployment",
+        "gen",
+        "-n",
+        "team",
+        "--image=nginx:1.27",
+        "--replicas=2",
+    ]);
+    up.ok(&[
+        "create",
+        "service",
+        "clusterip",
+        "gen",
+        "-n",
+        "team",
+        "--tcp=80:8080",
+    ]);
+    assert_eq!(
+        up.ok(&["get", "cm", "gen", "-n", "team", "-o", "jsonpath={.data.a}"]),
+        "1"
+    );
+    assert_eq!(
+        up.ok(&[
+            "get",
+            "secret",
+            "gen",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.data.k}"
+        ]),
+        "dg=="
+    );
+    assert_eq!(
+        up.ok(&[
+            "get",
+            "deploy",
+            "gen",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "2"
+    );
+    assert_eq!(
+        up.ok(&[
+            "get",
+            "svc",
+            "gen",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.spec.ports[0].targetPort}"
+        ]),
+        "8080"
+    );
+    up.ok(&["delete", "namespace", "team", "--wait"]);
+
     // create -f, get in every output format.
     let manifest = write(dir, "deploy.yaml", DEPLOYMENT);
     up.ok(&["create", "-f", &manifest]);
@@ -260,6 +339,28 @@ fn everyday_kubectl_commands() {
     // The same stale object again: a conflict.
     let err = up.fails(&["replace", "-f", &replaced_path], None);
     assert!(err.contains("the object has been modified"), "{err}");
+
+    // explain and diff read the server's OpenAPI.
+    let explained = up.ok(&["explain", "deployment.spec.replicas"]);
+    assert!(
+        explained.contains("replicas") && explained.contains("integer"),
+        "{explained}"
+    );
+    let diff_manifest = write(
+        dir,
+        "diff.yaml",
+        &DEPLOYMENT.replace("replicas: 2", "replicas: 7"),
+    );
+    let (code, out, err) = up.run(&["diff", "-f", &diff_manifest], None);
+    assert_eq!(
+        code,
+        Some(1),
+        "kubectl diff exits 1 when there are differences: {err}"
+    );
+    assert!(
+        out.contains("-  replicas: 1") && out.contains("+  replicas: 7"),
+        "{out}"
+    );
 
     // scale.
     up.ok(&["scale", "deployment", "web", "--replicas", "6"]);

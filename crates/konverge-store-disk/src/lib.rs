@@ -47,6 +47,8 @@ const META_COMPACT: &str = "compact_revision";
 pub struct DiskStoreOptions {
     /// How many recent events watches are served from memory; older starts read the disk.
     pub watch_window_events: usize,
+    /// How many bytes of keys and values (current and previous) that window may hold.
+    pub watch_window_bytes: usize,
     /// How many transactions may wait for the committer before callers wait to enqueue.
     pub queue_depth: usize,
 }
@@ -55,6 +57,7 @@ impl Default for DiskStoreOptions {
     fn default() -> Self {
         DiskStoreOptions {
             watch_window_events: 65_536,
+            watch_window_bytes: 16 * 1024 * 1024,
             queue_depth: 8_192,
         }
     }
@@ -104,6 +107,7 @@ pub(crate) struct Shared {
     published: RwLock<Published>,
     revision_tx: watch::Sender<Revision>,
     window_events: usize,
+    window_bytes: usize,
 }
 
 /// What readers may see: everything up to `revision` is durable.
@@ -113,6 +117,17 @@ struct Published {
     /// The most recent revisions' events, contiguous, newest last.
     window: VecDeque<(Revision, Arc<[Event]>)>,
     window_events: usize,
+    window_bytes: usize,
+}
+
+/// The memory one revision's events hold in the watch window.
+fn event_bytes(events: &[Event]) -> usize {
+    events
+        .iter()
+        .map(|e| {
+            e.kv.key.len() + e.kv.value.len() + e.prev_kv.as_ref().map_or(0, |p| p.value.len())
+        })
+        .sum()
 }
 
 impl DiskStore {
@@ -159,9 +174,11 @@ impl DiskStore {
                 compact_revision,
                 window: VecDeque::new(),
                 window_events: 0,
+                window_bytes: 0,
             }),
             revision_tx,
             window_events: options.watch_window_events.max(1),
+            window_bytes: options.watch_window_bytes,
         });
         let (commands, queue) = mpsc::channel(options.queue_depth.max(1));
         let committer = shared.clone();
@@ -215,11 +232,15 @@ impl Shared {
             let mut p = self.write();
             for (rev, events) in committed {
                 p.window_events += events.len();
+                p.window_bytes += event_bytes(&events);
                 p.window.push_back((rev, events));
             }
-            while p.window_events > self.window_events && p.window.len() > 1 {
+            while (p.window_events > self.window_events || p.window_bytes > self.window_bytes)
+                && p.window.len() > 1
+            {
                 if let Some((_, events)) = p.window.pop_front() {
                     p.window_events -= events.len();
+                    p.window_bytes -= event_bytes(&events);
                 }
             }
             p.revision = revision;
@@ -233,6 +254,7 @@ impl Shared {
         while p.window.front().is_some_and(|(rev, _)| *rev < revision) {
             if let Some((_, events)) = p.window.pop_front() {
                 p.window_events -= events.len();
+                p.window_bytes -= event_bytes(&events);
             }
         }
     }

@@ -187,6 +187,11 @@ impl EtcdServer {
         }
     }
 
+    /// The etcd process id (for measuring its memory), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The client URL, e.g. `http://127.0.0.1:40123`, to pass to
     /// [`EtcdStore::connect`](crate::EtcdStore::connect).
     pub fn endpoint(&self) -> String {

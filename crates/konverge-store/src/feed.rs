@@ -65,8 +65,12 @@ async fn run_log_watch(
 ) {
     let mut progress_pending = false;
     loop {
-        let latest = *current.borrow_and_update();
+        // A request taken before `latest` is read was made when the store was at most at
+        // `latest`: it is answered as soon as everything up to `latest` is delivered, even if
+        // newer revisions arrived meanwhile — under a steady write load the watch is never
+        // idle, and a request answered only when idle would wait for as long as the load lasts.
         progress_pending |= sender.take_progress_request();
+        let latest = *current.borrow_and_update();
         if next <= latest {
             match log
                 .read_changes(next, latest, &range, EVENTS_PER_READ)
@@ -80,6 +84,12 @@ async fn run_log_watch(
                             .map(|e| crate::mvcc::strip_prev(e, prev_kv))
                             .collect();
                         if !sender.send(Ok(WatchResponse::Events(events))).await {
+                            return;
+                        }
+                    }
+                    if progress_pending && last >= latest {
+                        progress_pending = false;
+                        if !sender.send(Ok(WatchResponse::Progress(last))).await {
                             return;
                         }
                     }
@@ -106,5 +116,60 @@ async fn run_log_watch(
             () = sender.progress_requested() => {}
             () = sender.closed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use crate::{KeyRange, KvStore, MemStore, WatchRequest, WatchResponse};
+
+    /// Under a steady stream of writes the watch is never idle; progress requests are still
+    /// answered promptly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn progress_is_answered_under_a_steady_write_load() {
+        let store = Arc::new(MemStore::new());
+        let mut stream = store
+            .watch(WatchRequest::new(KeyRange::prefix(Bytes::from_static(
+                b"quiet/",
+            ))))
+            .await
+            .expect("watch");
+        let stop = Arc::new(AtomicBool::new(false));
+        // A bounded writer that yields after every put: the load is steady, but it cannot
+        // starve the runtime or grow the (uncompacted) history without bound.
+        let writer = {
+            let (store, stop) = (store.clone(), stop.clone());
+            tokio::spawn(async move {
+                for i in 0..200_000u64 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    store
+                        .put(
+                            Bytes::from(format!("busy/{}", i % 64)),
+                            Bytes::from_static(b"v"),
+                        )
+                        .await
+                        .expect("put");
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        for _ in 0..20 {
+            let before = store.current_revision().await.expect("revision");
+            stream.request_progress();
+            match tokio::time::timeout(Duration::from_secs(10), stream.recv()).await {
+                Ok(Some(Ok(WatchResponse::Progress(rev)))) => assert!(rev >= before),
+                other => panic!("expected a progress notification, got {other:?}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.await.expect("writer");
     }
 }

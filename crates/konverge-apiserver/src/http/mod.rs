@@ -189,23 +189,25 @@ async fn resource(
                 listed.continue_token,
                 listed.remaining,
             );
-            if accept.table {
-                let table = table::table(&rt, &listed.items, meta, query.include_object);
-                return Ok(json_response(StatusCode::OK, &table, Some(Accept::TABLE)));
-            }
-            if accept.metadata {
-                let list = table::partial_metadata_list(&listed.items, meta);
+            if accept.table || accept.metadata {
+                let items: Vec<Value> = listed.items.iter().map(|o| Value::clone(o)).collect();
+                if accept.table {
+                    let table = table::table(&rt, &items, meta, query.include_object);
+                    return Ok(json_response(StatusCode::OK, &table, Some(Accept::TABLE)));
+                }
+                let list = table::partial_metadata_list(&items, meta);
                 return Ok(json_response(
                     StatusCode::OK,
                     &list,
                     Some(Accept::METADATA_LIST),
                 ));
             }
+            let items: Vec<&Value> = listed.items.iter().map(|o| &**o).collect();
             let list = json!({
                 "kind": rt.list_kind(),
                 "apiVersion": rt.api_version(),
                 "metadata": meta,
-                "items": listed.items,
+                "items": items,
             });
             Ok(json_response(StatusCode::OK, &list, None))
         }
@@ -257,7 +259,7 @@ async fn resource(
                 .to_string();
             let body = request::body(req).await?;
             let opts = query.write_options()?;
-            let patch = crate::patch::Patch::parse(&content_type, &body, &rt)?;
+            let patch = crate::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
             if sub == Some("scale") {
                 let written =
                     crate::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
@@ -357,17 +359,15 @@ fn watch_response(
                 let obj = event.object();
                 let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
                 let t = table::table(&rt, std::slice::from_ref(obj), meta, IncludeObject::Metadata);
-                replace_object(event, t)
+event.with_object(t)
             }
             (_, false, true) => {
                 let m = table::partial_metadata(event.object());
-                replace_object(event, m)
+event.with_object(m)
             }
             _ => event,
         };
-        let mut line = serde_json::to_vec(&event.to_json()).unwrap_or_default();
-        line.push(b'\n');
-        Ok::<Bytes, std::convert::Infallible>(Bytes::from(line))
+        Ok::<Bytes, std::convert::Infallible>(Bytes::from(event.to_json_line()))
     });
     let content_type = if table {
         Accept::TABLE
@@ -381,13 +381,4 @@ fn watch_response(
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
-}
-
-fn replace_object(event: WatchEvent, object: Value) -> WatchEvent {
-    match event {
-        WatchEvent::Added(_) => WatchEvent::Added(object),
-        WatchEvent::Modified(_) => WatchEvent::Modified(object),
-        WatchEvent::Deleted(_) => WatchEvent::Deleted(object),
-        other => other,
-    }
 }

@@ -261,13 +261,13 @@ impl Query {
     }
 
     /// Delete options from the query and from a `DeleteOptions` body (the body wins).
-    pub(crate) fn delete_options(&self, body: &Bytes) -> Result<DeleteOptions> {
+    pub(crate) fn delete_options(&self, body: &Body) -> Result<DeleteOptions> {
         let mut opts = DeleteOptions {
             dry_run: self.dry_run()?,
             propagation: parse_propagation(self.propagation_policy.as_deref())?,
             ..DeleteOptions::default()
         };
-        if body.iter().all(u8::is_ascii_whitespace) {
+        if body.is_empty() {
             return Ok(opts);
         }
         let body = decode_object(body)?;
@@ -305,24 +305,61 @@ fn parse_propagation(policy: Option<&str>) -> Result<Option<Propagation>> {
     }
 }
 
+/// A request body and the media type it was sent as.
+pub(crate) struct Body {
+    pub(crate) bytes: Bytes,
+    content_type: String,
+}
+
+impl Body {
+    fn is_protobuf(&self) -> bool {
+        self.content_type.split(';').next().map(str::trim) == Some(konverge_protobuf::CONTENT_TYPE)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.iter().all(u8::is_ascii_whitespace)
+    }
+}
+
 /// Reads the whole body, refusing more than kube-apiserver accepts.
-pub(crate) async fn body(req: Request) -> Result<Bytes> {
+pub(crate) async fn body(req: Request) -> Result<Body> {
     let content_type = req
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    if content_type.starts_with("application/vnd.kubernetes.protobuf") {
-        return Err(ApiError::unsupported_media_type(&content_type));
-    }
-    axum::body::to_bytes(req.into_body(), MAX_BODY)
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
         .await
-        .map_err(|_| ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}")))
+        .map_err(|_| {
+            ApiError::too_large(format!("Request entity too large: limit is {MAX_BODY}"))
+        })?;
+    Ok(Body {
+        bytes,
+        content_type,
+    })
+}
+
+/// Decodes an object body: JSON, YAML, or Kubernetes protobuf (what client-go's typed
+/// clients send for built-in types since 1.32).
+pub(crate) fn decode_object(body: &Body) -> Result<Value> {
+    if body.is_protobuf() {
+        return konverge_protobuf::decode(&body.bytes)
+            .map(|(_, object)| object)
+            .map_err(|e| {
+                if e.is_unsupported_kind() {
+                    ApiError::unsupported_media_type(&body.content_type)
+                        .with_message(format!("the protobuf body cannot be decoded: {e}"))
+                } else {
+                    ApiError::bad_request(format!("the protobuf body could not be decoded: {e}"))
+                }
+            });
+    }
+    decode_text(&body.bytes)
 }
 
 /// Decodes a JSON or YAML body into an object.
-pub(crate) fn decode_object(body: &Bytes) -> Result<Value> {
+fn decode_text(body: &Bytes) -> Result<Value> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::bad_request("the request body is not valid UTF-8"))?;
     let trimmed = text.trim_start();

@@ -1,11 +1,13 @@
 //! List: resourceVersion semantics, selectors, and paging with continue tokens.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
 use konverge_store::{KeyRange, RangeRequest, Revision};
 use serde_json::{Value, json};
 
-use super::{Registry, decode, parse_rv, target};
+use super::{Registry, cache, decode, parse_rv, target};
 use crate::error::{ApiError, Result};
 use crate::meta;
 use crate::resources::ResourceType;
@@ -39,8 +41,8 @@ pub struct ListOptions {
 /// What a list answers.
 #[derive(Debug, Clone)]
 pub struct ListResult {
-    /// The objects, in key order (namespace, then name).
-    pub items: Vec<Value>,
+    /// The objects, in key order (namespace, then name); shared with the watch cache.
+    pub items: Vec<Arc<Value>>,
     /// The revision the list was read at.
     pub resource_version: Revision,
     /// Where the next page starts, if there is one.
@@ -132,8 +134,63 @@ pub(crate) fn check_field_selector(rt: &ResourceType, selector: &FieldSelector) 
 /// How many raw objects one store read fetches while filtering pages.
 const SCAN_CHUNK: u64 = 500;
 
+/// Which state a list reads, from `resourceVersion`, `resourceVersionMatch` and `continue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ReadAt {
+    /// `resourceVersion` unset: the latest state (a consistent read).
+    Latest,
+    /// `resourceVersion="0"`: any state (the cache's, as it is).
+    Any,
+    /// `resourceVersion=N`: a state at least as new as N.
+    NotOlderThan(Revision),
+    /// `resourceVersion=N&resourceVersionMatch=Exact`: the state at N.
+    Exact(Revision),
+    /// A continue token: the list's revision and where the page starts (relative to the
+    /// list's prefix).
+    Continue(Revision, String),
+}
+
+fn read_at(opts: &ListOptions) -> Result<ReadAt> {
+    let rv = opts.resource_version.as_deref().filter(|rv| !rv.is_empty());
+    if let Some(token) = &opts.continue_token {
+        if rv.is_some() {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        let (rv, start) = decode_continue(token)?;
+        return Ok(ReadAt::Continue(rv, start));
+    }
+    match (rv, opts.resource_version_match) {
+        (Some(rv), Some(ResourceVersionMatch::Exact)) => {
+            let rv = parse_rv(rv)?;
+            if rv == 0 {
+                return Err(ApiError::bad_request(
+                    "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+            Ok(ReadAt::Exact(rv))
+        }
+        (Some(rv), _) => Ok(match parse_rv(rv)? {
+            0 => ReadAt::Any,
+            rv => ReadAt::NotOlderThan(rv),
+        }),
+        (None, Some(_)) => Err(ApiError::bad_request(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        )),
+        (None, None) => Ok(ReadAt::Latest),
+    }
+}
+
 impl Registry {
     /// Lists objects of a resource in one namespace or all of them.
+    ///
+    /// Served from the resource's watch cache unless the list needs history: a consistent
+    /// list (`resourceVersion` unset) waits until the cache has applied the store's current
+    /// revision, `"0"` takes the cache as it is, `N` waits (boundedly) until the cache has
+    /// applied N. `resourceVersionMatch=Exact` and continue tokens read the store at their
+    /// revision; a first page from the cache hands out a token for the store at the cache's
+    /// revision, so later pages are consistent with it.
     pub async fn list(
         &self,
         rt: &ResourceType,
@@ -143,65 +200,118 @@ impl Registry {
         if let Some(fields) = &opts.field_selector {
             check_field_selector(rt, fields)?;
         }
+        let at = read_at(opts)?;
+        if self.caches.config().enabled
+            && matches!(at, ReadAt::Latest | ReadAt::Any | ReadAt::NotOlderThan(_))
+            && let Some(listed) = self.list_cached(rt, ns, opts, &at).await?
+        {
+            return Ok(listed);
+        }
+        self.list_store(rt, ns, opts, at).await
+    }
+
+    /// A list from the watch cache, or `None` when the cache cannot answer in time (then the
+    /// store does).
+    async fn list_cached(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        at: &ReadAt,
+    ) -> Result<Option<ListResult>> {
+        let cache = self.caches.get(rt);
+        let timeout = self.caches.config().wait_timeout;
+        match *at {
+            ReadAt::Latest => {
+                let current = self.current_revision(rt).await?;
+                if let Err(err) = cache.wait_until(Some(current), timeout).await {
+                    tracing::debug!(?err, resource = %rt.plural, "watch cache not fresh; listing from the store");
+                    return Ok(None);
+                }
+            }
+            ReadAt::Any => {
+                if cache.wait_until(None, timeout).await.is_err() {
+                    return Ok(None);
+                }
+            }
+            ReadAt::NotOlderThan(rv) => {
+                let applied = cache.applied();
+                if !(applied.ready && applied.revision >= rv) {
+                    let current = self.current_revision(rt).await?;
+                    if rv > current {
+                        return Err(too_large(rt, rv, current));
+                    }
+                    match cache.wait_until(Some(rv), timeout).await {
+                        Ok(_) => {}
+                        Err(cache::WaitError::Timeout(at)) => return Err(too_large(rt, rv, at)),
+                        Err(cache::WaitError::Closed) => return Ok(None),
+                    }
+                }
+            }
+            ReadAt::Exact(_) | ReadAt::Continue(..) => return Ok(None),
+        }
         let prefix = rt.namespace_prefix(ns);
-        let end = konverge_store::prefix_end(prefix.as_bytes());
-        let current = self
-            .store
+        let limit = opts.limit.filter(|l| *l > 0);
+        let filtering = opts.label_selector.is_some() || opts.field_selector.is_some();
+        let max = match limit {
+            Some(l) if !filtering => Some(usize::try_from(l).unwrap_or(usize::MAX)),
+            _ => None,
+        };
+        let snapshot = cache.snapshot(prefix.as_bytes(), max);
+        let mut items = Vec::new();
+        let mut continue_from = None;
+        let mut remaining = None;
+        for (i, (key, obj)) in snapshot.items.iter().enumerate() {
+            if !filtering || selected(rt, opts, obj) {
+                items.push(obj.clone());
+            }
+            if limit.is_some_and(|l| items.len() as u64 >= l) {
+                // A full page: the next one starts after the last key looked at, if the range
+                // holds anything after it.
+                let left = snapshot.total - (i + 1);
+                if left > 0 {
+                    let relative = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+                    continue_from = Some(format!("{relative}\u{0}"));
+                    if !filtering {
+                        remaining = Some(left as u64);
+                    }
+                }
+                break;
+            }
+        }
+        Ok(Some(ListResult {
+            items,
+            resource_version: snapshot.revision,
+            continue_token: continue_from.map(|start| encode_continue(snapshot.revision, &start)),
+            remaining,
+        }))
+    }
+
+    pub(super) async fn current_revision(&self, rt: &ResourceType) -> Result<Revision> {
+        self.store
             .current_revision()
             .await
-            .map_err(|e| ApiError::from_store(e, target(rt, "")))?;
+            .map_err(|e| ApiError::from_store(e, target(rt, "")))
+    }
 
-        // Which revision, and where to start.
-        let (revision, start) = match &opts.continue_token {
-            Some(token) => {
-                if opts
-                    .resource_version
-                    .as_deref()
-                    .is_some_and(|rv| !rv.is_empty())
-                {
-                    return Err(ApiError::bad_request(
-                        "specifying resource version is not allowed when using continue",
-                    ));
-                }
-                let (rv, start) = decode_continue(token)?;
-                (Some(rv), format!("{prefix}{start}"))
-            }
-            None => {
-                let rv = opts.resource_version.as_deref().filter(|rv| !rv.is_empty());
-                let revision = match (rv, opts.resource_version_match) {
-                    (Some(rv), Some(ResourceVersionMatch::Exact)) => {
-                        let rv = parse_rv(rv)?;
-                        if rv == 0 {
-                            return Err(ApiError::bad_request(
-                                "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"",
-                            ));
-                        }
-                        Some(rv)
-                    }
-                    (Some(rv), _) => {
-                        let rv = parse_rv(rv)?;
-                        if rv > current {
-                            return Err(ApiError::from_store(
-                                konverge_store::Error::FutureRevision {
-                                    requested: rv,
-                                    current,
-                                },
-                                target(rt, ""),
-                            ));
-                        }
-                        None
-                    }
-                    (None, Some(_)) => {
-                        return Err(ApiError::bad_request(
-                            "resourceVersionMatch is forbidden unless resourceVersion is provided",
-                        ));
-                    }
-                    (None, None) => None,
-                };
-                (revision, prefix.clone())
-            }
+    /// A list read from the store.
+    pub(super) async fn list_store(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        at: ReadAt,
+    ) -> Result<ListResult> {
+        let prefix = rt.namespace_prefix(ns);
+        let end = konverge_store::prefix_end(prefix.as_bytes());
+        let current = self.current_revision(rt).await?;
+        let continued = matches!(at, ReadAt::Continue(..));
+        let (revision, start) = match at {
+            ReadAt::Continue(rv, start) => (rv, format!("{prefix}{start}")),
+            ReadAt::Exact(rv) => (rv, prefix.clone()),
+            ReadAt::NotOlderThan(rv) if rv > current => return Err(too_large(rt, rv, current)),
+            ReadAt::Latest | ReadAt::Any | ReadAt::NotOlderThan(_) => (current, prefix.clone()),
         };
-        let revision = revision.unwrap_or(current);
         let limit = opts.limit.filter(|l| *l > 0);
         let filtering = opts.label_selector.is_some() || opts.field_selector.is_some();
 
@@ -220,7 +330,7 @@ impl Registry {
                 other => other,
             };
             let resp = self.store.range(req).await.map_err(|e| match e {
-                konverge_store::Error::Compacted { .. } if opts.continue_token.is_some() => {
+                konverge_store::Error::Compacted { .. } if continued => {
                     ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
                 }
                 konverge_store::Error::Compacted { compact_revision } => ApiError::expired(format!(
@@ -232,7 +342,7 @@ impl Registry {
             for (i, kv) in resp.kvs.iter().enumerate() {
                 let obj = decode(kv)?;
                 if selected(rt, opts, &obj) {
-                    items.push(obj);
+                    items.push(Arc::new(obj));
                 }
                 if limit.is_some_and(|l| items.len() as u64 >= l) {
                     // A full page: the next one starts after the last key looked at, if the
@@ -265,6 +375,15 @@ impl Registry {
             remaining: remaining.filter(|r| *r > 0),
         })
     }
+}
+
+/// 504 Timeout "Too large resource version", as kube-apiserver answers a resourceVersion
+/// that neither the store nor the cache has reached.
+pub(super) fn too_large(rt: &ResourceType, requested: Revision, current: Revision) -> ApiError {
+    ApiError::from_store(
+        konverge_store::Error::FutureRevision { requested, current },
+        target(rt, ""),
+    )
 }
 
 #[cfg(test)]

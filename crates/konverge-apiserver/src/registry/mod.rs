@@ -7,6 +7,7 @@
 //! reads. Objects are stored as JSON without `metadata.resourceVersion`; the store's
 //! `mod_revision` becomes the resourceVersion on the way out.
 
+mod cache;
 mod list;
 mod watch;
 
@@ -16,6 +17,7 @@ use bytes::Bytes;
 use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
 use serde_json::{Value, json};
 
+pub use cache::WatchCacheConfig;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};
 pub use watch::{WatchEvent, WatchOptions};
 
@@ -98,10 +100,14 @@ pub enum Deleted {
 }
 
 /// The generic registry.
+///
+/// Writes and gets go to the store; lists and watches are served by a watch cache per
+/// resource (see [`WatchCacheConfig`]) unless it is turned off.
 #[derive(Clone)]
 pub struct Registry {
     store: Arc<dyn KvStore>,
     catalog: Arc<Catalog>,
+    caches: Arc<cache::Caches>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -158,7 +164,27 @@ fn set_rv(obj: &mut Value, rv: i64) {
 impl Registry {
     /// A registry serving `catalog` from `store`.
     pub fn new(store: Arc<dyn KvStore>, catalog: Arc<Catalog>) -> Self {
-        Registry { store, catalog }
+        let caches = Arc::new(cache::Caches::new(
+            store.clone(),
+            WatchCacheConfig::default(),
+        ));
+        Registry {
+            store,
+            catalog,
+            caches,
+        }
+    }
+
+    /// The same registry with another watch cache configuration. Call it before the registry
+    /// serves anything: caches already started by clones keep their configuration.
+    pub fn with_watch_cache(mut self, config: WatchCacheConfig) -> Self {
+        self.caches = Arc::new(cache::Caches::new(self.store.clone(), config));
+        self
+    }
+
+    /// How many resources have a running watch cache.
+    pub fn watch_caches(&self) -> usize {
+        self.caches.len()
     }
 
     /// The store underneath.

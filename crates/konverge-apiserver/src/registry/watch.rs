@@ -10,7 +10,8 @@ use konverge_store::{Event, EventKind, KeyRange, WatchRequest, WatchResponse};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::list::{ListOptions, selected};
+use super::cache::{Cache, CachedEvent, Read};
+use super::list::{ListOptions, ReadAt, selected, too_large};
 use super::{Registry, decode, parse_rv, set_rv, target};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
@@ -42,52 +43,89 @@ impl Default for WatchOptions {
     }
 }
 
-/// One event of a watch.
+/// One event of a watch. Objects are shared (`Arc`) between every watcher the watch cache
+/// serves.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
     /// An object appeared (was created, or began to match the selectors).
-    Added(Value),
+    Added(Arc<Value>),
     /// An object changed.
-    Modified(Value),
+    Modified(Arc<Value>),
     /// An object went away (was deleted, or stopped matching the selectors).
-    Deleted(Value),
+    Deleted(Arc<Value>),
     /// Everything up to this object's resourceVersion has been sent.
-    Bookmark(Value),
+    Bookmark(Arc<Value>),
     /// The watch failed; a `Status` follows and the stream ends.
-    Error(Value),
+    Error(Arc<Value>),
 }
 
 impl WatchEvent {
-    /// The event as it goes on the wire: `{"type": ..., "object": ...}`.
-    pub fn to_json(&self) -> Value {
-        let (kind, object) = match self {
+    fn parts(&self) -> (&'static str, &Arc<Value>) {
+        match self {
             WatchEvent::Added(o) => ("ADDED", o),
             WatchEvent::Modified(o) => ("MODIFIED", o),
             WatchEvent::Deleted(o) => ("DELETED", o),
             WatchEvent::Bookmark(o) => ("BOOKMARK", o),
             WatchEvent::Error(o) => ("ERROR", o),
-        };
-        json!({"type": kind, "object": object})
+        }
+    }
+
+    /// The event as it goes on the wire: `{"type": ..., "object": ...}`.
+    pub fn to_json(&self) -> Value {
+        let (kind, object) = self.parts();
+        json!({"type": kind, "object": Value::clone(object)})
+    }
+
+    /// The event as one line of a JSON watch stream (with its newline), written without
+    /// copying the object.
+    pub fn to_json_line(&self) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            object: &'a Value,
+        }
+        let (kind, object) = self.parts();
+        let mut line = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
+        line.push(b'\n');
+        line
     }
 
     /// The object the event carries.
     pub fn object(&self) -> &Value {
+        self.parts().1
+    }
+
+    /// The same kind of event with another object (for table and metadata-only watches).
+    pub fn with_object(&self, object: Value) -> WatchEvent {
+        let object = Arc::new(object);
         match self {
-            WatchEvent::Added(o)
-            | WatchEvent::Modified(o)
-            | WatchEvent::Deleted(o)
-            | WatchEvent::Bookmark(o)
-            | WatchEvent::Error(o) => o,
+            WatchEvent::Added(_) => WatchEvent::Added(object),
+            WatchEvent::Modified(_) => WatchEvent::Modified(object),
+            WatchEvent::Deleted(_) => WatchEvent::Deleted(object),
+            WatchEvent::Bookmark(_) => WatchEvent::Bookmark(object),
+            WatchEvent::Error(_) => WatchEvent::Error(object),
         }
     }
 }
 
+/// How many events a watch buffers for its client before its task waits.
 const BUFFER: usize = 256;
+
+/// How many events a cached watcher takes from the ring at a time.
+const READ_BATCH: usize = 256;
 
 impl Registry {
     /// Starts a watch. Errors found before the first event (bad options, a resourceVersion
-    /// ahead of the store) are returned here; a resourceVersion that compaction removed is
-    /// an `ERROR` event with a 410 `Status`, as kube-apiserver sends it.
+    /// ahead of the store) are returned here; a resourceVersion older than the retained
+    /// history (the watch cache's window, or the store's compaction) is an `ERROR` event with
+    /// a 410 `Status`, as kube-apiserver sends it.
+    ///
+    /// With the watch cache (the default), every watcher of a resource reads the same
+    /// decoded events from the cache's ring; initial events come from the cache's state
+    /// (consistent with the store for `resourceVersion` unset, as they are for `"0"`), and
+    /// bookmarks carry the cache's progress. A watcher that falls behind the ring ends with
+    /// 410. If the cache cannot catch up in time, the watch is served from the store.
     pub async fn watch(
         &self,
         rt: Arc<ResourceType>,
@@ -120,76 +158,266 @@ impl Registry {
             (None | Some("0"), None) => true,
             (Some(_), None) => false,
         };
-        let current = self
-            .store
-            .current_revision()
-            .await
-            .map_err(|e| ApiError::from_store(e, target(&rt, "")))?;
+        let (tx, rx) = mpsc::channel(BUFFER);
+        let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|event| (event, rx))
+        });
+        if self.caches.config().enabled
+            && let Some((cache, initial, cursor)) =
+                self.start_cached(&rt, ns.as_deref(), initial, rv).await?
+        {
+            let prefix = Bytes::from(rt.namespace_prefix(ns.as_deref()));
+            let feed = CachedFeed {
+                cache,
+                rt,
+                prefix,
+                opts,
+                tx,
+                deadline,
+            };
+            tokio::spawn(feed.run(initial, cursor));
+            return Ok(stream);
+        }
+        let current = self.current_revision(&rt).await?;
         let start_after = match rv {
             Some(rv) if !initial => {
                 let rv = parse_rv(rv)?;
                 if rv > current {
-                    return Err(ApiError::from_store(
-                        konverge_store::Error::FutureRevision {
-                            requested: rv,
-                            current,
-                        },
-                        target(&rt, ""),
-                    ));
+                    return Err(too_large(&rt, rv, current));
                 }
                 rv
             }
             _ => current,
         };
-        let (tx, rx) = mpsc::channel(BUFFER);
-        let registry = self.clone();
-        tokio::spawn(async move {
-            let feed = Feed {
-                registry,
-                rt,
-                ns,
-                opts,
-                tx,
-            };
-            feed.run(initial, start_after).await;
-        });
-        Ok(futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|event| (event, rx))
-        }))
+        let feed = Feed {
+            registry: self.clone(),
+            rt,
+            ns,
+            opts,
+            tx,
+            deadline,
+        };
+        tokio::spawn(feed.run(initial, start_after));
+        Ok(stream)
+    }
+
+    /// Where a cached watch starts: the cache, the initial objects (if it sends them) and the
+    /// revision after which it streams. `None` when the cache cannot catch up in time.
+    async fn start_cached(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        initial: bool,
+        rv: Option<&str>,
+    ) -> Result<Option<(Arc<Cache>, Option<Vec<Arc<Value>>>, i64)>> {
+        let cache = self.caches.get(rt);
+        let timeout = self.caches.config().wait_timeout;
+        // `resourceVersion` unset: the latest state (a consistent read); "0": any state.
+        let wait = match rv {
+            Some("0") => None,
+            None => Some(self.current_revision(rt).await?),
+            Some(_) if initial => Some(self.current_revision(rt).await?),
+            Some(rv) => {
+                let rv = parse_rv(rv)?;
+                let applied = cache.applied();
+                if !(applied.ready && applied.revision >= rv) {
+                    let current = self.current_revision(rt).await?;
+                    if rv > current {
+                        return Err(too_large(rt, rv, current));
+                    }
+                    if cache.wait_until(Some(rv), timeout).await.is_err() {
+                        return Ok(None);
+                    }
+                }
+                // Streams from `rv`; the watcher's first read tells whether the ring still
+                // reaches back there.
+                return Ok(Some((cache, None, rv)));
+            }
+        };
+        let Ok(revision) = cache.wait_until(wait, timeout).await else {
+            return Ok(None);
+        };
+        if !initial {
+            return Ok(Some((cache, None, revision)));
+        }
+        let prefix = rt.namespace_prefix(ns);
+        let snapshot = cache.snapshot(prefix.as_bytes(), None);
+        let objects = snapshot.items.into_iter().map(|(_, obj)| obj).collect();
+        Ok(Some((cache, Some(objects), snapshot.revision)))
     }
 }
 
+fn bookmark(rt: &ResourceType, rv: i64, initial_events_end: bool) -> WatchEvent {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    WatchEvent::Bookmark(Arc::new(json!({
+        "kind": rt.kind,
+        "apiVersion": rt.api_version(),
+        "metadata": metadata,
+    })))
+}
+
+fn error(err: &ApiError) -> WatchEvent {
+    WatchEvent::Error(Arc::new(err.to_status()))
+}
+
+fn too_old(rv: i64, oldest: i64) -> ApiError {
+    ApiError::expired(format!("too old resource version: {rv} ({oldest})"))
+}
+
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends one event to the client, waiting while its buffer is full; `false` once the client
+/// is gone or the watch's time is up.
+async fn send(
+    tx: &mpsc::Sender<WatchEvent>,
+    deadline: Option<tokio::time::Instant>,
+    event: WatchEvent,
+) -> bool {
+    tokio::select! {
+        sent = tx.send(event) => sent.is_ok(),
+        () = until(deadline) => false,
+    }
+}
+
+/// A watch served from the watch cache.
+struct CachedFeed {
+    cache: Arc<Cache>,
+    rt: Arc<ResourceType>,
+    /// The watched namespace's storage prefix (the resource's for all namespaces).
+    prefix: Bytes,
+    opts: WatchOptions,
+    tx: mpsc::Sender<WatchEvent>,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl CachedFeed {
+    async fn send(&self, event: WatchEvent) -> bool {
+        send(&self.tx, self.deadline, event).await
+    }
+
+    fn filtering(&self) -> bool {
+        self.opts.list.label_selector.is_some() || self.opts.list.field_selector.is_some()
+    }
+
+    fn selected(&self, obj: &Value) -> bool {
+        !self.filtering() || selected(&self.rt, &self.opts.list, obj)
+    }
+
+    /// `initial`: the objects to send as ADDED first; `cursor`: every change up to this
+    /// revision is accounted for (sent, or part of the initial objects).
+    async fn run(self, initial: Option<Vec<Arc<Value>>>, mut cursor: i64) {
+        let mut last_sent = cursor;
+        if let Some(objects) = initial {
+            for obj in objects {
+                if self.selected(&obj) && !self.send(WatchEvent::Added(obj)).await {
+                    return;
+                }
+            }
+            if self.opts.send_initial_events == Some(true)
+                && !self.send(bookmark(&self.rt, cursor, true)).await
+            {
+                return;
+            }
+        }
+        let mut applied = self.cache.subscribe();
+        let mut bookmarks = tokio::time::interval(self.opts.bookmark_interval);
+        bookmarks.tick().await;
+        let mut bookmark_due = false;
+        loop {
+            applied.borrow_and_update();
+            match self.cache.read_after(cursor, READ_BATCH) {
+                Read::Closed => {
+                    let err =
+                        ApiError::from_store(konverge_store::Error::Closed, target(&self.rt, ""));
+                    self.send(error(&err)).await;
+                    return;
+                }
+                Read::TooOld { since } => {
+                    self.send(error(&too_old(cursor, since))).await;
+                    return;
+                }
+                Read::Events { events, caught_up } => {
+                    for event in &events {
+                        cursor = event.revision;
+                        if !event.key.starts_with(&self.prefix) {
+                            continue;
+                        }
+                        if let Some(out) = self.translate(event) {
+                            if !self.send(out).await {
+                                return;
+                            }
+                            last_sent = event.revision;
+                        }
+                    }
+                    let Some(revision) = caught_up else {
+                        continue;
+                    };
+                    cursor = cursor.max(revision);
+                    if bookmark_due && cursor > last_sent {
+                        bookmark_due = false;
+                        last_sent = cursor;
+                        if !self.send(bookmark(&self.rt, cursor, false)).await {
+                            return;
+                        }
+                    }
+                }
+            }
+            tokio::select! {
+                changed = applied.changed() => if changed.is_err() {
+                    return;
+                },
+                _ = bookmarks.tick(), if self.opts.allow_bookmarks => {
+                    bookmark_due = true;
+                    self.cache.want_progress();
+                }
+                () = until(self.deadline) => return,
+                () = self.tx.closed() => return,
+            }
+        }
+    }
+
+    /// One cached event as a watch event of this watch, or `None` if the selectors hide it.
+    fn translate(&self, event: &CachedEvent) -> Option<WatchEvent> {
+        let old_selected = event.prev.as_deref().is_some_and(|o| self.selected(o));
+        if event.deleted {
+            return old_selected.then(|| WatchEvent::Deleted(event.object.clone()));
+        }
+        let new_selected = self.selected(&event.object);
+        let object = event.object.clone();
+        match (event.prev.is_some(), old_selected, new_selected) {
+            (true, true, true) => Some(WatchEvent::Modified(object)),
+            (_, false, true) => Some(WatchEvent::Added(object)),
+            (true, true, false) => Some(WatchEvent::Deleted(object)),
+            _ => None,
+        }
+    }
+}
+
+/// A watch served from its own store watch (the watch cache is off, or could not catch up).
 struct Feed {
     registry: Registry,
     rt: Arc<ResourceType>,
     ns: Option<String>,
     opts: WatchOptions,
     tx: mpsc::Sender<WatchEvent>,
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl Feed {
     async fn send(&self, event: WatchEvent) -> bool {
-        self.tx.send(event).await.is_ok()
-    }
-
-    fn bookmark(&self, rv: i64, initial_events_end: bool) -> WatchEvent {
-        let mut metadata = json!({"resourceVersion": rv.to_string()});
-        if initial_events_end {
-            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-        }
-        WatchEvent::Bookmark(json!({
-            "kind": self.rt.kind,
-            "apiVersion": self.rt.api_version(),
-            "metadata": metadata,
-        }))
-    }
-
-    fn error(err: &ApiError) -> WatchEvent {
-        WatchEvent::Error(err.to_status())
+        send(&self.tx, self.deadline, event).await
     }
 
     async fn run(self, initial: bool, mut start_after: i64) {
-        let deadline = self.opts.timeout.map(|t| tokio::time::Instant::now() + t);
         if initial {
             let list = ListOptions {
                 limit: None,
@@ -200,7 +428,7 @@ impl Feed {
             };
             match self
                 .registry
-                .list(&self.rt, self.ns.as_deref(), &list)
+                .list_store(&self.rt, self.ns.as_deref(), &list, ReadAt::Latest)
                 .await
             {
                 Ok(listed) => {
@@ -211,13 +439,13 @@ impl Feed {
                         }
                     }
                     if self.opts.send_initial_events == Some(true)
-                        && !self.send(self.bookmark(start_after, true)).await
+                        && !self.send(bookmark(&self.rt, start_after, true)).await
                     {
                         return;
                     }
                 }
                 Err(err) => {
-                    self.send(Self::error(&err)).await;
+                    self.send(error(&err)).await;
                     return;
                 }
             }
@@ -229,8 +457,7 @@ impl Feed {
         let mut stream = match self.registry.store.watch(request).await {
             Ok(stream) => stream,
             Err(err) => {
-                self.send(Self::error(&self.watch_error(err, start_after)))
-                    .await;
+                self.send(error(&self.watch_error(err, start_after))).await;
                 return;
             }
         };
@@ -238,12 +465,6 @@ impl Feed {
         let mut bookmarks = tokio::time::interval(self.opts.bookmark_interval);
         bookmarks.tick().await;
         loop {
-            let timeout = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 message = stream.recv() => match message {
                     Some(Ok(WatchResponse::Events(events))) => {
@@ -257,7 +478,7 @@ impl Feed {
                                 }
                                 Ok(None) => {}
                                 Err(err) => {
-                                    self.send(Self::error(&err)).await;
+                                    self.send(error(&err)).await;
                                     return;
                                 }
                             }
@@ -267,19 +488,19 @@ impl Feed {
                     Some(Ok(WatchResponse::Progress(rev))) => {
                         if self.opts.allow_bookmarks && rev > last_sent {
                             last_sent = rev;
-                            if !self.send(self.bookmark(rev, false)).await {
+                            if !self.send(bookmark(&self.rt, rev, false)).await {
                                 return;
                             }
                         }
                     }
                     Some(Err(err)) => {
-                        self.send(Self::error(&self.watch_error(err, last_sent))).await;
+                        self.send(error(&self.watch_error(err, last_sent))).await;
                         return;
                     }
                     None => return,
                 },
                 _ = bookmarks.tick(), if self.opts.allow_bookmarks => stream.request_progress(),
-                () = timeout => return,
+                () = until(self.deadline) => return,
                 () = self.tx.closed() => return,
             }
         }
@@ -287,9 +508,7 @@ impl Feed {
 
     fn watch_error(&self, err: konverge_store::Error, rv: i64) -> ApiError {
         match err {
-            konverge_store::Error::Compacted { compact_revision } => ApiError::expired(format!(
-                "too old resource version: {rv} ({compact_revision})"
-            )),
+            konverge_store::Error::Compacted { compact_revision } => too_old(rv, compact_revision),
             other => ApiError::from_store(other, target(&self.rt, "")),
         }
     }
@@ -304,7 +523,7 @@ impl Feed {
         let old_selected = old.as_ref().is_some_and(|o| selected(&self.rt, opts, o));
         match event.kind {
             EventKind::Put => {
-                let new = decode(&event.kv)?;
+                let new = Arc::new(decode(&event.kv)?);
                 let new_selected = selected(&self.rt, opts, &new);
                 Ok(match (old.is_some(), old_selected, new_selected) {
                     (true, true, true) => Some(WatchEvent::Modified(new)),
@@ -316,7 +535,7 @@ impl Feed {
             EventKind::Delete => Ok(match old {
                 Some(mut gone) if old_selected => {
                     set_rv(&mut gone, event.kv.mod_revision);
-                    Some(WatchEvent::Deleted(gone))
+                    Some(WatchEvent::Deleted(Arc::new(gone)))
                 }
                 _ => None,
             }),

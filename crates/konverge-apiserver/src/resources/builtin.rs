@@ -747,8 +747,14 @@ fn default_service(obj: &mut Value) {
                 continue;
             };
             port.entry("protocol").or_insert_with(|| json!("TCP"));
-            if let Some(number) = port.get("port").cloned() {
-                port.entry("targetPort").or_insert(number);
+            let unset = match port.get("targetPort") {
+                None | Some(Value::Null) => true,
+                Some(Value::Number(n)) => n.as_i64() == Some(0),
+                Some(Value::String(s)) => s.is_empty(),
+                Some(_) => false,
+            };
+            if unset && let Some(number) = port.get("port").cloned() {
+                port.insert("targetPort".into(), number);
             }
         }
     }

@@ -1,6 +1,7 @@
 //! `konverge bench`: measurements reported as ratios against an anchor run on the same machine
 //! in the same run.
 
+mod api;
 mod store;
 
 use clap::Subcommand;
@@ -9,10 +10,13 @@ use clap::Subcommand;
 pub(crate) enum Target {
     /// Durable commits/s and latency of DiskStore vs a real etcd, and watch fan-out.
     Store(store::StoreArgs),
+    /// Readiness, idle memory, and verb throughput of the API server vs a real etcd.
+    Api(api::ApiArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Store(args) => store::run(args).await,
+        Target::Api(args) => api::run(args).await,
     }
 }

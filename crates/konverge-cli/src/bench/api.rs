@@ -1,0 +1,525 @@
+//! `konverge bench api`: the API server as clients see it.
+//!
+//! - Readiness: an in-process server over the memory store (build until it serves), and
+//!   `konverge up` as a process on a fresh disk store (spawn until `/readyz` answers over
+//!   HTTPS), first start (generating credentials) and restart.
+//! - Idle memory: RSS of `konverge up` a moment after it is ready.
+//! - Throughput and latency of create, get, update, list and watch with `kube::Client` over
+//!   HTTPS at 1 and 32 concurrent clients, and a list of 10,000 ConfigMaps.
+//!
+//! The anchor is a real etcd started in the same run: kube-apiserver cannot run without one,
+//! so etcd's own readiness, idle memory and write rate are a lower bound on what a
+//! kube-apiserver + etcd control plane costs on this machine.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[derive(clap::Args)]
+pub(crate) struct ApiArgs {
+    /// A reduced run (under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Seconds each throughput phase runs (default 5, or 1 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// How many ConfigMaps the large list holds (default 10,000, or 2,000 with --quick).
+    #[arg(long)]
+    list_size: Option<usize>,
+    /// Skip the etcd anchor even if etcd is available.
+    #[arg(long)]
+    no_etcd: bool,
+}
+
+struct Stats {
+    ops: usize,
+    /// The fewest operations any one client completed.
+    min_per_client: usize,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+impl Stats {
+    fn from(mut latencies: Vec<Duration>, elapsed: Duration, min_per_client: usize) -> Stats {
+        latencies.sort_unstable();
+        let at = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        Stats {
+            ops: latencies.len(),
+            min_per_client,
+            elapsed,
+            p50: at(0.5),
+            p99: at(0.99),
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Resident memory of a process, in MiB.
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+struct Standalone {
+    // Held so that dropping the handle kills the server.
+    _child: tokio::process::Child,
+    client: kube::Client,
+    ready: Duration,
+    pid: u32,
+}
+
+/// Starts `konverge up` on `dir` and waits until `/readyz` answers over HTTPS.
+async fn start_standalone(dir: &Path) -> anyhow::Result<Standalone> {
+    let exe = std::env::current_exe().context("locating the konverge binary")?;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(exe)
+        .args(["up", "--port", "0", "--store", "disk", "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting konverge up")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next_line().await?.context("konverge up exited")?;
+    if !first.starts_with("konverge is ready") {
+        bail!("unexpected first line from konverge up: {first}");
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let kubeconfig = kube::config::Kubeconfig::read_from(dir.join("kubeconfig"))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let client = kube::Client::try_from(config)?;
+    loop {
+        let req = http::Request::get("/readyz").body(Vec::new())?;
+        if client.request_text(req).await.is_ok() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("konverge up did not become ready");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let ready = started.elapsed();
+    let pid = child.id().context("konverge up pid")?;
+    Ok(Standalone {
+        _child: child,
+        client,
+        ready,
+        pid,
+    })
+}
+
+fn cm(name: &str, payload: &str) -> ConfigMap {
+    let mut c = ConfigMap::default();
+    c.metadata.name = Some(name.to_string());
+    c.data = Some([("payload".to_string(), payload.to_string())].into());
+    c
+}
+
+/// Runs `op` from `clients` tasks for `phase`, each with its own counter.
+async fn phase<F, Fut>(clients: usize, phase: Duration, op: F) -> anyhow::Result<Stats>
+where
+    F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let deadline = start + phase;
+    let mut tasks = Vec::new();
+    for client in 0..clients {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                op(client, n).await?;
+                latencies.push(t.elapsed());
+                n += 1;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut min_per_client = usize::MAX;
+    for task in tasks {
+        let latencies = task.await??;
+        min_per_client = min_per_client.min(latencies.len());
+        all.extend(latencies);
+    }
+    Ok(Stats::from(all, start.elapsed(), min_per_client))
+}
+
+pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
+    let seconds =
+        Duration::from_secs_f64(args.seconds.unwrap_or(if args.quick { 1.0 } else { 5.0 }));
+    let list_size = args
+        .list_size
+        .unwrap_or(if args.quick { 2_000 } else { 10_000 });
+    let payload = "x".repeat(1024);
+
+    // In-process readiness: build the server over a memory store, 50 times.
+    let mut in_process = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        let server =
+            konverge_apiserver::ApiServer::builder(Arc::new(konverge_store::MemStore::new()))
+                .build()
+                .await?;
+        let _router = server.router();
+        in_process.push(t.elapsed());
+    }
+    in_process.sort_unstable();
+    let in_process_median = in_process[in_process.len() / 2];
+
+    // Standalone readiness: first start (credentials generated) and restart, 5 times each.
+    let mut first_starts = Vec::new();
+    let mut restarts = Vec::new();
+    let mut rss = Vec::new();
+    for _ in 0..5 {
+        let dir = tempfile::tempdir()?;
+        let first = start_standalone(dir.path()).await?;
+        first_starts.push(first.ready);
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let again = start_standalone(dir.path()).await?;
+        restarts.push(again.ready);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        rss.extend(rss_mib(again.pid));
+    }
+    first_starts.sort_unstable();
+    restarts.sort_unstable();
+    rss.sort_by(f64::total_cmp);
+    let median = |v: &[Duration]| v[v.len() / 2];
+    let idle_rss = rss.get(rss.len() / 2).copied().unwrap_or(f64::NAN);
+
+    // The anchor.
+    let etcd = etcd::measure(args.no_etcd, seconds, &payload).await;
+
+    // Throughput over HTTPS against one standalone server.
+    let dir = tempfile::tempdir()?;
+    let server = start_standalone(dir.path()).await?;
+    let api: Api<ConfigMap> = Api::namespaced(server.client.clone(), "default");
+    let mut rows: Vec<(String, usize, Stats)> = Vec::new();
+    for clients in [1usize, 32] {
+        let a = api.clone();
+        let p = payload.clone();
+        let create = phase(clients, seconds, move |c, n| {
+            let a = a.clone();
+            let obj = cm(&format!("c{clients}-{c}-{n}"), &p);
+            async move {
+                a.create(&PostParams::default(), &obj).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        // Every client created at least this many: gets and updates stay within them.
+        let created_per_client = create.min_per_client.max(1);
+        rows.push(("create".into(), clients, create));
+        let a = api.clone();
+        let get = phase(clients, seconds, move |c, n| {
+            let a = a.clone();
+            async move {
+                a.get(&format!("c{clients}-{c}-{}", n % created_per_client))
+                    .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        rows.push(("get".into(), clients, get));
+        let a = api.clone();
+        let update = phase(clients, seconds, move |c, n| {
+            let a = a.clone();
+            async move {
+                let patch = serde_json::json!({"data": {"n": n.to_string()}});
+                a.patch(
+                    &format!("c{clients}-{c}-{}", n % created_per_client),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .await?;
+        rows.push(("update".into(), clients, update));
+        let a = api.clone();
+        let list = phase(clients, seconds, move |_, _| {
+            let a = a.clone();
+            async move {
+                a.list(&ListParams::default().limit(100)).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        rows.push(("list 100".into(), clients, list));
+    }
+
+    // Watch: 32 watchers, one writer; events delivered per second.
+    let watchers = 32;
+    let writes = if args.quick { 500 } else { 2_000 };
+    let wapi: Api<ConfigMap> = Api::namespaced(server.client.clone(), "kube-public");
+    let mut streams = Vec::new();
+    let rv = wapi
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    for _ in 0..watchers {
+        streams.push(wapi.watch(&WatchParams::default(), &rv).await?.boxed());
+    }
+    let started = Instant::now();
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut n = 0usize;
+                while n < writes {
+                    match s.next().await {
+                        Some(Ok(WatchEvent::Added(_))) => n += 1,
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => return Err(anyhow::Error::new(e)),
+                        None => bail!("watch ended"),
+                    }
+                }
+                Ok(n)
+            })
+        })
+        .collect();
+    for n in 0..writes {
+        wapi.create(&PostParams::default(), &cm(&format!("w-{n}"), "w"))
+            .await?;
+    }
+    let mut delivered = 0;
+    for r in readers {
+        delivered += r.await??;
+    }
+    let watch_rate = delivered as f64 / started.elapsed().as_secs_f64();
+
+    // The large list.
+    let lapi: Api<ConfigMap> = Api::namespaced(server.client.clone(), "kube-node-lease");
+    let fill = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = Vec::new();
+    for n in 0..list_size {
+        let a = lapi.clone();
+        let permit = fill.clone().acquire_owned().await?;
+        let p = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            a.create(&PostParams::default(), &cm(&format!("l-{n:05}"), &p))
+                .await
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let mut list_times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let items = lapi.list(&ListParams::default()).await?.items.len();
+        list_times.push(t.elapsed());
+        if items != list_size {
+            bail!("listed {items} of {list_size} ConfigMaps");
+        }
+    }
+    list_times.sort_unstable();
+    let busy_rss = rss_mib(server.pid).unwrap_or(f64::NAN);
+    drop(server);
+
+    println!("readiness");
+    println!(
+        "  in-process (memory store), median of 50:  {:>8.3} ms",
+        ms(in_process_median)
+    );
+    println!(
+        "  konverge up, first start (new CA), median of 5: {:>8.1} ms",
+        ms(median(&first_starts))
+    );
+    println!(
+        "  konverge up, restart, median of 5:        {:>8.1} ms",
+        ms(median(&restarts))
+    );
+    println!("memory");
+    println!(
+        "  konverge up idle RSS, median of 5:        {:>8.1} MiB",
+        idle_rss
+    );
+    println!(
+        "  konverge up RSS after the run ({list_size} ConfigMaps of 1 KiB): {busy_rss:.1} MiB"
+    );
+    println!();
+    println!(
+        "{:<10} {:>8} {:>10} {:>10} {:>10}",
+        "verb", "clients", "ops/s", "p50 ms", "p99 ms"
+    );
+    for (verb, clients, s) in &rows {
+        println!(
+            "{verb:<10} {clients:>8} {:>10.0} {:>10.3} {:>10.3}",
+            s.rate(),
+            ms(s.p50),
+            ms(s.p99)
+        );
+    }
+    println!("watch: {watchers} watchers x {writes} creates: {watch_rate:.0} events/s delivered");
+    println!(
+        "list of {list_size} ConfigMaps (1 KiB each): median {:.1} ms, best {:.1} ms",
+        ms(median(&list_times)),
+        ms(list_times[0])
+    );
+    println!();
+    match etcd {
+        Ok(anchor) => {
+            println!("anchor: {}", anchor.description);
+            println!(
+                "  etcd ready: {:.1} ms, idle RSS {:.1} MiB",
+                ms(anchor.ready),
+                anchor.rss
+            );
+            for (clients, rate) in &anchor.put_rates {
+                println!("  etcd put 1 KiB at {clients} clients: {rate:.0} ops/s");
+            }
+            println!();
+            println!(
+                "konverge up/etcd ready time ratio: {:.2}",
+                ms(median(&restarts)) / ms(anchor.ready)
+            );
+            println!(
+                "konverge up/etcd idle memory ratio: {:.2}",
+                idle_rss / anchor.rss
+            );
+            for (clients, rate) in &anchor.put_rates {
+                if let Some((_, _, s)) = rows.iter().find(|(v, c, _)| v == "create" && c == clients)
+                {
+                    println!(
+                        "konverge create (HTTPS, kube::Client)/etcd put ratio at {clients} clients: {:.2}",
+                        s.rate() / rate
+                    );
+                }
+            }
+        }
+        Err(why) => println!("anchor: etcd not measured: {why}"),
+    }
+    Ok(())
+}
+
+struct Anchor {
+    description: String,
+    ready: Duration,
+    rss: f64,
+    put_rates: Vec<(usize, f64)>,
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use konverge_store::KvStore;
+    use konverge_store_etcd::EtcdStore;
+    use konverge_store_etcd::testing::EtcdServer;
+
+    use super::{Anchor, rss_mib};
+
+    pub(super) async fn measure(
+        skip: bool,
+        seconds: Duration,
+        payload: &str,
+    ) -> Result<Anchor, String> {
+        if skip {
+            return Err("--no-etcd".into());
+        }
+        let t = Instant::now();
+        let server = EtcdServer::start().await.map_err(|e| {
+            format!("could not start etcd ({e}); install it with `apt-get install -y etcd-server`")
+        })?;
+        let ready = t.elapsed();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss = server.pid().and_then(rss_mib).unwrap_or(f64::NAN);
+        let store: Arc<dyn KvStore> = Arc::new(
+            EtcdStore::connect(std::slice::from_ref(&server.endpoint()))
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        let value = Bytes::from(payload.to_string());
+        let mut put_rates = Vec::new();
+        for clients in [1usize, 32] {
+            let stats = super::phase(clients, seconds, {
+                let store = store.clone();
+                let value = value.clone();
+                move |c, n| {
+                    let store = store.clone();
+                    let value = value.clone();
+                    async move {
+                        store
+                            .put(
+                                Bytes::from(format!(
+                                    "/registry/configmaps/default/c{clients}-{c}-{n}"
+                                )),
+                                value,
+                            )
+                            .await?;
+                        Ok(())
+                    }
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            put_rates.push((clients, stats.rate()));
+        }
+        Ok(Anchor {
+            description: format!(
+                "etcd at {} (kube-apiserver needs one; its own cost comes on top)",
+                server.endpoint()
+            ),
+            ready,
+            rss,
+            put_rates,
+        })
+    }
+}
+
+#[cfg(not(feature = "etcd"))]
+mod etcd {
+    use std::time::Duration;
+
+    use super::Anchor;
+
+    pub(super) async fn measure(
+        _skip: bool,
+        _seconds: Duration,
+        _payload: &str,
+    ) -> Result<Anchor, String> {
+        Err("built without the `etcd` feature (cargo run --release -p konverge-cli --features etcd -- bench api)".into())
+    }
+}

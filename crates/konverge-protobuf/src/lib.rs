@@ -1,0 +1,268 @@
+//! Decodes Kubernetes protobuf request bodies (`Content-Type:
+//! application/vnd.kubernetes.protobuf`, which client-go typed clients — and so kubectl,
+//! controller-runtime and most Go programs — send for built-in types since Kubernetes 1.32)
+//! into the JSON the same client would have sent as `application/json`: the JSON Go's
+//! `encoding/json` writes for the Go object the body encodes, which is also what
+//! kube-apiserver works from. Encoding responses as protobuf is not implemented (clients
+//! accept JSON); the table carries what an encoder would need.
+//!
+//! # Where to start
+//!
+//! - [`decode()`] / [`decode_with_defaults`]: a whole body (the `k8s\0` prefix, the
+//!   `runtime.Unknown` envelope and the object) → [`TypeMeta`] and the object's JSON,
+//!   `apiVersion` and `kind` included. [`decode_object`]: the object's message alone.
+//! - [`supports`] / [`kinds`]: which kinds there is a table for; [`is_protobuf`]: the prefix.
+//! - [`DecodeError`]: what is wrong and at which field path; [`DecodeError::is_unsupported_kind`]
+//!   separates 415 from 400 answers.
+//!
+//! # How it works
+//!
+//! - `src/table.rs` is generated (do not edit): for every protobuf message reachable from the
+//!   supported kinds, its fields' numbers, protobuf types, JSON names and Go JSON semantics
+//!   (the vocabulary is in `src/schema.rs`). The generator, `generator/mod.rs`, reads the
+//!   prost sources of the `k8s-pb` crate (field numbers and types), the `k8s-openapi` JSON
+//!   schemas (JSON names, matched to protobuf names ignoring case and punctuation) and
+//!   `generator/go-fields.txt` (which Go fields are pointers, `omitempty` or inline,
+//!   extracted from the Kubernetes Go sources). Run it with `cargo run -p konverge-protobuf
+//!   --example generate`; `tests/table.rs` fails when the committed table is stale. The list
+//!   of supported kinds is `ROOTS` in the generator.
+//! - `src/wire.rs` reads the protobuf wire format; `src/decode.rs` walks a message with the
+//!   table and builds JSON; `src/gotime.rs` formats times and durations as Go does.
+//! - An encoder (JSON → protobuf, for protobuf responses) would walk the same table the
+//!   other way: every field's number, protobuf type, JSON name and Go pointer-ness is there.
+//! - `examples/decode.rs` prints the JSON of a body saved to a file (debugging aid).
+//! - Tests: `tests/kubectl.rs` (bodies captured from a real kubectl decode to exactly what
+//!   `kubectl create … --dry-run=client -o json` prints), `tests/roundtrip.rs` (every kind,
+//!   built with k8s-pb + prost, against k8s-openapi), `tests/malformed.rs` (errors, limits,
+//!   a mutation fuzz loop), `tests/table.rs` (the committed table is current).
+//!
+//! # Fidelity
+//!
+//! Go's protobuf encoder writes every non-pointer field, zero or not, and the JSON encoder
+//! then drops the zero ones tagged `omitempty`; the decoder mirrors both, so a body from
+//! client-go decodes to exactly what `kubectl create … --dry-run=client -o json` prints (the
+//! tests check this against kubectl). Fields the message lacks get what Go would write for
+//! the zero value (`"metadata": {"creationTimestamp": null}`, `"status": {}`, `null` for nil
+//! pointers and slices without `omitempty`). Known differences from kube-apiserver:
+//!
+//! - Quantities are passed through as sent (Go re-canonicalizes them; client-go already
+//!   sends the canonical form).
+//! - A `RawExtension` holding CBOR (rather than JSON) is rejected.
+//! - Fields newer than the served API version (present in `k8s-pb`, absent from the
+//!   `k8s-openapi` schemas) are skipped like unknown fields, as kube-apiserver of that
+//!   version would skip them.
+//! - Nesting is limited to [`MAX_DEPTH`] messages, and the output to [`VALUES_PER_BYTE`]
+//!   JSON values per body byte (client-go bodies need at most one per two bytes).
+//! - Go writes `null` for a nil slice or map without `omitempty`, and so does this decoder;
+//!   the value of a field the body sets is never dropped unless Go's JSON would drop it.
+//!
+//! No input panics: every length is checked, recursion is bounded, and unknown fields are
+//! skipped.
+
+mod decode;
+mod error;
+mod gotime;
+mod schema;
+#[allow(non_upper_case_globals)]
+#[rustfmt::skip]
+mod table;
+mod wire;
+
+use serde_json::{Map, Value};
+
+pub use decode::{MAX_DEPTH, VALUES_BASE, VALUES_PER_BYTE};
+pub use error::DecodeError;
+
+use decode::{Path, decode_message, wire_error};
+use wire::{Reader, WireType};
+
+/// The media type of Kubernetes protobuf bodies.
+pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
+/// The 4 bytes every Kubernetes protobuf body starts with.
+pub const MAGIC: [u8; 4] = *b"k8s\0";
+
+/// The `apiVersion` and `kind` a body claims.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct TypeMeta {
+    /// `v1`, `apps/v1`, …
+    pub api_version: String,
+    /// `Pod`, `Deployment`, …
+    pub kind: String,
+}
+
+impl TypeMeta {
+    /// Builds a `TypeMeta`.
+    pub fn new(api_version: impl Into<String>, kind: impl Into<String>) -> Self {
+        Self {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
+/// Whether `body` starts with the Kubernetes protobuf prefix.
+pub fn is_protobuf(body: &[u8]) -> bool {
+    body.starts_with(&MAGIC)
+}
+
+/// Decodes a protobuf body into its [`TypeMeta`] (from the envelope) and the object's JSON,
+/// with `apiVersion` and `kind` set.
+pub fn decode(body: &[u8]) -> Result<(TypeMeta, Value), DecodeError> {
+    decode_with_defaults(body, None)
+}
+
+/// As [`decode()`], filling a kind or apiVersion the envelope lacks from `defaults` (what the
+/// request URL implies), as kube-apiserver does.
+pub fn decode_with_defaults(
+    body: &[u8],
+    defaults: Option<&TypeMeta>,
+) -> Result<(TypeMeta, Value), DecodeError> {
+    let data = match body.strip_prefix(&MAGIC) {
+        _ if body.is_empty() => return Err(DecodeError::Empty),
+        None => return Err(DecodeError::MissingMagic),
+        Some([]) => return Err(DecodeError::Empty),
+        Some(data) => data,
+    };
+    let (mut type_meta, raw) = envelope(data)?;
+    if let Some(defaults) = defaults {
+        copy_kind_defaults(&mut type_meta, defaults);
+    }
+    if type_meta.kind.is_empty() {
+        return Err(DecodeError::MissingKind);
+    }
+    if version(&type_meta.api_version).is_empty() {
+        return Err(DecodeError::MissingApiVersion);
+    }
+    let object = decode_object(&type_meta, raw)?;
+    Ok((type_meta, object))
+}
+
+/// Decodes the protobuf message of an object of the given type (the `raw` field of the
+/// envelope) into its JSON, with `apiVersion` and `kind` set from `type_meta`.
+pub fn decode_object(type_meta: &TypeMeta, message: &[u8]) -> Result<Value, DecodeError> {
+    let entry = lookup(&type_meta.api_version, &type_meta.kind).ok_or_else(|| {
+        DecodeError::UnknownKind {
+            api_version: type_meta.api_version.clone(),
+            kind: type_meta.kind.clone(),
+        }
+    })?;
+    let decoded = decode_message(entry.message, message, &Path::Root(""))?;
+    let mut object = Map::new();
+    if !type_meta.api_version.is_empty() {
+        object.insert(
+            "apiVersion".into(),
+            Value::String(type_meta.api_version.clone()),
+        );
+    }
+    if !type_meta.kind.is_empty() {
+        object.insert("kind".into(), Value::String(type_meta.kind.clone()));
+    }
+    if let Value::Object(fields) = decoded {
+        for (key, value) in fields {
+            object.entry(key).or_insert(value);
+        }
+    }
+    Ok(Value::Object(object))
+}
+
+/// Whether there is a table for this kind (`DeleteOptions` is accepted in every group
+/// version, as Kubernetes registers it in each).
+pub fn supports(api_version: &str, kind: &str) -> bool {
+    lookup(api_version, kind).is_some()
+}
+
+/// The kinds there is a table for: `(apiVersion, kind)`, with `None` for kinds accepted
+/// under any apiVersion.
+pub fn kinds() -> impl Iterator<Item = (Option<&'static str>, &'static str)> {
+    table::KINDS.iter().map(|k| (k.api_version, k.kind))
+}
+
+fn lookup(api_version: &str, kind: &str) -> Option<&'static schema::KindEntry> {
+    table::KINDS
+        .iter()
+        .find(|k| k.kind == kind && k.api_version == Some(api_version))
+        .or_else(|| {
+            table::KINDS
+                .iter()
+                .find(|k| k.kind == kind && k.api_version.is_none())
+        })
+}
+
+/// The version part of an apiVersion (`apps/v1` → `v1`).
+fn version(api_version: &str) -> &str {
+    api_version
+        .rsplit_once('/')
+        .map_or(api_version, |(_, version)| version)
+}
+
+/// Go's `copyKindDefaults`: a missing kind, and a missing version (with its group), come
+/// from the defaults.
+fn copy_kind_defaults(actual: &mut TypeMeta, defaults: &TypeMeta) {
+    if actual.kind.is_empty() {
+        actual.kind.clone_from(&defaults.kind);
+    }
+    if version(&actual.api_version).is_empty() && !version(&defaults.api_version).is_empty() {
+        actual.api_version.clone_from(&defaults.api_version);
+    }
+}
+
+/// Reads the `runtime.Unknown` envelope: `{1: typeMeta {1: apiVersion, 2: kind}, 2: raw,
+/// 3: contentEncoding, 4: contentType}` (the last two are ignored, as Go ignores them).
+fn envelope(data: &[u8]) -> Result<(TypeMeta, &[u8]), DecodeError> {
+    let root = Path::Root("envelope");
+    let mut type_meta = TypeMeta::default();
+    let mut raw: &[u8] = &[];
+    let mut reader = Reader::new(data);
+    while !reader.is_empty() {
+        let (number, wire_type) = reader.tag().map_err(|e| wire_error(e, &root))?;
+        let name = match number {
+            1 => "typeMeta",
+            2 => "raw",
+            3 => "contentEncoding",
+            4 => "contentType",
+            _ => {
+                reader.skip(wire_type).map_err(|e| wire_error(e, &root))?;
+                continue;
+            }
+        };
+        let path = Path::Field(&root, name);
+        let bytes = len_field(wire_type, &mut reader, &path)?;
+        match number {
+            1 => {
+                let mut inner = Reader::new(bytes);
+                while !inner.is_empty() {
+                    let (number, wire_type) = inner.tag().map_err(|e| wire_error(e, &path))?;
+                    let (name, target) = match number {
+                        1 => ("apiVersion", &mut type_meta.api_version),
+                        2 => ("kind", &mut type_meta.kind),
+                        _ => {
+                            inner.skip(wire_type).map_err(|e| wire_error(e, &path))?;
+                            continue;
+                        }
+                    };
+                    let bytes = len_field(wire_type, &mut inner, &Path::Field(&path, name))?;
+                    *target = String::from_utf8_lossy(bytes).into_owned();
+                }
+            }
+            2 => raw = bytes,
+            _ => {}
+        }
+    }
+    Ok((type_meta, raw))
+}
+
+fn len_field<'a>(
+    wire_type: WireType,
+    reader: &mut Reader<'a>,
+    path: &Path<'_>,
+) -> Result<&'a [u8], DecodeError> {
+    if wire_type != WireType::Len {
+        return Err(DecodeError::WrongWireType {
+            path: path.render(),
+            expected: "length-delimited",
+            found: wire_type.number(),
+        });
+    }
+    reader.len_delimited().map_err(|e| wire_error(e, path))
+}
