@@ -54,6 +54,7 @@ pub struct ApiServerBuilder {
     token: Option<String>,
     control_loops: bool,
     compaction_interval: std::time::Duration,
+    watch_cache: registry::WatchCacheConfig,
 }
 
 impl ApiServerBuilder {
@@ -77,12 +78,19 @@ impl ApiServerBuilder {
         self
     }
 
+    /// How lists and watches are served from memory (default: a watch cache per resource
+    /// keeping 10,000 events; see [`registry::WatchCacheConfig`]).
+    pub fn watch_cache(mut self, config: registry::WatchCacheConfig) -> Self {
+        self.watch_cache = config;
+        self
+    }
+
     /// Creates the server and the objects a cluster has from the start (the system
     /// namespaces and the `default/kubernetes` Service), if they are missing.
     pub async fn build(self) -> Result<Arc<ApiServer>, ApiError> {
         let catalog = Arc::new(Catalog::builtin());
         let server = Arc::new(ApiServer {
-            registry: Registry::new(self.store, catalog),
+            registry: Registry::new(self.store, catalog).with_watch_cache(self.watch_cache),
             token: self.token,
             address: RwLock::new("127.0.0.1:6443".into()),
         });
@@ -119,6 +127,7 @@ impl ApiServer {
             token: None,
             control_loops: true,
             compaction_interval: std::time::Duration::from_secs(300),
+            watch_cache: registry::WatchCacheConfig::default(),
         }
     }
 

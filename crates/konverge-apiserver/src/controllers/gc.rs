@@ -109,20 +109,7 @@ async fn remove_owner_refs(registry: &Registry, node: &Node, uids: &[String]) {
         }
         Ok(new)
     };
-    if let Err(e) = registry
-        .patch(
-            &node.rt,
-            node.namespace.as_deref(),
-            &node.name,
-            None,
-            &WriteOptions::default(),
-            &apply,
-        )
-        .await
-        && e.reason != "NotFound"
-    {
-        tracing::warn!(error = %e, name = %node.name, "removing owner references failed");
-    }
+    patch_node(registry, node, "removing owner references", &apply).await;
 }
 
 async fn remove_finalizer(registry: &Registry, node: &Node, finalizer: &str) {
@@ -135,6 +122,17 @@ async fn remove_finalizer(registry: &Registry, node: &Node, finalizer: &str) {
         crate::meta::metadata_mut(&mut new).insert("finalizers".into(), json!(kept));
         Ok(new)
     };
+    patch_node(registry, node, "removing a finalizer", &apply).await;
+}
+
+/// Applies `apply` to the object behind `node`; an object already gone is fine, any other
+/// failure is logged and retried at the next pass.
+async fn patch_node(
+    registry: &Registry,
+    node: &Node,
+    what: &str,
+    apply: &(dyn Fn(&Value) -> crate::error::Result<Value> + Send + Sync),
+) {
     if let Err(e) = registry
         .patch(
             &node.rt,
@@ -142,11 +140,11 @@ async fn remove_finalizer(registry: &Registry, node: &Node, finalizer: &str) {
             &node.name,
             None,
             &WriteOptions::default(),
-            &apply,
+            apply,
         )
         .await
         && e.reason != "NotFound"
     {
-        tracing::warn!(error = %e, name = %node.name, finalizer, "removing a finalizer failed");
+        tracing::warn!(error = %e, name = %node.name, "{what} failed");
     }
 }

@@ -34,7 +34,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn json_response(code: StatusCode, body: &Value, content_type: Option<&str>) -> Response {
+fn json_response(
+    code: StatusCode,
+    body: &impl serde::Serialize,
+    content_type: Option<&str>,
+) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut response = (code, bytes).into_response();
     response.headers_mut().insert(
@@ -202,13 +206,21 @@ async fn resource(
                     Some(Accept::METADATA_LIST),
                 ));
             }
-            let items: Vec<&Value> = listed.items.iter().map(|o| &**o).collect();
-            let list = json!({
-                "kind": rt.list_kind(),
-                "apiVersion": rt.api_version(),
-                "metadata": meta,
-                "items": items,
-            });
+            // Serialized straight from the (cache-shared) objects, without a copy.
+            #[derive(serde::Serialize)]
+            struct List<'a> {
+                kind: String,
+                #[serde(rename = "apiVersion")]
+                api_version: String,
+                metadata: Value,
+                items: Vec<&'a Value>,
+            }
+            let list = List {
+                kind: rt.list_kind(),
+                api_version: rt.api_version(),
+                metadata: meta,
+                items: listed.items.iter().map(|o| &**o).collect(),
+            };
             Ok(json_response(StatusCode::OK, &list, None))
         }
         ("GET", Some(name)) => {

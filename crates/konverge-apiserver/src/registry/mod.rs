@@ -6,6 +6,10 @@
 //! optimistic concurrency, finalizers and deletion, dry runs, and the resourceVersion rules of
 //! reads. Objects are stored as JSON without `metadata.resourceVersion`; the store's
 //! `mod_revision` becomes the resourceVersion on the way out.
+//!
+//! Writes and gets go to the store. Lists and watches are served from memory by a watch cache
+//! per resource (`cache.rs`: one store watch per resource, objects decoded once, a bounded ring
+//! of events shared by every watcher), as kube-apiserver's cacher serves them.
 
 mod cache;
 mod list;

@@ -1,5 +1,9 @@
 //! Watch: the store's ordered, exactly-once change stream turned into Kubernetes watch
 //! events, with selectors, initial events, bookmarks and expiry.
+//!
+//! Served from the resource's watch cache (`cache.rs`): every watcher reads the same
+//! decoded events from the cache's ring at its own pace. Without the cache (turned off, or not
+//! caught up in time) a watch opens its own store watch and decodes for itself.
 
 use std::sync::Arc;
 use std::time::Duration;
