@@ -667,6 +667,31 @@ async fn finalizers_hold_deletion(t: TestServer) {
             .expect_err("deleted after the last finalizer"),
     );
     assert_eq!(gone.code, 404);
+
+    // Marking an object with a generation for deletion starts a new generation, as
+    // kube-apiserver does, so generation-filtered controllers see it.
+    let deployments: Api<Deployment> = Api::namespaced(t.client.clone(), "default");
+    let mut d = deployment("held", 1);
+    d.metadata.finalizers = Some(vec!["example.com/cleanup".into()]);
+    let created = deployments
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    assert_eq!(created.metadata.generation, Some(1));
+    let marked = deployments
+        .delete("held", &DeleteParams::default())
+        .await
+        .expect("delete")
+        .left()
+        .expect("held by its finalizer");
+    assert_eq!(marked.metadata.generation, Some(2));
+    let again = deployments
+        .delete("held", &DeleteParams::default())
+        .await
+        .expect("delete again")
+        .left()
+        .expect("still held");
+    assert_eq!(again.metadata.generation, Some(2), "only the first mark counts");
 }
 
 async fn scale_subresource(t: TestServer) {

@@ -827,6 +827,13 @@ impl Registry {
             if !md.contains_key("deletionTimestamp") {
                 md.insert("deletionTimestamp".into(), json!(meta::now()));
                 md.insert("deletionGracePeriodSeconds".into(), json!(0));
+                // As kube-apiserver: the first mark for deletion changes what the object's
+                // controllers must do, so it counts as a new generation (when it has one).
+                if let Some(generation) = md.get("generation").and_then(Value::as_i64)
+                    && generation > 0
+                {
+                    md.insert("generation".into(), json!(generation + 1));
+                }
             }
             if marked == current {
                 return Ok(Deleted::Pending(current));
