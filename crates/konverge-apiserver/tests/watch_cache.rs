@@ -763,3 +763,62 @@ async fn without_the_cache_every_watch_watches_the_store() {
     assert_eq!(env.store.watches_under("/registry/configmaps/"), 2);
     assert_eq!(env.registry.watch_caches(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_history_answers_410_for_earlier_resource_versions() {
+    let env = env(WatchCacheConfig::default()).await;
+    let old = rv_of(&env.create("default", "a", json!({})).await);
+    // Before: the cache's ring serves a watch from `old`.
+    let mut before = env.watch(Some("default"), from(old)).await;
+    env.create("default", "b", json!({})).await;
+    assert_eq!(name(&next(&mut before).await), "b");
+
+    let expired_at = env.registry.expire_history().await.expect("expire");
+    assert_eq!(expired_at, env.revision().await);
+
+    // The cache forgot its ring, so the same watch is now 410 (the store's compaction alone
+    // would not do it: the ring would still hold `old`).
+    let mut late = env.watch(Some("default"), from(old)).await;
+    match next(&mut late).await {
+        WatchEvent::Error(status) => {
+            assert_eq!(status["code"], 410, "{status}");
+            assert_eq!(status["reason"], "Expired", "{status}");
+        }
+        other => panic!("expected 410, got {other:?}"),
+    }
+    // An exact list at `old` reads the compacted store.
+    let exact = env
+        .registry
+        .list(
+            &env.configmaps,
+            Some("default"),
+            &ListOptions {
+                resource_version: Some(old.to_string()),
+                resource_version_match: Some(ResourceVersionMatch::Exact),
+                ..ListOptions::default()
+            },
+        )
+        .await
+        .expect_err("compacted");
+    assert_eq!((exact.code.as_u16(), exact.reason), (410, "Expired"));
+
+    // A fresh list works, and a watch from its revision sees what comes next.
+    let listed = env
+        .registry
+        .list(&env.configmaps, Some("default"), &ListOptions::default())
+        .await
+        .expect("list");
+    let names: Vec<_> = listed.items.iter().map(|o| name_of(o)).collect();
+    assert_eq!(names, ["a", "b"]);
+    let mut again = env
+        .watch(Some("default"), from(listed.resource_version))
+        .await;
+    env.create("default", "c", json!({})).await;
+    assert_eq!(name(&next(&mut again).await), "c");
+
+    // Expiring again with nothing written since is fine.
+    assert_eq!(
+        env.registry.expire_history().await.expect("again"),
+        env.revision().await
+    );
+}

@@ -135,6 +135,16 @@ impl Caches {
         cache
     }
 
+    /// Every running cache.
+    pub(crate) fn running(&self) -> Vec<Arc<Cache>> {
+        self.caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// How many resources have a running cache.
     pub(crate) fn len(&self) -> usize {
         self.caches
@@ -377,6 +387,17 @@ impl Cache {
         let events: Vec<_> = state.ring.range(start..).take(max).cloned().collect();
         let caught_up = (start + events.len() == state.ring.len()).then_some(state.revision);
         Read::Events { events, caught_up }
+    }
+
+    /// Drops the ring: watches start from the cache's revision on, and a watcher whose cursor
+    /// lies before it reads [`Read::TooOld`] (410) — as after a relist. Every watcher is woken
+    /// to find out at once.
+    pub(crate) fn forget_history(&self) {
+        let mut state = self.write_state();
+        state.since = state.revision;
+        state.ring.clear();
+        drop(state);
+        self.applied.send_modify(|_| {});
     }
 
     /// The oldest revision a watch can start after.

@@ -186,6 +186,44 @@ impl Registry {
         self
     }
 
+    /// Drops all history before the store's current revision, as a long disconnect looks to
+    /// a client: the store is compacted there and every watch cache forgets its events, so a
+    /// watch from any earlier resourceVersion, a list at an earlier one with
+    /// `resourceVersionMatch=Exact`, and a continue token from before answer 410 Expired.
+    /// Watches still open may end with 410 as well (their clients relist). Returns the
+    /// revision history now starts at.
+    ///
+    /// For fault injection in tests (konverge-testkit); a running server compacts
+    /// periodically instead ([`crate::controllers::compaction`]).
+    pub async fn expire_history(&self) -> Result<konverge_store::Revision> {
+        let whole_store = Target {
+            group: "",
+            resource: "",
+            name: "",
+        };
+        let revision = self
+            .store
+            .current_revision()
+            .await
+            .map_err(|e| ApiError::from_store(e, whole_store))?;
+        match self.store.compact(revision).await {
+            Ok(()) => {}
+            // Already compacted there (nothing was written since the last time).
+            Err(konverge_store::Error::Compacted { compact_revision })
+                if compact_revision >= revision => {}
+            Err(e) => return Err(ApiError::from_store(e, whole_store)),
+        }
+        let timeout = self.caches.config().wait_timeout;
+        for cache in self.caches.running() {
+            // A cache applies the store's changes asynchronously: let it catch up first, so
+            // that no event up to `revision` is still in its ring afterwards. A cache that
+            // cannot (closed, or too slow) forgets what it has.
+            let _ = cache.wait_until(Some(revision), timeout).await;
+            cache.forget_history();
+        }
+        Ok(revision)
+    }
+
     /// How many resources have a running watch cache.
     pub fn watch_caches(&self) -> usize {
         self.caches.len()

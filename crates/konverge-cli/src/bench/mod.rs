@@ -2,6 +2,7 @@
 //! in the same run.
 
 mod api;
+mod controller;
 mod store;
 
 use clap::Subcommand;
@@ -12,11 +13,14 @@ pub(crate) enum Target {
     Store(store::StoreArgs),
     /// Readiness, idle memory, and verb throughput of the API server vs a real etcd.
     Api(api::ApiArgs),
+    /// Time to converge and peak memory of a konverge-runtime controller vs kube-runtime's.
+    Controller(controller::ControllerArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
     match target {
         Target::Store(args) => store::run(args).await,
         Target::Api(args) => api::run(args).await,
+        Target::Controller(args) => controller::run(args).await,
     }
 }

@@ -1,0 +1,513 @@
+//! The ordered cache: one writer (the informer), many cheap readers.
+//!
+//! A [`Store`] is a clonable read handle. Everything it returns is in [`ObjectKey`] order —
+//! the same order in every process and every run, never hash order — and objects are shared
+//! `Arc`s, so readers never copy and never see a half-applied change. Only the [`Writer`]
+//! changes the cache, one watcher event at a time.
+//!
+//! Indexes ([`Index`]) map a value computed from each object (a label pair, an owner's UID, or
+//! anything a function returns) to the objects that have it, and are kept in step with every
+//! write. The store is *ready* once its first complete list has been applied; controllers wait
+//! for that before their first reconcile, so they never act on a partial view.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use kube::Resource;
+use tokio::sync::watch;
+
+use crate::key::ObjectKey;
+use crate::watcher;
+
+type IndexFn<K> = Box<dyn Fn(&K) -> Vec<String> + Send + Sync>;
+
+/// A secondary index: a name, and the values each object is filed under.
+pub struct Index<K> {
+    name: String,
+    values: IndexFn<K>,
+}
+
+impl<K> fmt::Debug for Index<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Index").field("name", &self.name).finish()
+    }
+}
+
+/// Name of the built-in label index ([`Index::labels`]).
+pub const LABEL_INDEX: &str = "label";
+/// Name of the built-in owner index ([`Index::owners`]).
+pub const OWNER_INDEX: &str = "owner";
+
+impl<K: Resource> Index<K> {
+    /// An index filing each object under every value `f` returns.
+    pub fn new(
+        name: impl Into<String>,
+        f: impl Fn(&K) -> Vec<String> + Send + Sync + 'static,
+    ) -> Index<K> {
+        Index {
+            name: name.into(),
+            values: Box::new(f),
+        }
+    }
+
+    /// Objects by label, filed under `key=value` for each of their labels.
+    pub fn labels() -> Index<K> {
+        Index::new(LABEL_INDEX, |obj: &K| {
+            obj.meta()
+                .labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        })
+    }
+
+    /// Objects by owner, filed under the UID of each of their ownerReferences.
+    pub fn owners() -> Index<K> {
+        Index::new(OWNER_INDEX, |obj: &K| {
+            obj.meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| o.uid.clone())
+                .collect()
+        })
+    }
+
+    /// The index's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+struct State<K> {
+    objects: BTreeMap<ObjectKey, Arc<K>>,
+    /// index name → value → keys.
+    indexes: BTreeMap<String, BTreeMap<String, BTreeSet<ObjectKey>>>,
+}
+
+struct Shared<K> {
+    state: RwLock<State<K>>,
+    ready: watch::Sender<bool>,
+}
+
+/// A read handle on the cache. Cloning is cheap; all clones see the same cache.
+pub struct Store<K> {
+    shared: Arc<Shared<K>>,
+}
+
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        Store {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("len", &self.read().objects.len())
+            .field("ready", &*self.shared.ready.borrow())
+            .finish()
+    }
+}
+
+/// An error reading an index.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store was not built with this index.
+    #[error("no index named {0:?}; declare it when the cache is created")]
+    NoSuchIndex(String),
+}
+
+impl<K> Store<K> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State<K>> {
+        self.shared.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached object with this key.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        self.read().objects.get(key).cloned()
+    }
+
+    /// Every cached object, in key order.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.read().objects.values().cloned().collect()
+    }
+
+    /// Every key, in order.
+    pub fn keys(&self) -> Vec<ObjectKey> {
+        self.read().objects.keys().cloned().collect()
+    }
+
+    /// The cached objects of one namespace, in key order.
+    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
+        let start = ObjectKey::namespaced(namespace, "");
+        self.read()
+            .objects
+            .range(start..)
+            .take_while(|(k, _)| k.namespace.as_deref() == Some(namespace))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.read().objects.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The objects filed under `value` in the index `index`, in key order.
+    pub fn index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, Error> {
+        let state = self.read();
+        let by_value = state
+            .indexes
+            .get(index)
+            .ok_or_else(|| Error::NoSuchIndex(index.to_string()))?;
+        Ok(by_value
+            .get(value)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| state.objects.get(k).cloned())
+            .collect())
+    }
+
+    /// Objects labelled `key=value` (needs [`Index::labels`]).
+    pub fn by_label(&self, key: &str, value: &str) -> Result<Vec<Arc<K>>, Error> {
+        self.index(LABEL_INDEX, &format!("{key}={value}"))
+    }
+
+    /// Objects with an ownerReference to `uid` (needs [`Index::owners`]).
+    pub fn by_owner(&self, uid: &str) -> Result<Vec<Arc<K>>, Error> {
+        self.index(OWNER_INDEX, uid)
+    }
+
+    /// Whether the first complete list has been applied.
+    pub fn is_ready(&self) -> bool {
+        *self.shared.ready.borrow()
+    }
+
+    /// Waits until the first complete list has been applied.
+    pub async fn wait_until_ready(&self) {
+        let mut rx = self.shared.ready.subscribe();
+        // The sender lives as long as this store, so this cannot fail.
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
+
+/// One change to the cache: the object before and after (`None` when absent).
+#[derive(Debug)]
+pub struct Change<K> {
+    /// The key.
+    pub key: ObjectKey,
+    /// The cached object before the change.
+    pub old: Option<Arc<K>>,
+    /// The object after the change (`None`: deleted).
+    pub new: Option<Arc<K>>,
+}
+
+/// The cache's only writer: applies watcher events and reports what changed.
+pub struct Writer<K> {
+    shared: Arc<Shared<K>>,
+    indexers: Vec<Index<K>>,
+    /// The objects of a (re)list in progress.
+    relist: Option<BTreeMap<ObjectKey, Arc<K>>>,
+}
+
+impl<K> fmt::Debug for Writer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+impl<K: Resource> Writer<K> {
+    /// An empty cache with these indexes.
+    pub fn new(indexers: Vec<Index<K>>) -> Writer<K> {
+        let indexes = indexers
+            .iter()
+            .map(|i| (i.name.clone(), BTreeMap::new()))
+            .collect();
+        Writer {
+            shared: Arc::new(Shared {
+                state: RwLock::new(State {
+                    objects: BTreeMap::new(),
+                    indexes,
+                }),
+                ready: watch::Sender::new(false),
+            }),
+            indexers,
+            relist: None,
+        }
+    }
+
+    /// Adds an index (a no-op if one with this name exists), filing the objects already cached.
+    pub fn add_index(&mut self, index: Index<K>) {
+        if self.indexers.iter().any(|i| i.name == index.name) {
+            return;
+        }
+        let mut state = self.write();
+        let mut by_value: BTreeMap<String, BTreeSet<ObjectKey>> = BTreeMap::new();
+        for (key, obj) in &state.objects {
+            for value in (index.values)(obj) {
+                by_value.entry(value).or_default().insert(key.clone());
+            }
+        }
+        state.indexes.insert(index.name.clone(), by_value);
+        drop(state);
+        self.indexers.push(index);
+    }
+
+    /// A read handle.
+    pub fn store(&self) -> Store<K> {
+        Store {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Applies one watcher event; returns the changes it made, in key order.
+    ///
+    /// A relist is applied as a whole at [`watcher::Event::InitDone`]: objects whose
+    /// resourceVersion changed are reported as changes, objects missing from the new list as
+    /// deletions — so a consumer learns about deletions it missed while disconnected.
+    pub fn apply(&mut self, event: watcher::Event<K>) -> Vec<Change<K>> {
+        match event {
+            watcher::Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) => {
+                if let (Some(relist), Some(key)) = (&mut self.relist, ObjectKey::of(&obj)) {
+                    relist.insert(key, Arc::new(obj));
+                }
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let fresh = self.relist.take().unwrap_or_default();
+                let changes = self.replace(fresh);
+                self.shared.ready.send_replace(true);
+                changes
+            }
+            watcher::Event::Apply(obj) => {
+                let Some(key) = ObjectKey::of(&obj) else {
+                    return Vec::new();
+                };
+                let new = Arc::new(obj);
+                let mut state = self.write();
+                let old = state.objects.insert(key.clone(), new.clone());
+                self.reindex(&mut state, &key, old.as_deref(), Some(&new));
+                vec![Change {
+                    key,
+                    old,
+                    new: Some(new),
+                }]
+            }
+            watcher::Event::Delete(obj) => {
+                let Some(key) = ObjectKey::of(&obj) else {
+                    return Vec::new();
+                };
+                let mut state = self.write();
+                let old = state.objects.remove(&key);
+                self.reindex(&mut state, &key, old.as_deref(), None);
+                vec![Change {
+                    key,
+                    old: Some(old.unwrap_or_else(|| Arc::new(obj))),
+                    new: None,
+                }]
+            }
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State<K>> {
+        self.shared.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn replace(&self, fresh: BTreeMap<ObjectKey, Arc<K>>) -> Vec<Change<K>> {
+        let mut state = self.write();
+        let old = std::mem::take(&mut state.objects);
+        let mut changes = Vec::new();
+        for (key, new) in &fresh {
+            let before = old.get(key);
+            let same = before.is_some_and(|b| {
+                b.meta().resource_version.is_some()
+                    && b.meta().resource_version == new.meta().resource_version
+            });
+            if !same {
+                changes.push(Change {
+                    key: key.clone(),
+                    old: before.cloned(),
+                    new: Some(new.clone()),
+                });
+            }
+        }
+        for (key, gone) in &old {
+            if !fresh.contains_key(key) {
+                changes.push(Change {
+                    key: key.clone(),
+                    old: Some(gone.clone()),
+                    new: None,
+                });
+            }
+        }
+        changes.sort_by(|a, b| a.key.cmp(&b.key));
+        for index in state.indexes.values_mut() {
+            index.clear();
+        }
+        for (key, obj) in &fresh {
+            for indexer in &self.indexers {
+                let by_value = state.indexes.entry(indexer.name.clone()).or_default();
+                for value in (indexer.values)(obj) {
+                    by_value.entry(value).or_default().insert(key.clone());
+                }
+            }
+        }
+        state.objects = fresh;
+        changes
+    }
+
+    fn reindex(&self, state: &mut State<K>, key: &ObjectKey, old: Option<&K>, new: Option<&K>) {
+        for indexer in &self.indexers {
+            let by_value = state.indexes.entry(indexer.name.clone()).or_default();
+            if let Some(old) = old {
+                for value in (indexer.values)(old) {
+                    if let Some(keys) = by_value.get_mut(&value) {
+                        keys.remove(key);
+                        if keys.is_empty() {
+                            by_value.remove(&value);
+                        }
+                    }
+                }
+            }
+            if let Some(new) = new {
+                for value in (indexer.values)(new) {
+                    by_value.entry(value).or_default().insert(key.clone());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(ns: &str, name: &str, rv: &str, labels: &[(&str, &str)]) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn names(objs: &[Arc<ConfigMap>]) -> Vec<String> {
+        objs.iter()
+            .map(|o| ObjectKey::of(o.as_ref()).unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn lists_in_key_order_whatever_the_arrival_order() {
+        let mut w = Writer::new(vec![]);
+        let store = w.store();
+        w.apply(watcher::Event::Init);
+        for (ns, n) in [("b", "x"), ("a", "z"), ("a", "b"), ("c", "a")] {
+            w.apply(watcher::Event::InitApply(cm(ns, n, "1", &[])));
+        }
+        assert!(!store.is_ready());
+        w.apply(watcher::Event::InitDone);
+        assert!(store.is_ready());
+        assert_eq!(names(&store.list()), ["a/b", "a/z", "b/x", "c/a"]);
+        assert_eq!(names(&store.list_namespace("a")), ["a/b", "a/z"]);
+    }
+
+    #[test]
+    fn a_relist_reports_changes_and_missed_deletions() {
+        let mut w = Writer::new(vec![]);
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm("a", "same", "1", &[])));
+        w.apply(watcher::Event::InitApply(cm("a", "changed", "1", &[])));
+        w.apply(watcher::Event::InitApply(cm("a", "gone", "1", &[])));
+        assert_eq!(w.apply(watcher::Event::InitDone).len(), 3);
+
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm("a", "same", "1", &[])));
+        w.apply(watcher::Event::InitApply(cm("a", "changed", "2", &[])));
+        w.apply(watcher::Event::InitApply(cm("a", "new", "3", &[])));
+        let changes = w.apply(watcher::Event::InitDone);
+        let summary: Vec<(String, bool, bool)> = changes
+            .iter()
+            .map(|c| (c.key.to_string(), c.old.is_some(), c.new.is_some()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("a/changed".to_string(), true, true),
+                ("a/gone".to_string(), true, false),
+                ("a/new".to_string(), false, true),
+            ]
+        );
+        assert_eq!(names(&w.store().list()), ["a/changed", "a/new", "a/same"]);
+    }
+
+    #[test]
+    fn indexes_follow_every_write() {
+        let mut w = Writer::new(vec![
+            Index::labels(),
+            Index::new("by-name-length", |c: &ConfigMap| {
+                vec![c.metadata.name.as_deref().unwrap_or("").len().to_string()]
+            }),
+        ]);
+        let store = w.store();
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm(
+            "a",
+            "two",
+            "1",
+            &[("app", "web")],
+        )));
+        w.apply(watcher::Event::InitApply(cm(
+            "a",
+            "one",
+            "1",
+            &[("app", "web")],
+        )));
+        w.apply(watcher::Event::InitDone);
+        assert_eq!(
+            names(&store.by_label("app", "web").unwrap()),
+            ["a/one", "a/two"]
+        );
+        assert_eq!(
+            names(&store.index("by-name-length", "3").unwrap()),
+            ["a/one", "a/two"]
+        );
+
+        w.apply(watcher::Event::Apply(cm("a", "two", "2", &[("app", "db")])));
+        assert_eq!(names(&store.by_label("app", "web").unwrap()), ["a/one"]);
+        assert_eq!(names(&store.by_label("app", "db").unwrap()), ["a/two"]);
+        w.apply(watcher::Event::Delete(cm(
+            "a",
+            "one",
+            "3",
+            &[("app", "web")],
+        )));
+        assert!(store.by_label("app", "web").unwrap().is_empty());
+        assert!(matches!(store.by_owner("x"), Err(Error::NoSuchIndex(_))));
+    }
+}

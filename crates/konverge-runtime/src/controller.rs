@@ -1,0 +1,585 @@
+//! Controllers: what to watch, what triggers a reconcile, and the workers that run it.
+//!
+//! A [`Controller`] names a primary resource and, optionally, resources it
+//! [owns](Controller::owns) (a change to a child reconciles its controller owner) and resources
+//! it [watches](Controller::watches) through a mapping function. The primary resource is
+//! filtered by [`generation_changed`](crate::predicate::generation_changed) unless
+//! [`with_predicate`](Controller::with_predicate) says otherwise.
+//!
+//! Hand it to a [`Manager`](crate::Manager) with a reconciler. Then:
+//! event handlers only enqueue keys into the controller's [`WorkQueue`]; once every cache it
+//! reads is ready, `concurrency` workers take keys (never two on the same key), read the latest
+//! cached object, and run the reconciler under a deadline, a cancellation token, a tracing span
+//! (`controller`, `object`, `reconcile_id`) and a panic guard. The result goes through the
+//! error policy (see [`reconcile`](crate::reconcile)) and the
+//! [hot-loop detector](crate::hotloop).
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::cache::{Change, Index, Store};
+use crate::hotloop::{HotLoopConfig, HotLoopDetector};
+use crate::informer::Informers;
+use crate::key::ObjectKey;
+use crate::metrics::{Metrics, controller_labels, queue_labels};
+use crate::predicate::{Predicate, generation_changed};
+use crate::queue::{RateLimit, WorkQueue};
+use crate::reconcile::{
+    Action, ErrorClass, Middleware, Outcome, ReconcileInfo, ReconcileScope, SCOPE, Stop, classify,
+};
+use crate::watcher;
+
+/// Bounds every resource type the runtime caches.
+pub trait CachedResource:
+    Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> CachedResource for K where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug + Send + Sync + 'static
+{
+}
+
+type Wire<K> = Box<dyn FnOnce(&Informers, &Wiring<K>) -> Arc<dyn ReadyFlag> + Send>;
+
+/// What a trigger needs to enqueue keys.
+struct Wiring<K> {
+    queue: WorkQueue<ObjectKey>,
+    primary: Store<K>,
+}
+
+/// A cache whose readiness gates the first reconcile.
+pub(crate) trait ReadyFlag: Send + Sync {
+    fn is_ready(&self) -> bool;
+    fn wait(&self) -> BoxFuture<'static, ()>;
+}
+
+impl<K: Send + Sync + 'static> ReadyFlag for Store<K> {
+    fn is_ready(&self) -> bool {
+        Store::is_ready(self)
+    }
+
+    fn wait(&self) -> BoxFuture<'static, ()> {
+        let store = self.clone();
+        Box::pin(async move { store.wait_until_ready().await })
+    }
+}
+
+/// A controller's configuration (see the module docs).
+pub struct Controller<K: Resource> {
+    name: String,
+    api: Api<K>,
+    config: watcher::Config,
+    kind: String,
+    group: String,
+    predicate: Arc<dyn Predicate<K>>,
+    triggers: Vec<Wire<K>>,
+    indexes: Vec<Index<K>>,
+    concurrency: usize,
+    timeout: Duration,
+    rate_limit: RateLimit,
+    hot_loop: HotLoopConfig,
+    middleware: Vec<Arc<dyn Middleware<K>>>,
+}
+
+impl<K: Resource> Debug for Controller<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("name", &self.name)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+impl<K> Controller<K>
+where
+    K: CachedResource,
+    K::DynamicType: Default,
+{
+    /// A controller of the objects `api` lists, watched as `config` says. Its name (for
+    /// metrics and logs) defaults to the lower-case kind.
+    pub fn new(api: Api<K>, config: watcher::Config) -> Controller<K> {
+        let dt = K::DynamicType::default();
+        let kind = K::kind(&dt).to_string();
+        Controller {
+            name: kind.to_lowercase(),
+            group: K::group(&dt).to_string(),
+            kind,
+            api,
+            config,
+            predicate: Arc::new(generation_changed::<K>()),
+            triggers: Vec::new(),
+            indexes: Vec::new(),
+            concurrency: 1,
+            timeout: Duration::from_secs(300),
+            rate_limit: RateLimit::default(),
+            hot_loop: HotLoopConfig::default(),
+            middleware: Vec::new(),
+        }
+    }
+}
+
+impl<K: CachedResource> Controller<K> {
+    /// Names the controller (metrics label `controller`, log field).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Replaces the primary resource's predicate (default: generation changed).
+    pub fn with_predicate(mut self, predicate: impl Predicate<K> + 'static) -> Self {
+        self.predicate = Arc::new(predicate);
+        self
+    }
+
+    /// How many objects are reconciled at once (default 1, as controller-runtime). One object
+    /// is never reconciled by two workers at once, whatever this is.
+    pub fn concurrency(mut self, workers: usize) -> Self {
+        self.concurrency = workers.max(1);
+        self
+    }
+
+    /// Deadline of each reconcile (default 5 minutes).
+    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Retry spacing for failed reconciles.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = limit;
+        self
+    }
+
+    /// Hot-loop detection settings.
+    pub fn hot_loop(mut self, config: HotLoopConfig) -> Self {
+        self.hot_loop = config;
+        self
+    }
+
+    /// Adds a middleware around every reconcile.
+    pub fn middleware(mut self, middleware: impl Middleware<K> + 'static) -> Self {
+        self.middleware.push(Arc::new(middleware));
+        self
+    }
+
+    /// Adds an index to the primary resource's cache.
+    pub fn index(mut self, index: Index<K>) -> Self {
+        self.indexes.push(index);
+        self
+    }
+
+    /// Reconciles the controller owner of every object `api` lists whose controller
+    /// ownerReference points at this controller's kind.
+    pub fn owns<C>(mut self, api: Api<C>, config: watcher::Config) -> Self
+    where
+        C: CachedResource,
+    {
+        let (kind, group) = (self.kind.clone(), self.group.clone());
+        self.triggers.push(Box::new(move |informers, wiring| {
+            let informer = informers.get(api, config);
+            let queue = wiring.queue.clone();
+            let primary = wiring.primary.clone();
+            informer.subscribe(Arc::new(move |change: &Change<C>| {
+                for obj in [&change.old, &change.new].into_iter().flatten() {
+                    let meta = obj.meta();
+                    for owner in meta.owner_references.iter().flatten() {
+                        if owner.controller == Some(true)
+                            && owner.kind == kind
+                            && group_of(&owner.api_version) == group
+                        {
+                            queue.add(owner_key(&primary, meta.namespace.as_deref(), &owner.name));
+                        }
+                    }
+                }
+            }));
+            Arc::new(informer.store())
+        }));
+        self
+    }
+
+    /// Reconciles the objects `map` names whenever an object `api` lists changes.
+    pub fn watches<C, F>(mut self, api: Api<C>, config: watcher::Config, map: F) -> Self
+    where
+        C: CachedResource,
+        F: Fn(&C) -> Vec<ObjectKey> + Send + Sync + 'static,
+    {
+        self.triggers.push(Box::new(move |informers, wiring| {
+            let informer = informers.get(api, config);
+            let queue = wiring.queue.clone();
+            informer.subscribe(Arc::new(move |change: &Change<C>| {
+                for obj in [&change.old, &change.new].into_iter().flatten() {
+                    for key in map(obj) {
+                        queue.add(key);
+                    }
+                }
+            }));
+            Arc::new(informer.store())
+        }));
+        self
+    }
+
+    /// Connects the controller to shared informers and returns what the manager runs.
+    pub(crate) fn wire<Ctx, E, F, Fut>(
+        self,
+        informers: &Informers,
+        metrics: Arc<Metrics>,
+        reconcile: F,
+        ctx: Arc<Ctx>,
+    ) -> Runnable
+    where
+        Ctx: Send + Sync + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+        F: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let queue = WorkQueue::build(
+            self.rate_limit.clone(),
+            Some((metrics.clone(), queue_labels(&self.name))),
+        );
+        let informer = informers.get(self.api.clone(), self.config.clone());
+        for index in self.indexes {
+            // Controllers are wired before anything starts, so this cannot fail; if it did,
+            // lookups by the index report it.
+            let _ = informer.add_index(index);
+        }
+        let primary = informer.store();
+        let hot = Arc::new(HotLoopDetector::new(
+            self.hot_loop,
+            &self.name,
+            Some(&metrics),
+        ));
+        {
+            let queue = queue.clone();
+            let predicate = self.predicate.clone();
+            let hot = hot.clone();
+            informer.subscribe(Arc::new(move |change: &Change<K>| match &change.new {
+                None => queue.add(change.key.clone()),
+                Some(new) => {
+                    if predicate.allows(change.old.as_deref(), new) {
+                        hot.on_change(&change.key, || {
+                            let old = serde_json::to_value(change.old.as_deref()?).ok()?;
+                            Some((old, serde_json::to_value(new.as_ref()).ok()?))
+                        });
+                        queue.add(change.key.clone());
+                    }
+                }
+            }));
+        }
+        let wiring = Wiring {
+            queue: queue.clone(),
+            primary: primary.clone(),
+        };
+        let mut ready: Vec<Arc<dyn ReadyFlag>> = vec![Arc::new(primary.clone())];
+        for trigger in self.triggers {
+            ready.push(trigger(informers, &wiring));
+        }
+        let labels = controller_labels(&self.name);
+        // Export every series at zero from the start, as controller-runtime does, so rates and
+        // alerts work before the first error.
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            let mut with_result = labels.clone();
+            with_result.push(("result", result.to_string()));
+            drop(metrics.reconcile_total.get_or_create(&with_result));
+        }
+        drop(metrics.reconcile_errors.get_or_create(&labels));
+        drop(metrics.terminal_errors.get_or_create(&labels));
+        drop(metrics.panics.get_or_create(&labels));
+        drop(metrics.active_workers.get_or_create(&labels));
+        drop(metrics.hot_loops.get_or_create(&labels));
+        let worker = Arc::new(Worker {
+            name: self.name.clone(),
+            store: primary,
+            queue,
+            hot,
+            reconcile: Box::new(move |obj, ctx| Box::pin(reconcile(obj, ctx))),
+            ctx,
+            timeout: self.timeout,
+            middleware: self.middleware,
+            metrics,
+            labels,
+            cancel: CancellationToken::new(),
+            ready: ready.clone(),
+        });
+        let concurrency = self.concurrency;
+        Runnable {
+            name: self.name,
+            ready,
+            run: Box::new(move |stop, grace| Box::pin(worker.run(stop, grace, concurrency))),
+        }
+    }
+}
+
+/// The key of an owner named by a child in `namespace`: namespaced unless the primary cache
+/// knows it as a cluster-scoped object.
+fn owner_key<K>(primary: &Store<K>, namespace: Option<&str>, name: &str) -> ObjectKey {
+    match namespace {
+        Some(ns) => {
+            let namespaced = ObjectKey::namespaced(ns, name);
+            let cluster = ObjectKey::cluster(name);
+            if primary.get(&namespaced).is_none() && primary.get(&cluster).is_some() {
+                cluster
+            } else {
+                namespaced
+            }
+        }
+        None => ObjectKey::cluster(name),
+    }
+}
+
+/// A wired controller, ready to run.
+pub(crate) struct Runnable {
+    pub(crate) name: String,
+    pub(crate) ready: Vec<Arc<dyn ReadyFlag>>,
+    pub(crate) run: Box<dyn FnOnce(CancellationToken, Duration) -> BoxFuture<'static, ()> + Send>,
+}
+
+type ReconcileFn<K, Ctx, E> =
+    Box<dyn Fn(Arc<K>, Arc<Ctx>) -> BoxFuture<'static, Result<Action, E>> + Send + Sync>;
+
+struct Worker<K, Ctx, E> {
+    name: String,
+    store: Store<K>,
+    queue: WorkQueue<ObjectKey>,
+    hot: Arc<HotLoopDetector>,
+    reconcile: ReconcileFn<K, Ctx, E>,
+    ctx: Arc<Ctx>,
+    timeout: Duration,
+    middleware: Vec<Arc<dyn Middleware<K>>>,
+    metrics: Arc<Metrics>,
+    labels: crate::metrics::Labels,
+    /// Cancels reconciles still running when the shutdown grace period ends.
+    cancel: CancellationToken,
+    /// Every cache the controller reads; the first reconcile waits for all of them.
+    ready: Vec<Arc<dyn ReadyFlag>>,
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+impl<K, Ctx, E> Worker<K, Ctx, E>
+where
+    K: CachedResource,
+    Ctx: Send + Sync + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    async fn run(self: Arc<Self>, stop: CancellationToken, grace: Duration, concurrency: usize) {
+        let waits: Vec<_> = self.ready_waits();
+        tokio::select! {
+            _ = futures::future::join_all(waits) => {}
+            _ = stop.cancelled() => return,
+        }
+        self.metrics
+            .max_concurrent
+            .get_or_create(&self.labels)
+            .set(concurrency as i64);
+        tracing::info!(controller = %self.name, workers = concurrency, "caches ready; starting workers");
+        let mut workers = JoinSet::new();
+        for _ in 0..concurrency {
+            let me = self.clone();
+            workers.spawn(async move {
+                while let Some(key) = me.queue.get().await {
+                    me.process(&key).await;
+                    me.queue.done(&key);
+                }
+            });
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.queue.update_progress_metrics(),
+                _ = stop.cancelled() => break,
+            }
+        }
+        self.queue.shut_down();
+        let drained = tokio::time::timeout(grace, async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(controller = %self.name, ?grace, "reconciles still running after the shutdown grace period; cancelling them");
+            self.cancel.cancel();
+            workers.abort_all();
+            while workers.join_next().await.is_some() {}
+        }
+        tracing::info!(controller = %self.name, "stopped");
+    }
+
+    fn ready_waits(&self) -> Vec<BoxFuture<'static, ()>> {
+        self.ready.iter().map(|r| r.wait()).collect()
+    }
+
+    async fn process(&self, key: &ObjectKey) {
+        let Some(obj) = self.store.get(key) else {
+            // Deleted: nothing to converge (finalizers run while the object still exists).
+            self.queue.forget(key);
+            self.hot.forget(key);
+            return;
+        };
+        if let Some(wait) = self.hot.before(key) {
+            self.queue.add_after(key.clone(), wait);
+            return;
+        }
+        let info = ReconcileInfo {
+            controller: self.name.clone(),
+            key: key.clone(),
+            id: uuid::Uuid::new_v4().to_string(),
+            retries: self.queue.num_requeues(key),
+        };
+        for (i, m) in self.middleware.iter().enumerate() {
+            if let Err(stop) = m.before(&obj, &info) {
+                match stop {
+                    Stop::Skip => self.queue.forget(key),
+                    Stop::Requeue(delay) => self.queue.add_after(key.clone(), delay),
+                    Stop::Fail(reason) => {
+                        tracing::warn!(controller = %self.name, object = %key, %reason, "middleware failed the reconcile");
+                        self.count_error();
+                        self.queue.add_rate_limited(key.clone());
+                    }
+                }
+                for m in self.middleware[..i].iter().rev() {
+                    m.after(&obj, &info, &Outcome::Stopped);
+                }
+                self.hot.after(key);
+                return;
+            }
+        }
+        let outcome = self.reconcile_once(key, &obj, &info).await;
+        self.hot.after(key);
+        for m in self.middleware.iter().rev() {
+            m.after(&obj, &info, &outcome);
+        }
+    }
+
+    fn count_error(&self) {
+        self.metrics
+            .reconcile_errors
+            .get_or_create(&self.labels)
+            .inc();
+        self.result("error");
+    }
+
+    fn result(&self, result: &str) {
+        let mut labels = self.labels.clone();
+        labels.push(("result", result.to_string()));
+        self.metrics.reconcile_total.get_or_create(&labels).inc();
+    }
+
+    async fn reconcile_once(&self, key: &ObjectKey, obj: &Arc<K>, info: &ReconcileInfo) -> Outcome {
+        let span = tracing::info_span!(
+            "reconcile",
+            controller = %self.name,
+            object = %key,
+            reconcile_id = %info.id,
+        );
+        let deadline = Instant::now() + self.timeout;
+        let scope = ReconcileScope {
+            key: key.clone(),
+            id: info.id.clone(),
+            deadline,
+            cancellation: self.cancel.child_token(),
+        };
+        let token = scope.cancellation.clone();
+        let active = self
+            .metrics
+            .active_workers
+            .get_or_create(&self.labels)
+            .clone();
+        active.inc();
+        let started = Instant::now();
+        let run = AssertUnwindSafe((self.reconcile)(obj.clone(), self.ctx.clone())).catch_unwind();
+        let result = tokio::time::timeout_at(deadline, SCOPE.scope(scope, run))
+            .instrument(span.clone())
+            .await;
+        active.dec();
+        self.metrics
+            .reconcile_time
+            .get_or_create(&self.labels)
+            .observe(started.elapsed().as_secs_f64());
+        let _enter = span.enter();
+        match result {
+            Ok(Ok(Ok(action))) => {
+                self.queue.forget(key);
+                match action.requeue_after() {
+                    Some(delay) => {
+                        self.result("requeue_after");
+                        self.queue.add_after(key.clone(), delay);
+                    }
+                    None => self.result("success"),
+                }
+                tracing::debug!("reconciled");
+                Outcome::Done(action)
+            }
+            Ok(Ok(Err(error))) => {
+                let class = classify(&error);
+                self.count_error();
+                match class {
+                    ErrorClass::NotFound => {
+                        tracing::debug!(%error, "reconcile: not found; done");
+                        self.queue.forget(key);
+                    }
+                    ErrorClass::Conflict => {
+                        tracing::debug!(%error, "reconcile: conflict; requeued at once");
+                        self.queue.add(key.clone());
+                    }
+                    ErrorClass::Terminal => {
+                        tracing::error!(%error, "reconcile failed terminally; not retrying");
+                        self.metrics
+                            .terminal_errors
+                            .get_or_create(&self.labels)
+                            .inc();
+                        self.queue.forget(key);
+                    }
+                    ErrorClass::Retry => {
+                        let delay = self.queue.add_rate_limited(key.clone());
+                        tracing::warn!(%error, retry_in = ?delay, "reconcile failed");
+                    }
+                }
+                Outcome::Failed {
+                    class,
+                    message: error.to_string(),
+                }
+            }
+            Ok(Err(panic)) => {
+                let message = panic_message(panic.as_ref());
+                self.metrics.panics.get_or_create(&self.labels).inc();
+                self.count_error();
+                let delay = self.queue.add_rate_limited(key.clone());
+                tracing::error!(panic = %message, retry_in = ?delay, "reconcile panicked");
+                Outcome::Panicked(message)
+            }
+            Err(_) => {
+                token.cancel();
+                self.count_error();
+                let delay = self.queue.add_rate_limited(key.clone());
+                tracing::warn!(timeout = ?self.timeout, retry_in = ?delay, "reconcile timed out");
+                Outcome::TimedOut
+            }
+        }
+    }
+}

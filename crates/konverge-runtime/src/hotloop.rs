@@ -1,0 +1,320 @@
+//! The hot-loop detector: catches an object reconciled again and again by the controller's
+//! own writes.
+//!
+//! The classic case is a reconciler that writes a status which differs on every run (a
+//! timestamp, a counter, a list in hash order): each write is a watch event, each event a new
+//! reconcile, forever. The detector calls a change an *echo* when it arrives while the object
+//! is being reconciled or within [`HotLoopConfig::echo_window`] after — that is when a
+//! controller's own write comes back. After [`HotLoopConfig::threshold`] echoes in a row it
+//! logs a warning with the object key and the fields that kept changing, counts it in
+//! `konverge_hot_loop_detections_total`, and backs that key off (doubling, up to
+//! [`HotLoopConfig::max_backoff`]) for as long as the echoes continue. A change that is not an
+//! echo (someone else's edit, after a quiet spell) ends the episode. Other keys are untouched.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::key::ObjectKey;
+
+/// When a key counts as hot and how it is slowed down.
+#[derive(Clone, Debug)]
+pub struct HotLoopConfig {
+    /// Whether to detect at all (on by default).
+    pub enabled: bool,
+    /// Echoes in a row that make a hot loop (8).
+    pub threshold: u32,
+    /// How soon after a reconcile a change still counts as its echo (2 s).
+    pub echo_window: Duration,
+    /// The first back-off of a hot key (1 s); it doubles while the loop goes on...
+    pub initial_backoff: Duration,
+    /// ...up to this (5 minutes).
+    pub max_backoff: Duration,
+}
+
+impl Default for HotLoopConfig {
+    fn default() -> Self {
+        HotLoopConfig {
+            enabled: true,
+            threshold: 8,
+            echo_window: Duration::from_secs(2),
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Default)]
+struct KeyState {
+    reconciling: bool,
+    last_end: Option<Instant>,
+    streak: u32,
+    fields: BTreeSet<String>,
+    backoff: Option<Duration>,
+    until: Option<Instant>,
+}
+
+/// Per-controller hot-loop bookkeeping (see the module docs).
+pub(crate) struct HotLoopDetector {
+    config: HotLoopConfig,
+    controller: String,
+    keys: Mutex<HashMap<ObjectKey, KeyState>>,
+    detections: Option<Counter>,
+    backed_off: Option<Gauge>,
+}
+
+/// Most field paths reported per warning.
+const MAX_FIELDS: usize = 16;
+
+impl HotLoopDetector {
+    pub(crate) fn new(
+        config: HotLoopConfig,
+        controller: &str,
+        metrics: Option<&crate::metrics::Metrics>,
+    ) -> HotLoopDetector {
+        let labels = crate::metrics::controller_labels(controller);
+        HotLoopDetector {
+            config,
+            controller: controller.to_string(),
+            keys: Mutex::new(HashMap::new()),
+            detections: metrics.map(|m| m.hot_loops.get_or_create(&labels).clone()),
+            backed_off: metrics.map(|m| m.hot_loop_keys.get_or_create(&labels).clone()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, KeyState>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A change to the primary object that will trigger a reconcile. `old`/`new` are the
+    /// object's JSON, computed lazily (only echoes need them).
+    pub(crate) fn on_change(&self, key: &ObjectKey, diff: impl FnOnce() -> Option<(Value, Value)>) {
+        if !self.config.enabled {
+            return;
+        }
+        let now = Instant::now();
+        let mut keys = self.lock();
+        let Some(st) = keys.get_mut(key) else {
+            // Never reconciled yet: not an echo of anything.
+            return;
+        };
+        let echo = st.reconciling
+            || st
+                .last_end
+                .is_some_and(|t| now.duration_since(t) <= self.config.echo_window);
+        if !echo {
+            let was_backed_off = st.backoff.is_some();
+            st.streak = 0;
+            st.fields.clear();
+            st.backoff = None;
+            st.until = None;
+            if was_backed_off && let Some(g) = &self.backed_off {
+                g.dec();
+            }
+            return;
+        }
+        st.streak = st.streak.saturating_add(1);
+        if let Some((old, new)) = diff() {
+            changed_paths(&old, &new, "", &mut st.fields);
+        }
+        match st.backoff {
+            Some(backoff) => {
+                let next = (backoff * 2).min(self.config.max_backoff);
+                st.backoff = Some(next);
+                st.until = Some(now + next);
+            }
+            None if st.streak >= self.config.threshold => {
+                let backoff = self.config.initial_backoff;
+                st.backoff = Some(backoff);
+                st.until = Some(now + backoff);
+                let fields: Vec<&str> = st.fields.iter().map(String::as_str).collect();
+                tracing::warn!(
+                    controller = %self.controller,
+                    object = %key,
+                    reconciles = st.streak,
+                    changing_fields = ?fields,
+                    backoff = ?backoff,
+                    "hot loop: the object keeps changing right after each reconcile (the \
+                     controller's own writes?); backing it off"
+                );
+                if let Some(c) = &self.detections {
+                    c.inc();
+                }
+                if let Some(g) = &self.backed_off {
+                    g.inc();
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Called before reconciling `key`: returns how long to wait if it is backed off, otherwise
+    /// marks it as being reconciled.
+    pub(crate) fn before(&self, key: &ObjectKey) -> Option<Duration> {
+        if !self.config.enabled {
+            return None;
+        }
+        let now = Instant::now();
+        let mut keys = self.lock();
+        let st = keys.entry(key.clone()).or_default();
+        if let Some(until) = st.until
+            && until > now
+        {
+            return Some(until - now);
+        }
+        st.reconciling = true;
+        None
+    }
+
+    /// Called when a reconcile of `key` finished.
+    pub(crate) fn after(&self, key: &ObjectKey) {
+        if !self.config.enabled {
+            return;
+        }
+        if let Some(st) = self.lock().get_mut(key) {
+            st.reconciling = false;
+            st.last_end = Some(Instant::now());
+        }
+    }
+
+    /// The object is gone: drop its state.
+    pub(crate) fn forget(&self, key: &ObjectKey) {
+        if let Some(st) = self.lock().remove(key)
+            && st.backoff.is_some()
+            && let Some(g) = &self.backed_off
+        {
+            g.dec();
+        }
+    }
+
+    /// The fields seen changing in `key`'s current hot streak.
+    #[cfg(test)]
+    fn fields(&self, key: &ObjectKey) -> Vec<String> {
+        self.lock()
+            .get(key)
+            .map(|s| s.fields.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Adds the dotted paths where `old` and `new` differ (ignoring bookkeeping the server changes
+/// on every write).
+fn changed_paths(old: &Value, new: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    if out.len() >= MAX_FIELDS || old == new {
+        return;
+    }
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                if matches!(
+                    path.as_str(),
+                    "metadata.resourceVersion" | "metadata.managedFields"
+                ) {
+                    continue;
+                }
+                let null = Value::Null;
+                changed_paths(
+                    a.get(k).unwrap_or(&null),
+                    b.get(k).unwrap_or(&null),
+                    &path,
+                    out,
+                );
+            }
+        }
+        _ => {
+            out.insert(prefix.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn detector() -> HotLoopDetector {
+        HotLoopDetector::new(HotLoopConfig::default(), "test", None)
+    }
+
+    fn echo_json(i: u32) -> Option<(Value, Value)> {
+        Some((
+            json!({"metadata": {"resourceVersion": i.to_string()}, "status": {"seen": i}}),
+            json!({"metadata": {"resourceVersion": (i + 1).to_string()}, "status": {"seen": i + 1}}),
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn echoes_in_a_row_back_the_key_off_and_name_the_fields() {
+        let d = detector();
+        let key = ObjectKey::namespaced("ns", "flappy");
+        let calm = ObjectKey::namespaced("ns", "calm");
+        for i in 0..8 {
+            assert_eq!(d.before(&key), None, "reconcile {i} runs");
+            d.on_change(&key, || echo_json(i));
+            d.after(&key);
+        }
+        let wait = d.before(&key).expect("backed off after 8 echoes");
+        assert_eq!(wait, Duration::from_secs(1));
+        assert_eq!(d.fields(&key), ["status.seen"]);
+        assert_eq!(d.before(&calm), None, "other keys run normally");
+        tokio::time::advance(wait).await;
+        assert_eq!(d.before(&key), None);
+        d.on_change(&key, || echo_json(9));
+        d.after(&key);
+        assert_eq!(
+            d.before(&key),
+            Some(Duration::from_secs(2)),
+            "doubles while it goes on"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_after_a_quiet_spell_are_not_echoes() {
+        let d = detector();
+        let key = ObjectKey::namespaced("ns", "edited");
+        for i in 0..20 {
+            assert_eq!(d.before(&key), None);
+            d.after(&key);
+            tokio::time::advance(Duration::from_secs(3)).await;
+            d.on_change(&key, || echo_json(i));
+        }
+        assert_eq!(
+            d.before(&key),
+            None,
+            "user edits every 3 s are not a hot loop"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_change_ends_the_episode() {
+        let d = detector();
+        let key = ObjectKey::namespaced("ns", "k");
+        for i in 0..8 {
+            d.before(&key);
+            d.on_change(&key, || echo_json(i));
+            d.after(&key);
+        }
+        let wait = d.before(&key).unwrap();
+        tokio::time::advance(wait + Duration::from_secs(10)).await;
+        d.on_change(&key, || None);
+        assert_eq!(d.before(&key), None);
+        d.on_change(&key, || echo_json(0));
+        d.after(&key);
+        assert_eq!(
+            d.before(&key),
+            None,
+            "one echo after the episode is not a loop"
+        );
+    }
+}

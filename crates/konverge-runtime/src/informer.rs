@@ -1,0 +1,244 @@
+//! Shared informers: one watch per resource type and selector, however many controllers read it.
+//!
+//! An [`Informer`] owns a [`watcher`](crate::watcher) and the cache [`Writer`]; it applies each
+//! event and then calls its handlers with the resulting [`Change`]s. Handlers only enqueue keys
+//! (they run under the informer's lock and must never block), so a slow reconciler can never
+//! stall the watch. A handler added after the cache is filled is first shown every cached
+//! object, so late subscribers miss nothing.
+//!
+//! [`Informers`] hands out one informer per (type, URL, selectors): controllers that own or
+//! watch the same resource share its watch and its cache.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::{Api, Resource};
+use prometheus_client::metrics::gauge::Gauge;
+use serde::de::DeserializeOwned;
+
+use crate::cache::{Change, Index, Store, Writer};
+use crate::metrics::Metrics;
+use crate::watcher::{self, WatcherMetrics};
+
+/// A change handler: must only enqueue, never block.
+pub(crate) type Handler<K> = Arc<dyn Fn(&Change<K>) + Send + Sync>;
+
+/// Errors setting up an informer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Indexes must be declared before the informer starts.
+    #[error("index {0:?} was added after the informer for {1} started")]
+    StartedIndex(String, String),
+}
+
+struct Inner<K> {
+    api: Api<K>,
+    config: watcher::Config,
+    resource: String,
+    store: Store<K>,
+    /// Handlers, and the writer until the informer starts (then its task owns it).
+    state: Mutex<InformerState<K>>,
+}
+
+struct InformerState<K> {
+    handlers: Vec<Handler<K>>,
+    writer: Option<Writer<K>>,
+}
+
+/// One resource type's watch, cache and change handlers.
+pub struct Informer<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for Informer<K> {
+    fn clone(&self) -> Self {
+        Informer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Informer<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer")
+            .field("resource", &self.inner.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// An informer for `api` (not started).
+    pub fn new(api: Api<K>, config: watcher::Config) -> Informer<K> {
+        let writer = Writer::new(Vec::new());
+        let resource = api.resource_url().to_string();
+        Informer {
+            inner: Arc::new(Inner {
+                store: writer.store(),
+                api,
+                config,
+                resource,
+                state: Mutex::new(InformerState {
+                    handlers: Vec::new(),
+                    writer: Some(writer),
+                }),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InformerState<K>> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cache this informer fills.
+    pub fn store(&self) -> Store<K> {
+        self.inner.store.clone()
+    }
+
+    /// The resource URL it watches (also its metrics label).
+    pub fn resource(&self) -> &str {
+        &self.inner.resource
+    }
+
+    /// Adds an index; only before [`run`](Self::run) starts.
+    pub fn add_index(&self, index: Index<K>) -> Result<(), Error> {
+        match &mut self.lock().writer {
+            Some(writer) => {
+                writer.add_index(index);
+                Ok(())
+            }
+            None => Err(Error::StartedIndex(
+                index.name().to_string(),
+                self.inner.resource.clone(),
+            )),
+        }
+    }
+
+    /// Adds a change handler. Objects already cached are replayed to it first (as creates).
+    pub(crate) fn subscribe(&self, handler: Handler<K>) {
+        let mut state = self.lock();
+        for obj in self.inner.store.list() {
+            if let Some(key) = crate::key::ObjectKey::of(obj.as_ref()) {
+                handler(&Change {
+                    key,
+                    old: None,
+                    new: Some(obj),
+                });
+            }
+        }
+        state.handlers.push(handler);
+    }
+
+    /// Watches and fills the cache until the future is dropped. Only the first call does
+    /// anything; later calls return at once (the informer is already running).
+    pub async fn run(&self, metrics: Option<Arc<Metrics>>) {
+        let Some(mut writer) = self.lock().writer.take() else {
+            return;
+        };
+        let resource = self.inner.resource.clone();
+        let (watcher_metrics, objects) = match &metrics {
+            Some(m) => (
+                WatcherMetrics::new(m, &resource),
+                Some(
+                    m.cache_objects
+                        .get_or_create(&vec![("resource", resource.clone())])
+                        .clone(),
+                ),
+            ),
+            None => (WatcherMetrics::default(), None),
+        };
+        let objects: Option<Gauge> = objects;
+        let stream = watcher::watcher_with_metrics(
+            self.inner.api.clone(),
+            self.inner.config.clone(),
+            watcher_metrics,
+        );
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            let Ok(event) = item else {
+                // The watcher logged it and is backing off.
+                continue;
+            };
+            let state = self.lock();
+            let changes = writer.apply(event);
+            for change in &changes {
+                for handler in &state.handlers {
+                    handler(change);
+                }
+            }
+            drop(state);
+            if let Some(g) = &objects {
+                g.set(self.inner.store.len() as i64);
+            }
+        }
+    }
+}
+
+type InformerKey = (TypeId, String, String);
+
+/// One informer per resource type, URL and selectors, shared by everything that asks.
+#[derive(Default)]
+pub struct Informers {
+    map: Mutex<HashMap<InformerKey, Box<dyn Any + Send + Sync>>>,
+    starters: Mutex<Vec<Starter>>,
+}
+
+/// Starts one informer (type-erased), and tells whether its cache is ready.
+pub(crate) struct Starter {
+    pub(crate) run:
+        Box<dyn FnOnce(Option<Arc<Metrics>>) -> futures::future::BoxFuture<'static, ()> + Send>,
+    pub(crate) ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub(crate) resource: String,
+}
+
+impl Starter {
+    pub(crate) fn ready_flag(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
+        self.ready.clone()
+    }
+}
+
+impl std::fmt::Debug for Informers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informers").finish_non_exhaustive()
+    }
+}
+
+impl Informers {
+    /// The shared informer for `api` and `config`'s selectors, created on first use.
+    pub fn get<K>(&self, api: Api<K>, config: watcher::Config) -> Informer<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let key = (
+            TypeId::of::<K>(),
+            api.resource_url().to_string(),
+            config.selector_key(),
+        );
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = map.get(&key).and_then(|b| b.downcast_ref::<Informer<K>>()) {
+            return existing.clone();
+        }
+        let informer = Informer::new(api, config);
+        map.insert(key, Box::new(informer.clone()));
+        let (run, ready) = (informer.clone(), informer.store());
+        self.starters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Starter {
+                resource: informer.resource().to_string(),
+                run: Box::new(move |metrics| Box::pin(async move { run.run(metrics).await })),
+                ready: Arc::new(move || ready.is_ready()),
+            });
+        informer
+    }
+
+    /// The informers created so far that have not been handed to a runner yet.
+    pub(crate) fn take_starters(&self) -> Vec<Starter> {
+        std::mem::take(&mut *self.starters.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

@@ -1,0 +1,220 @@
+//! The manager's operational surface: the metrics/health endpoint and leader election between
+//! two managers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use konverge_runtime::leader::LeaseConfig;
+use konverge_runtime::{Action, Controller, Manager, watcher};
+use konverge_testkit::TestEnv;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+fn cm(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+/// GET over a plain socket: (status code, body).
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let code = raw[9..12].parse().unwrap();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+type Seen = Arc<Mutex<Vec<String>>>;
+
+async fn record(cm: Arc<ConfigMap>, seen: Arc<(String, Seen)>) -> Result<Action, kube::Error> {
+    seen.1.lock().unwrap().push(format!(
+        "{} {}",
+        seen.0,
+        cm.metadata.name.clone().unwrap_or_default()
+    ));
+    Ok(Action::await_change())
+}
+
+#[tokio::test]
+async fn metrics_healthz_and_readyz_on_one_port() {
+    let env = TestEnv::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    api.create(&PostParams::default(), &cm("one"))
+        .await
+        .unwrap();
+    // Slow lists: the cache cannot be ready for a while.
+    let faults = env.faults();
+    faults.delay(
+        konverge_testkit::Rule::new()
+            .verb(konverge_testkit::Verb::List)
+            .resource("configmaps"),
+        Duration::from_millis(400),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let mut manager = Manager::new(env.client()).health_listener(listener);
+    manager.add(
+        Controller::new(
+            Api::<ConfigMap>::all(env.client()),
+            watcher::Config::default(),
+        )
+        .named("recorder"),
+        record,
+        Arc::new(("m".to_string(), seen.clone())),
+    );
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(async move {
+        let _ = stopped.await;
+    }));
+    eventually("healthz", || async {
+        TcpStream::connect(addr).await.is_ok() && get(addr, "/healthz").await.0 == 200
+    })
+    .await;
+    assert_eq!(get(addr, "/readyz").await.0, 503, "caches still filling");
+    eventually("ready", || async { get(addr, "/readyz").await.0 == 200 }).await;
+    eventually("reconciled", || async { seen.lock().unwrap().len() == 1 }).await;
+    let (code, body) = get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    for expected in [
+        r#"controller_runtime_reconcile_total{controller="recorder",result="success"} 1"#,
+        r#"controller_runtime_max_concurrent_reconciles{controller="recorder"} 1"#,
+        r#"controller_runtime_active_workers{controller="recorder"} 0"#,
+        r#"controller_runtime_reconcile_time_seconds_count{controller="recorder"} 1"#,
+        r#"workqueue_adds_total{controller="recorder",name="recorder"} 1"#,
+        r#"workqueue_depth{controller="recorder",name="recorder"} 0"#,
+        r#"workqueue_queue_duration_seconds_count{controller="recorder",name="recorder"} 1"#,
+        r#"workqueue_work_duration_seconds_count{controller="recorder",name="recorder"} 1"#,
+        r#"konverge_cache_objects{resource="/api/v1/configmaps"} 1"#,
+        r#"controller_runtime_reconcile_errors_total{controller="recorder"} 0"#,
+        r#"controller_runtime_reconcile_panics_total{controller="recorder"} 0"#,
+        r#"controller_runtime_reconcile_total{controller="recorder",result="error"} 0"#,
+        r#"workqueue_retries_total{controller="recorder",name="recorder"} 0"#,
+        r#"konverge_hot_loop_detections_total{controller="recorder"} 0"#,
+        "# EOF",
+    ] {
+        assert!(body.contains(expected), "{expected} missing from\n{body}");
+    }
+    assert_eq!(get(addr, "/nope").await.0, 404);
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+fn elected_manager(env: &TestEnv, identity: &str, seen: &Seen) -> Manager {
+    let lease = LeaseConfig::new("default", "recorder-leader")
+        .with_identity(identity)
+        .with_lease_duration(Duration::from_secs(2))
+        .with_renew_deadline(Duration::from_secs(1))
+        .with_retry_period(Duration::from_millis(100));
+    let mut manager = Manager::new(env.client()).leader_election(lease);
+    manager.add(
+        Controller::new(
+            Api::<ConfigMap>::all(env.client()),
+            watcher::Config::default(),
+        ),
+        record,
+        Arc::new((identity.to_string(), seen.clone())),
+    );
+    manager
+}
+
+#[tokio::test]
+async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_stops() {
+    let env = TestEnv::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    api.create(&PostParams::default(), &cm("first"))
+        .await
+        .unwrap();
+    let seen: Seen = Arc::default();
+
+    let (stop_a, stopped_a) = oneshot::channel::<()>();
+    let a = elected_manager(&env, "a", &seen);
+    let metrics_a = a.metrics();
+    let task_a = tokio::spawn(a.run(async move {
+        let _ = stopped_a.await;
+    }));
+    eventually("a leads and reconciles", || async {
+        seen.lock().unwrap().contains(&"a first".to_string())
+    })
+    .await;
+    assert!(
+        metrics_a
+            .encode()
+            .contains(r#"leader_election_master_status{name="recorder-leader"} 1"#)
+    );
+
+    let (stop_b, stopped_b) = oneshot::channel::<()>();
+    let b = elected_manager(&env, "b", &seen);
+    let metrics_b = b.metrics();
+    let task_b = tokio::spawn(b.run(async move {
+        let _ = stopped_b.await;
+    }));
+    api.create(&PostParams::default(), &cm("second"))
+        .await
+        .unwrap();
+    eventually("a reconciles the second object", || async {
+        seen.lock().unwrap().contains(&"a second".to_string())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        seen.lock().unwrap().iter().all(|s| s.starts_with("a ")),
+        "the standby never reconciles: {:?}",
+        seen.lock().unwrap()
+    );
+    assert!(
+        metrics_b
+            .encode()
+            .contains(r#"leader_election_master_status{name="recorder-leader"} 0"#)
+    );
+
+    // A stops gracefully and releases the Lease: B takes over without waiting for expiry, and
+    // (level-triggered) reconciles everything.
+    let _ = stop_a.send(());
+    task_a.await.unwrap().unwrap();
+    eventually("b takes over", || async {
+        let seen = seen.lock().unwrap();
+        seen.contains(&"b first".to_string()) && seen.contains(&"b second".to_string())
+    })
+    .await;
+    api.create(&PostParams::default(), &cm("third"))
+        .await
+        .unwrap();
+    eventually("b reconciles new work", || async {
+        seen.lock().unwrap().contains(&"b third".to_string())
+    })
+    .await;
+    assert!(!seen.lock().unwrap().contains(&"a third".to_string()));
+    let _ = stop_b.send(());
+    task_b.await.unwrap().unwrap();
+}

@@ -1,0 +1,692 @@
+//! Fault injection: what a controller meets on a real cluster — watches cut by a load
+//! balancer, history compacted while it was away, conflicting writers, a server that fails or
+//! is slow — made to happen on purpose, between the client and the API server.
+//!
+//! [`Faults`] is the handle tests use; [`FaultLayer`] is the `tower` layer in front of the
+//! server's router that carries the faults out and records every request in a
+//! [`RequestLog`].
+
+use std::convert::Infallible;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use futures::StreamExt;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use konverge_apiserver::ApiServer;
+use konverge_apiserver::error::ApiError;
+use konverge_apiserver::registry::Registry;
+use konverge_store::Revision;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tower::{Layer, Service};
+
+use crate::request_info::{RequestInfo, Verb};
+use crate::requests::{RequestLog, RequestRecord};
+
+/// Which requests a fault applies to. Every condition set must hold; an empty rule matches
+/// every request for a resource (never discovery, `/version` and the like).
+///
+/// ```
+/// use konverge_testkit::{Rule, Verb};
+///
+/// // Updates and patches of the ConfigMap `default/settings` (not of its subresources).
+/// let rule = Rule::new()
+///     .verb(Verb::Update)
+///     .verb(Verb::Patch)
+///     .resource("configmaps")
+///     .namespace("default")
+///     .name("settings");
+/// // Status updates of any Deployment.
+/// let status = Rule::new().verb(Verb::Update).resource("deployments/status");
+/// # let _ = (rule, status);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rule {
+    verbs: Vec<Verb>,
+    group: Option<String>,
+    /// The plural and the subresource (`None`: the resource itself).
+    resource: Option<(String, Option<String>)>,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl Rule {
+    /// A rule that matches every request for a resource.
+    pub fn new() -> Rule {
+        Rule::default()
+    }
+
+    /// Only requests with this verb; called again, with any of the verbs given.
+    pub fn verb(mut self, verb: Verb) -> Self {
+        if !self.verbs.contains(&verb) {
+            self.verbs.push(verb);
+        }
+        self
+    }
+
+    /// Only requests for this resource, by plural name, as RBAC names resources:
+    /// `"configmaps"` is the resource itself (not its subresources), `"deployments/status"`
+    /// its status subresource.
+    pub fn resource(mut self, resource: &str) -> Self {
+        self.resource = Some(match resource.split_once('/') {
+            Some((plural, sub)) => (plural.to_string(), Some(sub.to_string())),
+            None => (resource.to_string(), None),
+        });
+        self
+    }
+
+    /// Only requests in this API group (`""` for the core group), for plurals two groups
+    /// share (`events`).
+    pub fn group(mut self, group: &str) -> Self {
+        self.group = Some(group.to_string());
+        self
+    }
+
+    /// Only requests in this namespace (not those across all namespaces).
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        self
+    }
+
+    /// Only requests for the object with this name (including lists and watches whose
+    /// `fieldSelector` pins `metadata.name` to it, as a watch of one object does).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// Whether the rule applies to `request`.
+    pub fn matches(&self, request: &RequestInfo) -> bool {
+        let Some(verb) = request.verb else {
+            return false;
+        };
+        if !self.verbs.is_empty() && !self.verbs.contains(&verb) {
+            return false;
+        }
+        if self.group.as_ref().is_some_and(|g| *g != request.group) {
+            return false;
+        }
+        if let Some((plural, sub)) = &self.resource
+            && (request.resource.as_ref() != Some(plural) || request.subresource != *sub)
+        {
+            return false;
+        }
+        if self.namespace.is_some() && request.namespace != self.namespace {
+            return false;
+        }
+        if self.name.is_some() && request.name != self.name {
+            return false;
+        }
+        true
+    }
+}
+
+/// The error an injected fault answers with: a Kubernetes `Status` (`status: Failure`) as
+/// kube-apiserver writes it, with the request's resource and name filled into the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    code: StatusCode,
+    reason: String,
+    message: Option<String>,
+    retry_after: Option<u32>,
+}
+
+impl Failure {
+    /// A failure with any code and reason; the message defaults to one naming both.
+    pub fn new(code: StatusCode, reason: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            reason: reason.into(),
+            message: None,
+            retry_after: None,
+        }
+    }
+
+    /// The reason kube-apiserver gives a status code (`409` Conflict, `500` InternalError,
+    /// `429` TooManyRequests, `503` ServiceUnavailable, `504` Timeout, `410` Expired, `404`
+    /// NotFound, ...; an empty reason — Unknown — for codes it has no reason for).
+    pub fn from_code(code: StatusCode) -> Failure {
+        let reason = match code.as_u16() {
+            400 => "BadRequest",
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            404 => "NotFound",
+            405 => "MethodNotAllowed",
+            406 => "NotAcceptable",
+            409 => "Conflict",
+            410 => "Expired",
+            413 => "RequestEntityTooLarge",
+            415 => "UnsupportedMediaType",
+            422 => "Invalid",
+            429 => "TooManyRequests",
+            500 => "InternalError",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "",
+        };
+        Failure::new(code, reason)
+    }
+
+    /// 409 Conflict: `Operation cannot be fulfilled on configmaps "x": the object has been
+    /// modified; please apply your changes to the latest version and try again`.
+    pub fn conflict() -> Failure {
+        Failure::from_code(StatusCode::CONFLICT)
+    }
+
+    /// 500 InternalError.
+    pub fn internal_error() -> Failure {
+        Failure::from_code(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// 429 TooManyRequests. kube-rs clients retry these (and 503, 504) on their own, after a
+    /// short backoff or the [`retry_after`](Self::retry_after) the server asks for.
+    pub fn too_many_requests() -> Failure {
+        Failure::from_code(StatusCode::TOO_MANY_REQUESTS)
+    }
+
+    /// 503 ServiceUnavailable.
+    pub fn service_unavailable() -> Failure {
+        Failure::from_code(StatusCode::SERVICE_UNAVAILABLE)
+    }
+
+    /// Replaces the default message.
+    pub fn message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+
+    /// Asks the client to wait this many seconds before it retries (`Retry-After` header and
+    /// `details.retryAfterSeconds`, as kube-apiserver sends with its 429s). Off by default,
+    /// so that retrying clients do not slow tests down.
+    pub fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// The HTTP status code.
+    pub fn code(&self) -> StatusCode {
+        self.code
+    }
+
+    /// The `Status` object answering `request` (`name`: the object's, if known).
+    fn status(&self, request: &RequestInfo, name: &str) -> Value {
+        let resource = request.qualified_resource();
+        let message = match (&self.message, self.reason.as_str()) {
+            (Some(message), _) => message.clone(),
+            (None, "Conflict") => format!(
+                "Operation cannot be fulfilled on {resource} {name:?}: the object has been modified; please apply your changes to the latest version and try again"
+            ),
+            (None, "AlreadyExists") => format!("{resource} {name:?} already exists"),
+            (None, "NotFound") => format!("{resource} {name:?} not found"),
+            (None, "InternalError") => {
+                "Internal error occurred: injected by konverge-testkit".to_string()
+            }
+            (None, "TooManyRequests") => "Too many requests, please try again later.".into(),
+            (None, "Timeout") => {
+                "Timeout: request did not complete within the allowed duration".into()
+            }
+            (None, reason) => format!(
+                "injected by konverge-testkit: {} {reason}",
+                self.code.as_u16()
+            ),
+        };
+        let mut details = serde_json::Map::new();
+        if !name.is_empty() {
+            details.insert("name".into(), name.into());
+        }
+        if !request.group.is_empty() {
+            details.insert("group".into(), request.group.clone().into());
+        }
+        if let Some(plural) = &request.resource {
+            details.insert("kind".into(), plural.clone().into());
+        }
+        if self.reason == "InternalError" {
+            details.insert("causes".into(), json!([{"message": message}]));
+        }
+        if let Some(seconds) = self.retry_after {
+            details.insert("retryAfterSeconds".into(), seconds.into());
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": self.reason,
+            "code": self.code.as_u16(),
+        });
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+
+    fn response(&self, request: &RequestInfo, name: &str) -> Response<Body> {
+        let body = serde_json::to_vec(&self.status(request, name)).unwrap_or_default();
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = self.code;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// What a fault does to a request it matches.
+#[derive(Debug, Clone)]
+enum Effect {
+    Fail(Failure),
+    Delay(Duration),
+}
+
+#[derive(Debug)]
+struct Injected {
+    rule: Rule,
+    effect: Effect,
+    /// How many more requests it applies to; `None`: until cleared.
+    remaining: Option<usize>,
+}
+
+/// What the faults decided for one request.
+struct Verdict {
+    delay: Duration,
+    failure: Option<Failure>,
+}
+
+struct Shared {
+    injected: Mutex<Vec<Injected>>,
+    /// Cancelled by [`Faults::drop_watches`], which puts a fresh one in its place.
+    watch_cut: Mutex<CancellationToken>,
+    open_watches: AtomicUsize,
+    log: RequestLog,
+}
+
+impl Shared {
+    fn injected(&self) -> MutexGuard<'_, Vec<Injected>> {
+        self.injected.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn watch_cut(&self) -> MutexGuard<'_, CancellationToken> {
+        self.watch_cut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every matching delay adds up; the first matching failure with requests left answers.
+    fn verdict(&self, request: &RequestInfo) -> Verdict {
+        let mut verdict = Verdict {
+            delay: Duration::ZERO,
+            failure: None,
+        };
+        let mut injected = self.injected();
+        for fault in injected.iter_mut() {
+            if fault.remaining == Some(0) || !fault.rule.matches(request) {
+                continue;
+            }
+            match &fault.effect {
+                Effect::Delay(delay) => verdict.delay += *delay,
+                Effect::Fail(_) if verdict.failure.is_some() => continue,
+                Effect::Fail(failure) => verdict.failure = Some(failure.clone()),
+            }
+            if let Some(remaining) = &mut fault.remaining {
+                *remaining -= 1;
+            }
+        }
+        injected.retain(|f| f.remaining != Some(0));
+        verdict
+    }
+}
+
+/// The fault-injection handle of a [`TestEnv`](crate::TestEnv) (from
+/// [`TestEnv::faults`](crate::TestEnv::faults)); cheap to clone, all clones share the same
+/// faults and [`RequestLog`].
+///
+/// Faults act on requests that reach the [`FaultLayer`] — everything a `kube::Client` sends
+/// to the server. The server's own control loops work on its registry directly and are not
+/// affected.
+#[derive(Clone)]
+pub struct Faults {
+    shared: Arc<Shared>,
+    registry: Registry,
+}
+
+impl fmt::Debug for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Faults")
+            .field("injected", &*self.shared.injected())
+            .field("open_watches", &self.open_watches())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Faults {
+    /// Faults for `server`, with none injected yet. [`TestEnv`](crate::TestEnv) makes one;
+    /// to use faults with the server's router in-process, wrap it in [`Faults::layer`].
+    pub fn new(server: &Arc<ApiServer>) -> Faults {
+        Faults {
+            shared: Arc::new(Shared {
+                injected: Mutex::new(Vec::new()),
+                watch_cut: Mutex::new(CancellationToken::new()),
+                open_watches: AtomicUsize::new(0),
+                log: RequestLog::default(),
+            }),
+            registry: server.registry().clone(),
+        }
+    }
+
+    /// The layer that carries out these faults, to wrap the server's router in.
+    pub fn layer(&self) -> FaultLayer {
+        FaultLayer {
+            faults: self.clone(),
+        }
+    }
+
+    /// The record of every request that reached the layer.
+    pub fn requests(&self) -> RequestLog {
+        self.shared.log.clone()
+    }
+
+    /// Ends every watch stream open now, as when a load balancer cuts long-lived
+    /// connections: each client sees its stream end (cleanly, after the last complete
+    /// event) and must watch again from the last resourceVersion it saw. Watches started
+    /// afterwards are not affected.
+    pub fn drop_watches(&self) {
+        let cut = std::mem::replace(&mut *self.shared.watch_cut(), CancellationToken::new());
+        cut.cancel();
+    }
+
+    /// How many watch streams are open now. A test can wait for a controller's watches to be
+    /// established before it [drops](Self::drop_watches) them.
+    pub fn open_watches(&self) -> usize {
+        self.shared.open_watches.load(Ordering::SeqCst)
+    }
+
+    /// Forces compaction, as a client sees it after a long disconnect: the store is compacted
+    /// at its current revision and the server's watch caches forget their history
+    /// ([`Registry::expire_history`]). From then on a watch from any earlier resourceVersion
+    /// gets a 410 Expired `ERROR` event, and a list at an earlier resourceVersion with
+    /// `resourceVersionMatch=Exact` or with an earlier continue token gets 410 Expired; a
+    /// fresh list (and a watch from its resourceVersion) works. Open watches may end with 410
+    /// as well. Returns the revision history now starts at.
+    ///
+    /// To simulate the whole disconnect, call [`drop_watches`](Self::drop_watches) after
+    /// this: clients then resume from resourceVersions that have expired.
+    pub async fn expire_history(&self) -> Result<Revision, ApiError> {
+        self.registry.expire_history().await
+    }
+
+    /// Answers the next `times` requests that `rule` matches with `failure`, without
+    /// passing them to the server. Failures injected earlier answer first.
+    pub fn fail(&self, rule: Rule, failure: Failure, times: usize) {
+        self.inject(rule, Effect::Fail(failure), Some(times));
+    }
+
+    /// Answers the next `times` requests that `rule` matches with 409 Conflict, as the server
+    /// does when another writer changed the object since the client read it.
+    pub fn inject_conflicts(&self, rule: Rule, times: usize) {
+        self.fail(rule, Failure::conflict(), times);
+    }
+
+    /// Answers the next `times` requests that `rule` matches with an error of status `code`
+    /// and the reason kube-apiserver gives it (see [`Failure::from_code`]).
+    pub fn inject_errors(&self, rule: Rule, code: StatusCode, times: usize) {
+        self.fail(rule, Failure::from_code(code), times);
+    }
+
+    /// Holds every request that `rule` matches for `latency` before it is handled, until
+    /// [`clear`](Self::clear). Delays of several matching rules add up. The delay is a
+    /// `tokio` sleep, so it follows paused test time.
+    pub fn delay(&self, rule: Rule, latency: Duration) {
+        self.inject(rule, Effect::Delay(latency), None);
+    }
+
+    /// How many injected failures have not been used yet.
+    pub fn pending_failures(&self) -> usize {
+        self.shared
+            .injected()
+            .iter()
+            .filter(|f| matches!(f.effect, Effect::Fail(_)))
+            .map(|f| f.remaining.unwrap_or(0))
+            .sum()
+    }
+
+    /// Removes every injected failure and delay (the request log is kept).
+    pub fn clear(&self) {
+        self.shared.injected().clear();
+    }
+
+    fn inject(&self, rule: Rule, effect: Effect, remaining: Option<usize>) {
+        if remaining == Some(0) {
+            return;
+        }
+        self.shared.injected().push(Injected {
+            rule,
+            effect,
+            remaining,
+        });
+    }
+
+    /// Runs one request through the faults, then (unless a failure answers it) `inner`.
+    async fn handle<S>(self, mut inner: S, request: Request<Body>) -> Response<Body>
+    where
+        S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+    {
+        let info = RequestInfo::new(request.method(), request.uri());
+        // Taken before the request is served: a watch that started before `drop_watches` was
+        // called is cut by it.
+        let watch_cut = self.shared.watch_cut().clone();
+        let verdict = self.shared.verdict(&info);
+        if !verdict.delay.is_zero() {
+            tokio::time::sleep(verdict.delay).await;
+        }
+        if let Some(failure) = verdict.failure {
+            let name = match &info.name {
+                Some(name) => name.clone(),
+                None => created_name(&info, request.into_body()).await,
+            };
+            let response = failure.response(&info, &name);
+            self.record(info, response.status(), true);
+            return response;
+        }
+        let response = match inner.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        let status = response.status();
+        let is_watch = info.verb == Some(Verb::Watch) && status.is_success();
+        self.record(info, status, false);
+        if !is_watch {
+            return response;
+        }
+        let open = OpenWatch::new(self.shared.clone());
+        response.map(|body| {
+            let stream = body
+                .into_data_stream()
+                .take_until(watch_cut.cancelled_owned())
+                .map(move |chunk| {
+                    let _open = &open;
+                    chunk
+                });
+            Body::from_stream(stream)
+        })
+    }
+
+    fn record(&self, request: RequestInfo, status: StatusCode, injected: bool) {
+        self.shared.log.push(RequestRecord {
+            request,
+            status,
+            injected,
+        });
+    }
+}
+
+/// Counts a watch stream as open while it lives.
+struct OpenWatch(Arc<Shared>);
+
+impl OpenWatch {
+    fn new(shared: Arc<Shared>) -> Self {
+        shared.open_watches.fetch_add(1, Ordering::SeqCst);
+        OpenWatch(shared)
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.0.open_watches.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The largest create body read to find the new object's name (the server's own limit).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// The name of the object a create would have made (`metadata.name` of a JSON body), for
+/// the message of a failure that answers it; empty when there is none.
+async fn created_name(info: &RequestInfo, body: Body) -> String {
+    if info.method != Method::POST {
+        return String::new();
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return String::new();
+    };
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .and_then(|v| v.pointer("/metadata/name")?.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+/// A `tower` layer that puts [`Faults`] in front of a service (the API server's router):
+/// it delays and fails requests as injected, cuts watch streams on
+/// [`Faults::drop_watches`], and records every request.
+#[derive(Debug, Clone)]
+pub struct FaultLayer {
+    faults: Faults,
+}
+
+impl<S> Layer<S> for FaultLayer {
+    type Service = FaultService<S>;
+
+    fn layer(&self, inner: S) -> FaultService<S> {
+        FaultService {
+            inner,
+            faults: self.faults.clone(),
+        }
+    }
+}
+
+/// The service [`FaultLayer`] wraps around another.
+#[derive(Debug, Clone)]
+pub struct FaultService<S> {
+    inner: S,
+    faults: Faults,
+}
+
+impl<S> Service<Request<Body>> for FaultService<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        // The clone is ready only if polled; keep the one that was, as tower asks.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let faults = self.faults.clone();
+        Box::pin(async move { Ok(faults.handle(inner, request).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: Method, uri: &str) -> RequestInfo {
+        RequestInfo::new(&method, &uri.parse().expect("uri"))
+    }
+
+    #[test]
+    fn rules_match_like_rbac() {
+        let update = request(Method::PUT, "/api/v1/namespaces/d/configmaps/x");
+        let status = request(
+            Method::PUT,
+            "/apis/apps/v1/namespaces/d/deployments/x/status",
+        );
+        let discovery = request(Method::GET, "/api/v1");
+        assert!(Rule::new().matches(&update));
+        assert!(!Rule::new().matches(&discovery));
+        assert!(Rule::new().verb(Verb::Update).matches(&update));
+        assert!(
+            Rule::new()
+                .verb(Verb::Get)
+                .verb(Verb::Update)
+                .matches(&update)
+        );
+        assert!(!Rule::new().verb(Verb::Patch).matches(&update));
+        assert!(Rule::new().resource("configmaps").matches(&update));
+        assert!(!Rule::new().resource("deployments").matches(&status));
+        assert!(Rule::new().resource("deployments/status").matches(&status));
+        assert!(Rule::new().group("apps").matches(&status));
+        assert!(!Rule::new().group("").matches(&status));
+        assert!(Rule::new().namespace("d").name("x").matches(&update));
+        assert!(!Rule::new().namespace("e").matches(&update));
+        assert!(!Rule::new().name("y").matches(&update));
+    }
+
+    #[test]
+    fn failures_read_like_kube_apiserver() {
+        let update = request(Method::PUT, "/apis/apps/v1/namespaces/d/deployments/web");
+        let status = Failure::conflict().status(&update, "web");
+        assert_eq!(
+            status,
+            json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": "Operation cannot be fulfilled on deployments.apps \"web\": the object has been modified; please apply your changes to the latest version and try again",
+                "reason": "Conflict",
+                "code": 409,
+                "details": {"name": "web", "group": "apps", "kind": "deployments"},
+            })
+        );
+        let throttled = Failure::too_many_requests().retry_after(2);
+        let response = throttled.response(&update, "web");
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            throttled.status(&update, "web")["details"]["retryAfterSeconds"],
+            2
+        );
+        let internal = Failure::internal_error().status(&update, "web");
+        assert_eq!(internal["reason"], "InternalError");
+        assert_eq!(
+            internal["details"]["causes"][0]["message"],
+            internal["message"]
+        );
+        assert_eq!(Failure::from_code(StatusCode::IM_A_TEAPOT).reason, "");
+        assert_eq!(
+            Failure::new(StatusCode::CONFLICT, "AlreadyExists").status(&update, "web")["message"],
+            "deployments.apps \"web\" already exists"
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! Test Kubernetes controllers in milliseconds, without a cluster.
+//!
+//! # Where to start
+//!
+//! [`TestEnv`] starts konverge's API server in-process, on a loopback port over plain HTTP,
+//! and hands out a [`kube::Client`] for it. The server is ready in about a millisecond, so
+//! every test gets its own; dropping the `TestEnv` stops it. [`TestEnv::builder`] chooses a
+//! disk store instead of memory, the watch cache settings, and whether the server's control
+//! loops (garbage collection, namespace finalization) run. [`TestEnv::write_kubeconfig`] lets
+//! `kubectl` look at a test's server.
+//!
+//! Between the client and the server sits a [`FaultLayer`], driven by the [`Faults`] handle
+//! ([`TestEnv::faults`]). It makes happen on purpose what a controller meets on a real
+//! cluster, so a test can show the controller converges anyway:
+//!
+//! - [`Faults::drop_watches`]: every open watch stream ends, as when a load balancer cuts
+//!   long-lived connections;
+//! - [`Faults::expire_history`]: forced compaction — watches and exact lists from earlier
+//!   resourceVersions get 410 Expired, as after a long disconnect;
+//! - [`Faults::inject_conflicts`], [`Faults::inject_errors`], [`Faults::fail`]: the next *n*
+//!   requests a [`Rule`] matches (by [`Verb`], resource, namespace, name) are answered with a
+//!   Kubernetes `Status` ([`Failure`]) and never reach the server;
+//! - [`Faults::delay`]: latency for matching requests.
+//!
+//! The same layer records every request in a [`RequestLog`] ([`TestEnv::requests`]): verb,
+//! resource and subresource, namespace, name, status code. With it a test asserts what a
+//! reconcile did over the API — for example that a second reconcile of a converged object
+//! writes nothing ([`RequestLog::writes`]).
+//!
+//! # Example
+//!
+//! ```
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::{Api, PostParams};
+//! use konverge_testkit::{Rule, TestEnv, Verb};
+//!
+//! # tokio::runtime::Runtime::new()?.block_on(async {
+//! let env = TestEnv::start().await;
+//! let config_maps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("settings".into());
+//! let cm = config_maps.create(&PostParams::default(), &cm).await?;
+//!
+//! // The next update of a ConfigMap fails as if another writer had won the race.
+//! env.faults()
+//!     .inject_conflicts(Rule::new().verb(Verb::Update).resource("configmaps"), 1);
+//! let err = config_maps
+//!     .replace("settings", &PostParams::default(), &cm)
+//!     .await
+//!     .unwrap_err();
+//! assert!(matches!(err, kube::Error::Api(status) if status.code == 409));
+//! config_maps.replace("settings", &PostParams::default(), &cm).await?;
+//!
+//! assert_eq!(env.requests().count(Verb::Update, "configmaps"), 2);
+//! assert_eq!(env.requests().writes(), 3);
+//! # Ok::<_, anyhow::Error>(())
+//! # })?;
+//! # Ok::<_, anyhow::Error>(())
+//! ```
+//!
+//! # Modules, by what they hold
+//!
+//! - [`TestEnv`], [`TestEnvBuilder`], [`Error`]: starting and stopping the server.
+//! - [`Faults`], [`Rule`], [`Failure`], [`FaultLayer`]: fault injection; the layer also
+//!   wraps [`ApiServer::router`](konverge_apiserver::ApiServer::router) for in-process tests
+//!   without a socket.
+//! - [`RequestLog`], [`RequestRecord`], [`RequestInfo`], [`Verb`]: request accounting, and how
+//!   a request's verb and resource are read from its method and path (as kube-apiserver
+//!   does).
+
+mod env;
+mod faults;
+mod request_info;
+mod requests;
+
+pub use env::{Error, TestEnv, TestEnvBuilder};
+pub use faults::{Failure, FaultLayer, FaultService, Faults, Rule};
+pub use http::StatusCode;
+pub use request_info::{RequestInfo, Verb};
+pub use requests::{RequestLog, RequestRecord};

@@ -1,0 +1,446 @@
+//! What a request asks for — verb, resource, namespace, name — read from its method, path
+//! and query the way kube-apiserver's `RequestInfoFactory` reads them.
+
+use std::fmt;
+
+use http::{Method, Uri};
+
+/// A Kubernetes API verb, as kube-apiserver derives it from the HTTP method, the path and
+/// the `watch` query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verb {
+    /// `GET` on one object (`.../configmaps/x`).
+    Get,
+    /// `GET` on a collection (`.../configmaps`).
+    List,
+    /// `GET` on a collection with `watch=true` (or `watch=1`), or under the legacy `/watch/`
+    /// path prefix.
+    Watch,
+    /// `POST`.
+    Create,
+    /// `PUT`.
+    Update,
+    /// `PATCH`.
+    Patch,
+    /// `DELETE` on one object.
+    Delete,
+    /// `DELETE` on a collection.
+    DeleteCollection,
+}
+
+impl Verb {
+    /// Whether the verb changes state: create, update, patch, delete, deletecollection.
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
+        )
+    }
+
+    /// The verb as kube-apiserver names it (`get`, `deletecollection`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What one HTTP request asks for.
+///
+/// Requests for a resource (`/api/v1/...`, `/apis/<group>/<version>/...` below the
+/// group-version) have a [`verb`](Self::verb) and a [`resource`](Self::resource); the rest
+/// (discovery, `/version`, `/openapi/...`, health checks) have neither.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// The HTTP method.
+    pub method: Method,
+    /// The path, as sent (percent-encoded).
+    pub path: String,
+    /// The verb; `None` for a request that is not about a resource.
+    pub verb: Option<Verb>,
+    /// The API group, empty for the core group.
+    pub group: String,
+    /// The API version; empty for a request that is not about a resource.
+    pub version: String,
+    /// The resource's plural name (`configmaps`); `None` for a request that is not about a
+    /// resource.
+    pub resource: Option<String>,
+    /// The subresource (`status`, `scale`, `finalize`), if any.
+    pub subresource: Option<String>,
+    /// The namespace in the path. `None` for cluster-scoped resources, for requests across
+    /// all namespaces, and for namespaces themselves (`/api/v1/namespaces/x` names the
+    /// namespace object `x`).
+    pub namespace: Option<String>,
+    /// The object's name: from the path, or — for a list or watch — from a `fieldSelector`
+    /// of `metadata.name=<name>`, as kube-apiserver does it (so a watch of one object, as
+    /// kube-rs sends it, carries the name).
+    pub name: Option<String>,
+}
+
+impl RequestInfo {
+    /// Reads a request's method and URI.
+    pub fn new(method: &Method, uri: &Uri) -> RequestInfo {
+        let path = uri.path();
+        let mut info = RequestInfo {
+            method: method.clone(),
+            path: path.to_string(),
+            verb: None,
+            group: String::new(),
+            version: String::new(),
+            resource: None,
+            subresource: None,
+            namespace: None,
+            name: None,
+        };
+        let parts: Vec<String> = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(percent_decode)
+            .collect();
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let (group, version, mut rest) = match parts.as_slice() {
+            ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
+            ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
+            _ => return info,
+        };
+        let mut verb = match *method {
+            Method::GET | Method::HEAD => Verb::Get,
+            Method::POST => Verb::Create,
+            Method::PUT => Verb::Update,
+            Method::PATCH => Verb::Patch,
+            Method::DELETE => Verb::Delete,
+            _ => return info,
+        };
+        // The deprecated `/watch/` prefix: a watch whatever the query says.
+        if rest.first() == Some(&"watch") {
+            verb = Verb::Watch;
+            rest = &rest[1..];
+        }
+        let mut namespace = None;
+        if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+            namespace = Some(rest[1].to_string());
+            // `namespaces/x/status` and `namespaces/x/finalize` are subresources of the
+            // namespace `x`; anything else after the namespace name is a namespaced resource.
+            if rest.len() > 2 && rest[2] != "status" && rest[2] != "finalize" {
+                rest = &rest[2..];
+            }
+        }
+        let Some(resource) = rest.first() else {
+            return info;
+        };
+        if *resource == "namespaces" {
+            namespace = None;
+        }
+        let mut name = rest.get(1).map(|n| n.to_string());
+        let subresource = rest.get(2).map(|s| s.to_string());
+        let query = query_pairs(uri.query());
+        if name.is_none() {
+            match verb {
+                Verb::Get => {
+                    verb = if query
+                        .iter()
+                        .any(|(k, v)| k == "watch" && (v == "true" || v == "1"))
+                    {
+                        Verb::Watch
+                    } else {
+                        Verb::List
+                    };
+                }
+                Verb::Delete => verb = Verb::DeleteCollection,
+                _ => {}
+            }
+            if matches!(verb, Verb::List | Verb::Watch | Verb::DeleteCollection) {
+                name = query
+                    .iter()
+                    .find(|(k, _)| k == "fieldSelector")
+                    .and_then(|(_, selector)| exact_name(selector));
+            }
+        }
+        info.verb = Some(verb);
+        info.group = group.to_string();
+        info.version = version.to_string();
+        info.resource = Some(resource.to_string());
+        info.subresource = subresource;
+        info.namespace = namespace;
+        info.name = name;
+        info
+    }
+
+    /// The resource as errors name it: `configmaps`, `deployments.apps`.
+    pub fn qualified_resource(&self) -> String {
+        let resource = self.resource.as_deref().unwrap_or("");
+        if self.group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{}", self.group)
+        }
+    }
+}
+
+/// The name a field selector pins down with `metadata.name=x` or `metadata.name==x`.
+fn exact_name(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let value = term
+            .strip_prefix("metadata.name==")
+            .or_else(|| term.strip_prefix("metadata.name="))?;
+        (!value.is_empty()).then(|| value.to_string())
+    })
+}
+
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default()
+}
+
+/// Decodes `%XX` escapes; a malformed escape is kept as it is (the server answers such a
+/// request with 400, and the request is still recorded).
+fn percent_decode(segment: &str) -> String {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| segment.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(method: Method, uri: &str) -> RequestInfo {
+        RequestInfo::new(&method, &uri.parse().expect("uri"))
+    }
+
+    type Summary<'a> = (
+        Option<Verb>,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+
+    fn summary(i: &RequestInfo) -> Summary<'_> {
+        (
+            i.verb,
+            i.group.as_str(),
+            i.resource.as_deref(),
+            i.subresource.as_deref(),
+            i.namespace.as_deref(),
+            i.name.as_deref(),
+        )
+    }
+
+    #[test]
+    fn verbs_come_from_method_path_and_watch_query() {
+        use Verb::*;
+        let cases: &[(Method, &str, Summary<'_>)] = &[
+            (
+                Method::GET,
+                "/api/v1/namespaces/default/configmaps/x",
+                (
+                    Some(Get),
+                    "",
+                    Some("configmaps"),
+                    None,
+                    Some("default"),
+                    Some("x"),
+                ),
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/default/configmaps?limit=10",
+                (
+                    Some(List),
+                    "",
+                    Some("configmaps"),
+                    None,
+                    Some("default"),
+                    None,
+                ),
+            ),
+            (
+                Method::GET,
+                "/api/v1/configmaps?watch=true&resourceVersion=5",
+                (Some(Watch), "", Some("configmaps"), None, None, None),
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/d/configmaps?watch=1&fieldSelector=metadata.name%3Dx",
+                (
+                    Some(Watch),
+                    "",
+                    Some("configmaps"),
+                    None,
+                    Some("d"),
+                    Some("x"),
+                ),
+            ),
+            (
+                Method::GET,
+                "/api/v1/configmaps?watch=false",
+                (Some(List), "", Some("configmaps"), None, None, None),
+            ),
+            (
+                Method::GET,
+                "/api/v1/watch/namespaces/d/pods",
+                (Some(Watch), "", Some("pods"), None, Some("d"), None),
+            ),
+            (
+                Method::POST,
+                "/apis/apps/v1/namespaces/d/deployments",
+                (
+                    Some(Create),
+                    "apps",
+                    Some("deployments"),
+                    None,
+                    Some("d"),
+                    None,
+                ),
+            ),
+            (
+                Method::PUT,
+                "/apis/apps/v1/namespaces/d/deployments/web/status",
+                (
+                    Some(Update),
+                    "apps",
+                    Some("deployments"),
+                    Some("status"),
+                    Some("d"),
+                    Some("web"),
+                ),
+            ),
+            (
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/d/deployments/web/scale",
+                (
+                    Some(Patch),
+                    "apps",
+                    Some("deployments"),
+                    Some("scale"),
+                    Some("d"),
+                    Some("web"),
+                ),
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/d/configmaps/x",
+                (
+                    Some(Delete),
+                    "",
+                    Some("configmaps"),
+                    None,
+                    Some("d"),
+                    Some("x"),
+                ),
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/d/configmaps",
+                (
+                    Some(DeleteCollection),
+                    "",
+                    Some("configmaps"),
+                    None,
+                    Some("d"),
+                    None,
+                ),
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/kube-system",
+                (
+                    Some(Get),
+                    "",
+                    Some("namespaces"),
+                    None,
+                    None,
+                    Some("kube-system"),
+                ),
+            ),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/x/finalize",
+                (
+                    Some(Update),
+                    "",
+                    Some("namespaces"),
+                    Some("finalize"),
+                    None,
+                    Some("x"),
+                ),
+            ),
+            (
+                Method::GET,
+                "/api/v1/nodes/n%3A1",
+                (Some(Get), "", Some("nodes"), None, None, Some("n:1")),
+            ),
+        ];
+        for (method, uri, want) in cases {
+            assert_eq!(summary(&info(method.clone(), uri)), *want, "{method} {uri}");
+        }
+    }
+
+    #[test]
+    fn discovery_and_other_paths_are_not_resource_requests() {
+        for uri in [
+            "/api",
+            "/api/v1",
+            "/apis",
+            "/apis/apps",
+            "/apis/apps/v1",
+            "/version",
+            "/openapi/v3/api/v1",
+            "/healthz",
+        ] {
+            let i = info(Method::GET, uri);
+            assert_eq!((i.verb, i.resource.as_deref()), (None, None), "{uri}");
+            assert_eq!(i.path, uri.split('?').next().unwrap_or(uri));
+        }
+        assert_eq!(
+            info(Method::OPTIONS, "/api/v1/configmaps").verb,
+            None,
+            "no verb for OPTIONS"
+        );
+    }
+
+    #[test]
+    fn qualified_resources_name_the_group() {
+        assert_eq!(
+            info(Method::GET, "/apis/apps/v1/namespaces/d/deployments/x").qualified_resource(),
+            "deployments.apps"
+        );
+        assert_eq!(
+            info(Method::GET, "/api/v1/namespaces/d/configmaps/x").qualified_resource(),
+            "configmaps"
+        );
+        assert_eq!(exact_name("metadata.name==a,foo=b").as_deref(), Some("a"));
+        assert_eq!(exact_name("metadata.name!=a"), None);
+    }
+}

@@ -1,0 +1,341 @@
+//! Faults, through a real `kube::Client`: cut watches, expired history, injected errors and
+//! latency.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use konverge_testkit::{Failure, Faults, Rule, StatusCode, TestEnv, Verb};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams, VersionMatch, WatchEvent, WatchParams};
+use tower::{Layer, ServiceExt};
+
+fn config_map(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("v".to_string(), value.to_string())])),
+        ..ConfigMap::default()
+    }
+}
+
+fn config_maps(env: &TestEnv) -> Api<ConfigMap> {
+    Api::namespaced(env.client(), "default")
+}
+
+async fn create(api: &Api<ConfigMap>, name: &str) -> anyhow::Result<ConfigMap> {
+    Ok(api
+        .create(&PostParams::default(), &config_map(name, "0"))
+        .await?)
+}
+
+fn rv(cm: &ConfigMap) -> String {
+    cm.metadata
+        .resource_version
+        .clone()
+        .expect("resourceVersion")
+}
+
+type Events = std::pin::Pin<Box<dyn Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Send>>;
+
+async fn watch(api: &Api<ConfigMap>, from: &str) -> anyhow::Result<Events> {
+    Ok(api.watch(&WatchParams::default(), from).await?.boxed())
+}
+
+/// The next item of a watch stream (`None`: the stream ended), failing after a generous time.
+async fn next(events: &mut Events) -> Option<WatchEvent<ConfigMap>> {
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("a watch event or the end of the stream in time")
+        .map(|item| item.expect("a watch event, not a client error"))
+}
+
+fn added_name(event: Option<WatchEvent<ConfigMap>>) -> String {
+    match event {
+        Some(WatchEvent::Added(cm)) => cm.metadata.name.unwrap_or_default(),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+}
+
+/// Waits until `faults` counts `n` open watches.
+async fn open_watches(faults: &Faults, n: usize) {
+    for _ in 0..1000 {
+        if faults.open_watches() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{} open watches, expected {n}", faults.open_watches());
+}
+
+#[tokio::test]
+async fn drop_watches_ends_open_streams_and_later_watches_work() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let faults = env.faults();
+    let api = config_maps(&env);
+    let start = rv(&create(&api, "a").await?);
+    let mut first = watch(&api, &start).await?;
+    let mut second = watch(&api, &start).await?;
+    open_watches(&faults, 2).await;
+    create(&api, "b").await?;
+    assert_eq!(added_name(next(&mut first).await), "b");
+    assert_eq!(added_name(next(&mut second).await), "b");
+
+    faults.drop_watches();
+    assert!(next(&mut first).await.is_none(), "the stream ended");
+    assert!(next(&mut second).await.is_none(), "the stream ended");
+    open_watches(&faults, 0).await;
+
+    // A watch started after the cut is not affected, and resuming loses nothing.
+    let mut resumed = watch(&api, &start).await?;
+    assert_eq!(added_name(next(&mut resumed).await), "b");
+    create(&api, "c").await?;
+    assert_eq!(added_name(next(&mut resumed).await), "c");
+    assert_eq!(faults.open_watches(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn expire_history_answers_410_to_old_resource_versions_while_fresh_lists_work()
+-> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let api = config_maps(&env);
+    let old = rv(&create(&api, "a").await?);
+    // Before: the server still serves history from `old` on.
+    let mut before = watch(&api, &old).await?;
+    create(&api, "b").await?;
+    assert_eq!(added_name(next(&mut before).await), "b");
+    drop(before);
+
+    let expired_at = env.faults().expire_history().await?;
+
+    let mut late = watch(&api, &old).await?;
+    match next(&mut late).await {
+        Some(WatchEvent::Error(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+        }
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    assert!(
+        next(&mut late).await.is_none(),
+        "the stream ends after the error"
+    );
+
+    let exact = ListParams::default().at(&old).matching(VersionMatch::Exact);
+    match api.list(&exact).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+        }
+        other => panic!("expected 410, got {other:?}"),
+    }
+
+    // What a client does next — a fresh list, then a watch from it — works.
+    let fresh = api.list(&ListParams::default()).await?;
+    let names: Vec<_> = fresh
+        .iter()
+        .filter_map(|cm| cm.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    let listed_at = fresh.metadata.resource_version.clone().expect("list rv");
+    assert!(listed_at.parse::<i64>()? >= expired_at);
+    let mut again = watch(&api, &listed_at).await?;
+    create(&api, "c").await?;
+    assert_eq!(added_name(next(&mut again).await), "c");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_injected_conflict_is_seen_once_then_the_update_succeeds() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let faults = env.faults();
+    let api = config_maps(&env);
+    create(&api, "x").await?;
+    faults.inject_conflicts(
+        Rule::new()
+            .verb(Verb::Update)
+            .resource("configmaps")
+            .name("x"),
+        1,
+    );
+    assert_eq!(faults.pending_failures(), 1);
+
+    // Reads are not affected.
+    let mut cm = api.get("x").await?;
+    let read_rv = rv(&cm);
+    cm.data = Some(BTreeMap::from([("v".into(), "1".into())]));
+    match api.replace("x", &PostParams::default(), &cm).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+            assert_eq!(
+                status.message,
+                "Operation cannot be fulfilled on configmaps \"x\": the object has been modified; please apply your changes to the latest version and try again"
+            );
+            let details = status.details.as_ref().expect("details");
+            assert_eq!(
+                (details.name.as_str(), details.kind.as_str()),
+                ("x", "configmaps")
+            );
+        }
+        other => panic!("expected 409, got {other:?}"),
+    }
+    assert_eq!(faults.pending_failures(), 0);
+    // The server never saw the update.
+    assert_eq!(rv(&api.get("x").await?), read_rv);
+
+    let updated = api.replace("x", &PostParams::default(), &cm).await?;
+    assert_eq!(updated.data, cm.data);
+    let statuses: Vec<_> = env
+        .requests()
+        .records()
+        .into_iter()
+        .filter(|r| r.request.verb == Some(Verb::Update))
+        .map(|r| (r.status.as_u16(), r.injected))
+        .collect();
+    assert_eq!(statuses, [(409, true), (200, false)]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn injected_errors_fail_matching_requests_the_given_number_of_times() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let faults = env.faults();
+    let api = config_maps(&env);
+    create(&api, "x").await?;
+    faults.inject_errors(
+        Rule::new().verb(Verb::Get).resource("configmaps"),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        2,
+    );
+    // Another verb on the same resource is not affected.
+    api.list(&ListParams::default()).await?;
+    for _ in 0..2 {
+        match api.get("x").await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(
+                    (status.code, status.reason.as_str()),
+                    (500, "InternalError")
+                );
+                assert!(status.message.starts_with("Internal error occurred: "));
+            }
+            other => panic!("expected 500, got {other:?}"),
+        }
+    }
+    api.get("x").await?;
+
+    // A failure on create names the object from the request body, and nothing is written.
+    faults.fail(
+        Rule::new().verb(Verb::Create),
+        Failure::new(StatusCode::CONFLICT, "AlreadyExists"),
+        1,
+    );
+    match create(&api, "y").await {
+        Err(e) => match e.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => {
+                assert_eq!(
+                    (status.code, status.reason.as_str()),
+                    (409, "AlreadyExists")
+                );
+                assert_eq!(status.message, "configmaps \"y\" already exists");
+            }
+            other => panic!("expected 409, got {other:?}"),
+        },
+        Ok(cm) => panic!("created {cm:?}"),
+    }
+    assert!(api.get_opt("y").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn kube_clients_retry_an_injected_429_on_their_own() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let api = config_maps(&env);
+    env.faults().fail(
+        Rule::new().verb(Verb::List).resource("configmaps"),
+        Failure::too_many_requests(),
+        1,
+    );
+    api.list(&ListParams::default()).await?;
+    let lists: Vec<_> = env
+        .requests()
+        .records()
+        .into_iter()
+        .map(|r| (r.request.verb, r.status.as_u16(), r.injected))
+        .collect();
+    assert_eq!(
+        lists,
+        [
+            (Some(Verb::List), 429, true),
+            (Some(Verb::List), 200, false)
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn delays_hold_matching_requests_only() -> anyhow::Result<()> {
+    const LATENCY: Duration = Duration::from_secs(1);
+    let env = TestEnv::start().await;
+    let api = config_maps(&env);
+    create(&api, "x").await?;
+    env.faults()
+        .delay(Rule::new().verb(Verb::List).resource("configmaps"), LATENCY);
+    let started = std::time::Instant::now();
+    let slow = tokio::spawn({
+        let api = api.clone();
+        async move { api.list(&ListParams::default()).await }
+    });
+    // An unmatched request is answered while the delayed one still waits.
+    api.get("x").await?;
+    assert!(!slow.is_finished(), "the list waits for its delay");
+    let listed = slow.await??;
+    assert_eq!(listed.items.len(), 1);
+    assert!(started.elapsed() >= LATENCY, "{:?}", started.elapsed());
+
+    env.faults().clear();
+    let started = std::time::Instant::now();
+    api.list(&ListParams::default()).await?;
+    // Generous: only that the delay is gone, not how fast the list is.
+    assert!(started.elapsed() < LATENCY * 5, "{:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_fault_layer_wraps_the_router_in_process() -> anyhow::Result<()> {
+    let server = konverge_apiserver::ApiServer::builder(std::sync::Arc::new(
+        konverge_store::MemStore::new(),
+    ))
+    .control_loops(false)
+    .build()
+    .await?;
+    let faults = Faults::new(&server);
+    faults.inject_errors(
+        Rule::new().resource("namespaces"),
+        StatusCode::SERVICE_UNAVAILABLE,
+        1,
+    );
+    let service = faults.layer().layer(server.router());
+    let get = || {
+        http::Request::get("/api/v1/namespaces/default")
+            .body(axum::body::Body::empty())
+            .expect("request")
+    };
+    let response = service.clone().oneshot(get()).await?;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await?;
+    let status: serde_json::Value = serde_json::from_slice(&body)?;
+    assert_eq!(
+        (
+            status["kind"].as_str(),
+            status["reason"].as_str(),
+            status["code"].as_u64()
+        ),
+        (Some("Status"), Some("ServiceUnavailable"), Some(503))
+    );
+    assert_eq!(status["details"]["name"], "default");
+    let response = service.oneshot(get()).await?;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(faults.requests().len(), 2);
+    Ok(())
+}
