@@ -691,7 +691,11 @@ async fn finalizers_hold_deletion(t: TestServer) {
         .expect("delete again")
         .left()
         .expect("still held");
-    assert_eq!(again.metadata.generation, Some(2), "only the first mark counts");
+    assert_eq!(
+        again.metadata.generation,
+        Some(2),
+        "only the first mark counts"
+    );
 }
 
 async fn scale_subresource(t: TestServer) {
