@@ -78,3 +78,8 @@ pub use key::ObjectKey;
 pub use manager::Manager;
 pub use queue::WorkQueue;
 pub use reconcile::{Action, ErrorClass, Middleware, TerminalError};
+
+/// The README's code blocks, compiled as doctests so the README's controller cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -776,3 +776,69 @@ async fn a_reconcile_past_its_deadline_is_cancelled_and_retried() {
     );
     running.stop().await.unwrap();
 }
+
+async fn with_cleanup(
+    d: Arc<k8s_openapi::api::apps::v1::Deployment>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, konverge_runtime::finalizer::FinalizerError<kube::Error>> {
+    use konverge_runtime::finalizer::{FinalizerEvent, finalizer};
+    let ns = d.metadata.namespace.clone().unwrap();
+    let api = Api::namespaced(ctx.client.clone().unwrap(), &ns);
+    let log = ctx.clone();
+    finalizer(&api, "konverge.dev/cleanup", d, |event| async move {
+        let entry = match event {
+            FinalizerEvent::Apply(d) => format!("apply {}", d.metadata.name.clone().unwrap()),
+            FinalizerEvent::Cleanup(d) => format!("cleanup {}", d.metadata.name.clone().unwrap()),
+        };
+        log.log.lock().unwrap().push(entry);
+        Ok::<_, kube::Error>(())
+    })
+    .await?;
+    Ok(Action::await_change())
+}
+
+#[tokio::test]
+async fn finalizer_cleanup_runs_on_deletion_before_the_object_goes() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let env = TestEnv::start().await;
+    let api: Api<Deployment> = Api::namespaced(env.client(), "default");
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+            }
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let ctx = Ctx::new(env.client());
+    let mut manager = Manager::new(env.client());
+    // The default predicate (generation) is in force: the finalizer add is not a new
+    // generation, but the deletion is.
+    manager.add(
+        Controller::new(
+            Api::<Deployment>::all(env.client()),
+            watcher::Config::default(),
+        ),
+        with_cleanup,
+        ctx.clone(),
+    );
+    let running = Running::start(manager);
+    eventually("finalizer added", || async {
+        api.get("web").await.unwrap().metadata.finalizers
+            == Some(vec!["konverge.dev/cleanup".into()])
+    })
+    .await;
+    api.delete("web", &DeleteParams::default()).await.unwrap();
+    eventually("object gone", || async {
+        api.get_opt("web").await.unwrap().is_none()
+    })
+    .await;
+    running.stop().await.unwrap();
+    assert_eq!(ctx.log(), ["apply web", "cleanup web"]);
+}

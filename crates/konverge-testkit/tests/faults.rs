@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
+use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_testkit::{Failure, Faults, Rule, StatusCode, TestEnv, Verb};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams, VersionMatch, WatchEvent, WatchParams};
 use tower::{Layer, ServiceExt};
@@ -100,7 +101,24 @@ async fn drop_watches_ends_open_streams_and_later_watches_work() -> anyhow::Resu
 #[tokio::test]
 async fn expire_history_answers_410_to_old_resource_versions_while_fresh_lists_work()
 -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    expire_history_on(TestEnv::start().await).await
+}
+
+#[tokio::test]
+async fn expire_history_works_on_the_disk_store() -> anyhow::Result<()> {
+    expire_history_on(TestEnv::builder().disk().start().await).await
+}
+
+#[tokio::test]
+async fn expire_history_works_without_the_watch_cache() -> anyhow::Result<()> {
+    let config = WatchCacheConfig {
+        enabled: false,
+        ..WatchCacheConfig::default()
+    };
+    expire_history_on(TestEnv::builder().watch_cache(config).start().await).await
+}
+
+async fn expire_history_on(env: TestEnv) -> anyhow::Result<()> {
     let api = config_maps(&env);
     let old = rv(&create(&api, "a").await?);
     // Before: the server still serves history from `old` on.
