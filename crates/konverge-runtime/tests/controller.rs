@@ -459,6 +459,12 @@ async fn converges_through_dropped_watches_and_expired_history() {
     }
     // History the watchers would resume from is gone: they must relist (410) — and notice the
     // changes made meanwhile, including a deletion and a creation.
+    // Watches reach the server a second late from here on, so the watchers are away while
+    // these changes land and the history goes.
+    faults.delay(
+        konverge_testkit::Rule::new().verb(konverge_testkit::Verb::Watch),
+        Duration::from_secs(1),
+    );
     faults.drop_watches();
     api.delete("s29", &DeleteParams::default()).await.unwrap();
     want.remove("s29");
