@@ -413,12 +413,13 @@ impl Faults {
     }
 
     /// Forces compaction, as a client sees it after a long disconnect: the store is compacted
-    /// at its current revision and the server's watch caches forget their history
-    /// ([`Registry::expire_history`]). From then on a watch from any earlier resourceVersion
-    /// gets a 410 Expired `ERROR` event, and a list at an earlier resourceVersion with
-    /// `resourceVersionMatch=Exact` or with an earlier continue token gets 410 Expired; a
-    /// fresh list (and a watch from its resourceVersion) works. Open watches may end with 410
-    /// as well. Returns the revision history now starts at.
+    /// at its current revision `R` and the server's watch caches forget their history the
+    /// same way ([`Registry::expire_history`]). From then on a watch from a resourceVersion
+    /// before `R - 1` — a client that missed more than the last change — gets a 410 Expired
+    /// `ERROR` event, and a list at a resourceVersion before `R` with
+    /// `resourceVersionMatch=Exact`, or with a continue token from before, gets 410 Expired;
+    /// a fresh list (and a watch from its resourceVersion) works. Open watches that were
+    /// behind end with 410 as well. Returns `R`.
     ///
     /// To simulate the whole disconnect, call [`drop_watches`](Self::drop_watches) after
     /// this: clients then resume from resourceVersions that have expired.

@@ -389,13 +389,16 @@ impl Cache {
         Read::Events { events, caught_up }
     }
 
-    /// Drops the ring: watches start from the cache's revision on, and a watcher whose cursor
-    /// lies before it reads [`Read::TooOld`] (410) — as after a relist. Every watcher is woken
-    /// to find out at once.
-    pub(crate) fn forget_history(&self) {
+    /// Drops the events before `revision` from the ring, as compacting the store at
+    /// `revision` drops its history: a watch can start after `revision - 1` at the earliest
+    /// (never after more than the cache has applied), and a watcher whose cursor lies before
+    /// that reads [`Read::TooOld`] (410). Every watcher is woken to find out at once.
+    pub(crate) fn forget_history_before(&self, revision: Revision) {
         let mut state = self.write_state();
-        state.since = state.revision;
-        state.ring.clear();
+        let since = (revision - 1).min(state.revision).max(state.since);
+        let dropped = state.ring.partition_point(|e| e.revision <= since);
+        state.ring.drain(..dropped);
+        state.since = since;
         drop(state);
         self.applied.send_modify(|_| {});
     }
@@ -811,6 +814,32 @@ mod tests {
             (snapshot.items.len(), snapshot.total, snapshot.revision),
             (2, 5, 6)
         );
+    }
+
+    #[test]
+    fn forgetting_history_keeps_what_a_store_compacted_at_the_revision_keeps() {
+        let cache = cache(100);
+        for rev in 2..=6 {
+            cache.apply(vec![put(
+                &format!("/registry/configmaps/default/o{rev}"),
+                "o",
+                rev,
+                None,
+            )]);
+        }
+        cache.forget_history_before(6);
+        assert_eq!(cache.since(), 5);
+        assert!(matches!(cache.read_after(4, 10), Read::TooOld { since: 5 }));
+        let Read::Events { events, .. } = cache.read_after(5, 10) else {
+            panic!("events");
+        };
+        assert_eq!(events.iter().map(|e| e.revision).collect::<Vec<_>>(), [6]);
+        // Never past what the cache has applied, and never back.
+        cache.forget_history_before(100);
+        assert_eq!(cache.since(), 6);
+        cache.forget_history_before(3);
+        assert_eq!(cache.since(), 6);
+        assert_eq!(cache.snapshot(b"/registry/configmaps/", None).total, 5);
     }
 
     #[test]

@@ -186,12 +186,13 @@ impl Registry {
         self
     }
 
-    /// Drops all history before the store's current revision, as a long disconnect looks to
-    /// a client: the store is compacted there and every watch cache forgets its events, so a
-    /// watch from any earlier resourceVersion, a list at an earlier one with
-    /// `resourceVersionMatch=Exact`, and a continue token from before answer 410 Expired.
-    /// Watches still open may end with 410 as well (their clients relist). Returns the
-    /// revision history now starts at.
+    /// Drops all history before the store's current revision `R`, as a long disconnect looks
+    /// to a client: the store is compacted at `R` and every watch cache forgets the events
+    /// before it, the same way. Afterwards a watch from a resourceVersion before `R - 1` (a
+    /// client that missed more than the last change), a list at a resourceVersion before `R`
+    /// with `resourceVersionMatch=Exact`, and a continue token from before `R` answer 410
+    /// Expired. Open watches that were behind end with 410 as well (their clients relist).
+    /// Returns `R`.
     ///
     /// For fault injection in tests (konverge-testkit); a running server compacts
     /// periodically instead ([`crate::controllers::compaction`]).
@@ -216,10 +217,10 @@ impl Registry {
         let timeout = self.caches.config().wait_timeout;
         for cache in self.caches.running() {
             // A cache applies the store's changes asynchronously: let it catch up first, so
-            // that no event up to `revision` is still in its ring afterwards. A cache that
-            // cannot (closed, or too slow) forgets what it has.
+            // that the events before `revision` are in its ring to be dropped. A cache that
+            // cannot (closed, or too slow) forgets all it has.
             let _ = cache.wait_until(Some(revision), timeout).await;
-            cache.forget_history();
+            cache.forget_history_before(revision);
         }
         Ok(revision)
     }
