@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use kube::core::PartialObjectMeta;
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -189,7 +190,28 @@ impl<K: CachedResource> Controller<K> {
 
     /// Reconciles the controller owner of every object `api` lists whose controller
     /// ownerReference points at this controller's kind.
-    pub fn owns<C>(mut self, api: Api<C>, config: watcher::Config) -> Self
+    ///
+    /// A trigger needs nothing but ownerReferences, so a cluster-wide `api` is watched as
+    /// metadata only (`PartialObjectMetadata`): children's contents are neither transferred,
+    /// decoded nor cached. A namespaced `api` is watched as given. To read children from a
+    /// cache, ask the manager for a [`store`](crate::Manager::store) of them.
+    pub fn owns<C>(self, api: Api<C>, config: watcher::Config) -> Self
+    where
+        C: CachedResource,
+        C::DynamicType: Default,
+    {
+        if api.namespace().is_none() {
+            let metadata = Api::<PartialObjectMeta<C>>::all_with(
+                api.into_client(),
+                &C::DynamicType::default(),
+            );
+            self.owns_objects(metadata, config)
+        } else {
+            self.owns_objects(api, config)
+        }
+    }
+
+    fn owns_objects<C>(mut self, api: Api<C>, config: watcher::Config) -> Self
     where
         C: CachedResource,
     {

@@ -194,3 +194,36 @@ async fn controllers_reading_the_same_resource_share_one_watch() {
     let _ = tx.send(());
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn metadata_only_watch_for_cheap_triggers() {
+    use kube::core::PartialObjectMeta;
+    let env = TestEnv::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut big = cm("big");
+    big.data = Some([("payload".to_string(), "x".repeat(10_000))].into());
+    api.create(&PostParams::default(), &big).await.unwrap();
+    let meta: Api<PartialObjectMeta<ConfigMap>> = Api::all(env.client());
+    let mut stream = Box::pin(watcher::watcher(meta, watcher::Config::default()));
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if matches!(event, Event::InitDone) {
+            api.create(&PostParams::default(), &cm("after"))
+                .await
+                .unwrap();
+        }
+        seen.push(match event {
+            Event::Init => "init".to_string(),
+            Event::InitApply(m) => format!("init-apply {}", m.metadata.name.unwrap()),
+            Event::InitDone => "init-done".to_string(),
+            Event::Apply(m) => format!("apply {}", m.metadata.name.unwrap()),
+            Event::Delete(m) => format!("delete {}", m.metadata.name.unwrap()),
+        });
+    }
+    assert_eq!(seen, ["init", "init-apply big", "init-done", "apply after"]);
+}
