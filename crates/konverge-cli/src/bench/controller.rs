@@ -64,7 +64,7 @@ pub(crate) struct ControllerArgs {
     /// Concurrent reconciles in both controllers.
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
-    /// Seconds a worker may take to converge before the run fails (default 600).
+    /// Seconds a worker may take to converge before the run fails.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
     /// Internal: run one controller against --url, then report on stdout.
