@@ -217,44 +217,34 @@ impl<K: CachedResource> Controller<K> {
     {
         let (kind, group) = (self.kind.clone(), self.group.clone());
         self.triggers.push(Box::new(move |informers, wiring| {
-            let informer = informers.get(api, config);
-            let queue = wiring.queue.clone();
             let primary = wiring.primary.clone();
-            informer.subscribe(Arc::new(move |change: &Change<C>| {
-                for obj in [&change.old, &change.new].into_iter().flatten() {
-                    let meta = obj.meta();
-                    for owner in meta.owner_references.iter().flatten() {
-                        if owner.controller == Some(true)
+            let owners = move |obj: &C| -> Vec<ObjectKey> {
+                let meta = obj.meta();
+                meta.owner_references
+                    .iter()
+                    .flatten()
+                    .filter(|owner| {
+                        owner.controller == Some(true)
                             && owner.kind == kind
                             && group_of(&owner.api_version) == group
-                        {
-                            queue.add(owner_key(&primary, meta.namespace.as_deref(), &owner.name));
-                        }
-                    }
-                }
-            }));
-            Arc::new(informer.store())
+                    })
+                    .map(|owner| owner_key(&primary, meta.namespace.as_deref(), &owner.name))
+                    .collect()
+            };
+            trigger(informers, api, config, wiring, Arc::new(owners))
         }));
         self
     }
 
-    /// Reconciles the objects `map` names whenever an object `api` lists changes.
+    /// Reconciles the objects `map` names whenever an object `api` lists changes (or is
+    /// deleted). The watched objects are not cached.
     pub fn watches<C, F>(mut self, api: Api<C>, config: watcher::Config, map: F) -> Self
     where
         C: CachedResource,
         F: Fn(&C) -> Vec<ObjectKey> + Send + Sync + 'static,
     {
         self.triggers.push(Box::new(move |informers, wiring| {
-            let informer = informers.get(api, config);
-            let queue = wiring.queue.clone();
-            informer.subscribe(Arc::new(move |change: &Change<C>| {
-                for obj in [&change.old, &change.new].into_iter().flatten() {
-                    for key in map(obj) {
-                        queue.add(key);
-                    }
-                }
-            }));
-            Arc::new(informer.store())
+            trigger(informers, api, config, wiring, Arc::new(map))
         }));
         self
     }
@@ -347,6 +337,88 @@ impl<K: CachedResource> Controller<K> {
             ready,
             run: Box::new(move |stop, grace| Box::pin(worker.run(stop, grace, concurrency))),
         }
+    }
+}
+
+/// Maps a watched object to the primary objects it should reconcile.
+type KeyMap<C> = Arc<dyn Fn(&C) -> Vec<ObjectKey> + Send + Sync>;
+
+/// Enqueues what `map` names for every object `api` lists, without caching the objects —
+/// like kube-runtime's triggers. Missed deletions cannot be diffed without a cache, so after a
+/// relist (410) every primary object is enqueued instead: rare, and level-triggered.
+fn trigger<K, C>(
+    informers: &Informers,
+    api: Api<C>,
+    config: watcher::Config,
+    wiring: &Wiring<K>,
+    map: KeyMap<C>,
+) -> Arc<dyn ReadyFlag>
+where
+    K: Send + Sync + 'static,
+    C: CachedResource,
+{
+    let ready = Arc::new(TriggerReady(tokio::sync::watch::Sender::new(false)));
+    let (queue, primary, flag) = (wiring.queue.clone(), wiring.primary.clone(), ready.clone());
+    let resource = api.resource_url().to_string();
+    let label = resource.clone();
+    informers.add_starter(crate::informer::Starter {
+        resource,
+        ready: {
+            let flag = ready.clone();
+            Arc::new(move || flag.is_ready())
+        },
+        run: Box::new(move |metrics| {
+            Box::pin(async move {
+                let watcher_metrics = match &metrics {
+                    Some(m) => watcher::WatcherMetrics::new(m, &label),
+                    None => watcher::WatcherMetrics::default(),
+                };
+                let stream = watcher::watcher_with_metrics(api, config, watcher_metrics);
+                futures::pin_mut!(stream);
+                let mut first = true;
+                while let Some(item) = futures::StreamExt::next(&mut stream).await {
+                    let Ok(event) = item else { continue };
+                    match event {
+                        watcher::Event::Init => {}
+                        // The first list needs no triggers: every primary is queued by its own
+                        // initial list, in key order.
+                        watcher::Event::InitApply(_) if first => {}
+                        watcher::Event::InitApply(obj)
+                        | watcher::Event::Apply(obj)
+                        | watcher::Event::Delete(obj) => {
+                            for key in map(&obj) {
+                                queue.add(key);
+                            }
+                        }
+                        watcher::Event::InitDone => {
+                            if !first {
+                                for key in primary.keys() {
+                                    queue.add(key);
+                                }
+                            }
+                            first = false;
+                            flag.0.send_replace(true);
+                        }
+                    }
+                }
+            })
+        }),
+    });
+    ready
+}
+
+struct TriggerReady(tokio::sync::watch::Sender<bool>);
+
+impl ReadyFlag for TriggerReady {
+    fn is_ready(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    fn wait(&self) -> BoxFuture<'static, ()> {
+        let mut rx = self.0.subscribe();
+        Box::pin(async move {
+            let _ = rx.wait_for(|r| *r).await;
+        })
     }
 }
 

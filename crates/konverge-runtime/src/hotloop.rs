@@ -12,6 +12,7 @@
 //! echo (someone else's edit, after a quiet spell) ends the episode. Other keys are untouched.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -49,27 +50,47 @@ impl Default for HotLoopConfig {
     }
 }
 
-#[derive(Default)]
-struct KeyState {
+/// When a key was last reconciled: kept for every recently reconciled key, so it is small and
+/// keyed by a hash of the key (a collision could only misattribute one echo).
+#[derive(Clone, Copy)]
+struct Recent {
     reconciling: bool,
     last_end: Option<Instant>,
-    streak: u32,
+}
+
+/// A key in an echo streak (few keys at a time).
+#[derive(Default)]
+struct Streak {
+    count: u32,
     fields: BTreeSet<String>,
     backoff: Option<Duration>,
     until: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Keys {
+    recent: HashMap<u64, Recent>,
+    streaks: HashMap<ObjectKey, Streak>,
+    ops: u32,
 }
 
 /// Per-controller hot-loop bookkeeping (see the module docs).
 pub(crate) struct HotLoopDetector {
     config: HotLoopConfig,
     controller: String,
-    keys: Mutex<HashMap<ObjectKey, KeyState>>,
+    keys: Mutex<Keys>,
     detections: Option<Counter>,
     backed_off: Option<Gauge>,
 }
 
 /// Most field paths reported per warning.
 const MAX_FIELDS: usize = 16;
+
+fn hash(key: &ObjectKey) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
 
 impl HotLoopDetector {
     pub(crate) fn new(
@@ -81,44 +102,51 @@ impl HotLoopDetector {
         HotLoopDetector {
             config,
             controller: controller.to_string(),
-            keys: Mutex::new(HashMap::new()),
+            keys: Mutex::new(Keys::default()),
             detections: metrics.map(|m| m.hot_loops.get_or_create(&labels).clone()),
             backed_off: metrics.map(|m| m.hot_loop_keys.get_or_create(&labels).clone()),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, KeyState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Keys> {
         self.keys.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A change to the primary object that will trigger a reconcile. `old`/`new` are the
-    /// object's JSON, computed lazily (only echoes need them).
+    fn end_streak(&self, streak: Option<Streak>) {
+        if streak.is_some_and(|s| s.backoff.is_some())
+            && let Some(g) = &self.backed_off
+        {
+            g.dec();
+        }
+    }
+
+    /// A change to the primary object that will trigger a reconcile. `diff` gives the object's
+    /// JSON before and after, computed lazily (only echoes need it).
     pub(crate) fn on_change(&self, key: &ObjectKey, diff: impl FnOnce() -> Option<(Value, Value)>) {
         if !self.config.enabled {
             return;
         }
         let now = Instant::now();
         let mut keys = self.lock();
-        let Some(st) = keys.get_mut(key) else {
-            // Never reconciled yet: not an echo of anything.
+        let Some(recent) = keys.recent.get(&hash(key)).copied() else {
+            // Not reconciled lately: not an echo of anything.
+            let ended = keys.streaks.remove(key);
+            drop(keys);
+            self.end_streak(ended);
             return;
         };
-        let echo = st.reconciling
-            || st
+        let echo = recent.reconciling
+            || recent
                 .last_end
                 .is_some_and(|t| now.duration_since(t) <= self.config.echo_window);
         if !echo {
-            let was_backed_off = st.backoff.is_some();
-            st.streak = 0;
-            st.fields.clear();
-            st.backoff = None;
-            st.until = None;
-            if was_backed_off && let Some(g) = &self.backed_off {
-                g.dec();
-            }
+            let ended = keys.streaks.remove(key);
+            drop(keys);
+            self.end_streak(ended);
             return;
         }
-        st.streak = st.streak.saturating_add(1);
+        let st = keys.streaks.entry(key.clone()).or_default();
+        st.count = st.count.saturating_add(1);
         if let Some((old, new)) = diff() {
             changed_paths(&old, &new, "", &mut st.fields);
         }
@@ -128,7 +156,7 @@ impl HotLoopDetector {
                 st.backoff = Some(next);
                 st.until = Some(now + next);
             }
-            None if st.streak >= self.config.threshold => {
+            None if st.count >= self.config.threshold => {
                 let backoff = self.config.initial_backoff;
                 st.backoff = Some(backoff);
                 st.until = Some(now + backoff);
@@ -136,7 +164,7 @@ impl HotLoopDetector {
                 tracing::warn!(
                     controller = %self.controller,
                     object = %key,
-                    reconciles = st.streak,
+                    reconciles = st.count,
                     changing_fields = ?fields,
                     backoff = ?backoff,
                     "hot loop: the object keeps changing right after each reconcile (the \
@@ -161,13 +189,18 @@ impl HotLoopDetector {
         }
         let now = Instant::now();
         let mut keys = self.lock();
-        let st = keys.entry(key.clone()).or_default();
-        if let Some(until) = st.until
+        if let Some(until) = keys.streaks.get(key).and_then(|s| s.until)
             && until > now
         {
             return Some(until - now);
         }
-        st.reconciling = true;
+        keys.recent.insert(
+            hash(key),
+            Recent {
+                reconciling: true,
+                last_end: None,
+            },
+        );
         None
     }
 
@@ -176,26 +209,41 @@ impl HotLoopDetector {
         if !self.config.enabled {
             return;
         }
-        if let Some(st) = self.lock().get_mut(key) {
-            st.reconciling = false;
-            st.last_end = Some(Instant::now());
+        let now = Instant::now();
+        let mut keys = self.lock();
+        keys.recent.insert(
+            hash(key),
+            Recent {
+                reconciling: false,
+                last_end: Some(now),
+            },
+        );
+        // Now and then, forget keys whose echo window has passed, so memory follows the
+        // recent reconcile rate rather than the number of objects ever seen.
+        keys.ops = keys.ops.wrapping_add(1);
+        if keys.ops.is_multiple_of(1024) {
+            let window = self.config.echo_window;
+            keys.recent.retain(|_, r| {
+                r.reconciling || r.last_end.is_some_and(|t| now.duration_since(t) <= window)
+            });
+            keys.recent.shrink_to_fit();
         }
     }
 
     /// The object is gone: drop its state.
     pub(crate) fn forget(&self, key: &ObjectKey) {
-        if let Some(st) = self.lock().remove(key)
-            && st.backoff.is_some()
-            && let Some(g) = &self.backed_off
-        {
-            g.dec();
-        }
+        let mut keys = self.lock();
+        keys.recent.remove(&hash(key));
+        let ended = keys.streaks.remove(key);
+        drop(keys);
+        self.end_streak(ended);
     }
 
     /// The fields seen changing in `key`'s current hot streak.
     #[cfg(test)]
     fn fields(&self, key: &ObjectKey) -> Vec<String> {
         self.lock()
+            .streaks
             .get(key)
             .map(|s| s.fields.iter().cloned().collect())
             .unwrap_or_default()

@@ -237,6 +237,14 @@ impl Informers {
         informer
     }
 
+    /// Registers something else to start with the informers (a trigger-only watch).
+    pub(crate) fn add_starter(&self, starter: Starter) {
+        self.starters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(starter);
+    }
+
     /// The informers created so far that have not been handed to a runner yet.
     pub(crate) fn take_starters(&self) -> Vec<Starter> {
         std::mem::take(&mut *self.starters.lock().unwrap_or_else(|e| e.into_inner()))
