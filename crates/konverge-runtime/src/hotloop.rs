@@ -50,12 +50,33 @@ impl Default for HotLoopConfig {
     }
 }
 
-/// When a key was last reconciled: kept for every recently reconciled key, so it is small and
-/// keyed by a hash of the key (a collision could only misattribute one echo).
+/// When a key was last reconciled, packed in 8 bytes because it is kept for every recently
+/// reconciled key: milliseconds since the detector started, plus one (0: still running),
+/// shifted left by one, with the low bit set while a reconcile runs. Keyed by a hash of the
+/// key (a collision could only misattribute one echo).
 #[derive(Clone, Copy)]
-struct Recent {
-    reconciling: bool,
-    last_end: Option<Instant>,
+struct Recent(u64);
+
+impl Recent {
+    fn running() -> Recent {
+        Recent(1)
+    }
+
+    fn ended(epoch: Instant, at: Instant) -> Recent {
+        let ms = u64::try_from(at.duration_since(epoch).as_millis()).unwrap_or(u64::MAX >> 2);
+        Recent((ms + 1) << 1)
+    }
+
+    fn reconciling(self) -> bool {
+        self.0 & 1 == 1
+    }
+
+    fn last_end(self, epoch: Instant) -> Option<Instant> {
+        match self.0 >> 1 {
+            0 => None,
+            ms => Some(epoch + Duration::from_millis(ms - 1)),
+        }
+    }
 }
 
 /// A key in an echo streak (few keys at a time).
@@ -67,8 +88,8 @@ struct Streak {
     until: Option<Instant>,
 }
 
-#[derive(Default)]
 struct Keys {
+    epoch: Instant,
     recent: HashMap<u64, Recent>,
     streaks: HashMap<ObjectKey, Streak>,
     ops: u32,
@@ -102,7 +123,12 @@ impl HotLoopDetector {
         HotLoopDetector {
             config,
             controller: controller.to_string(),
-            keys: Mutex::new(Keys::default()),
+            keys: Mutex::new(Keys {
+                epoch: Instant::now(),
+                recent: HashMap::new(),
+                streaks: HashMap::new(),
+                ops: 0,
+            }),
             detections: metrics.map(|m| m.hot_loops.get_or_create(&labels).clone()),
             backed_off: metrics.map(|m| m.hot_loop_keys.get_or_create(&labels).clone()),
         }
@@ -135,9 +161,9 @@ impl HotLoopDetector {
             self.end_streak(ended);
             return;
         };
-        let echo = recent.reconciling
+        let echo = recent.reconciling()
             || recent
-                .last_end
+                .last_end(keys.epoch)
                 .is_some_and(|t| now.duration_since(t) <= self.config.echo_window);
         if !echo {
             let ended = keys.streaks.remove(key);
@@ -194,13 +220,7 @@ impl HotLoopDetector {
         {
             return Some(until - now);
         }
-        keys.recent.insert(
-            hash(key),
-            Recent {
-                reconciling: true,
-                last_end: None,
-            },
-        );
+        keys.recent.insert(hash(key), Recent::running());
         None
     }
 
@@ -211,20 +231,17 @@ impl HotLoopDetector {
         }
         let now = Instant::now();
         let mut keys = self.lock();
-        keys.recent.insert(
-            hash(key),
-            Recent {
-                reconciling: false,
-                last_end: Some(now),
-            },
-        );
+        let ended = Recent::ended(keys.epoch, now);
+        keys.recent.insert(hash(key), ended);
         // Now and then, forget keys whose echo window has passed, so memory follows the
         // recent reconcile rate rather than the number of objects ever seen.
         keys.ops = keys.ops.wrapping_add(1);
         if keys.ops.is_multiple_of(1024) {
-            let window = self.config.echo_window;
+            let (window, epoch) = (self.config.echo_window, keys.epoch);
             keys.recent.retain(|_, r| {
-                r.reconciling || r.last_end.is_some_and(|t| now.duration_since(t) <= window)
+                r.reconciling()
+                    || r.last_end(epoch)
+                        .is_some_and(|t| now.duration_since(t) <= window)
             });
             keys.recent.shrink_to_fit();
         }

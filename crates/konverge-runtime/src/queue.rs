@@ -14,7 +14,7 @@
 //! Timing uses `tokio::time`, so tests drive it with paused time.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -84,12 +84,11 @@ struct Inner<T> {
 struct State<T> {
     /// Keys ready for a worker, in the order they became ready.
     ready: VecDeque<T>,
-    /// Keys waiting to be processed (in `ready`, or re-added while processing).
-    dirty: HashSet<T>,
+    /// Keys waiting to be processed (in `ready`, or re-added while processing), with when
+    /// they last became ready (for the queue-duration metric).
+    dirty: HashMap<T, Instant>,
     /// Keys a worker holds, and since when.
     processing: HashMap<T, Instant>,
-    /// When each ready key entered the queue (for the queue-duration metric).
-    queued_at: HashMap<T, Instant>,
     /// Delayed keys and their due time; `timers` may hold stale entries, `due` is the truth.
     due: HashMap<T, Instant>,
     timers: BinaryHeap<Reverse<(Instant, u64, T)>>,
@@ -141,9 +140,8 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     ready: VecDeque::new(),
-                    dirty: HashSet::new(),
+                    dirty: HashMap::new(),
                     processing: HashMap::new(),
-                    queued_at: HashMap::new(),
                     due: HashMap::new(),
                     timers: BinaryHeap::new(),
                     timer_seq: 0,
@@ -178,18 +176,17 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
 
     /// Returns whether a worker should be woken.
     fn add_locked(&self, state: &mut State<T>, key: T) -> bool {
-        if state.shutting_down || state.dirty.contains(&key) {
+        if state.shutting_down || state.dirty.contains_key(&key) {
             return false;
         }
         if let Some(m) = &self.inner.metrics {
             m.adds.inc();
         }
         state.due.remove(&key);
-        state.dirty.insert(key.clone());
+        state.dirty.insert(key.clone(), Instant::now());
         if state.processing.contains_key(&key) {
             return false;
         }
-        state.queued_at.insert(key.clone(), Instant::now());
         state.ready.push_back(key);
         self.set_depth(state);
         true
@@ -208,7 +205,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         }
         let at = Instant::now() + delay;
         let mut state = self.lock();
-        if state.shutting_down || state.dirty.contains(&key) {
+        if state.shutting_down || state.dirty.contains_key(&key) {
             return;
         }
         if state.due.get(&key).is_some_and(|&due| due <= at) {
@@ -286,9 +283,8 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                     }
                 }
                 if let Some(key) = state.ready.pop_front() {
-                    state.dirty.remove(&key);
+                    let queued = state.dirty.remove(&key);
                     state.processing.insert(key.clone(), now);
-                    let queued = state.queued_at.remove(&key);
                     self.set_depth(&state);
                     if let (Some(m), Some(queued)) = (&self.inner.metrics, queued) {
                         m.metrics
@@ -325,8 +321,10 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                 .get_or_create(&m.labels)
                 .observe(seconds(started.elapsed()));
         }
-        if state.dirty.contains(key) && !state.shutting_down {
-            state.queued_at.insert(key.clone(), Instant::now());
+        if !state.shutting_down
+            && let Some(queued) = state.dirty.get_mut(key)
+        {
+            *queued = Instant::now();
             state.ready.push_back(key.clone());
             self.set_depth(&state);
             drop(state);
