@@ -848,3 +848,70 @@ async fn finalizer_cleanup_runs_on_deletion_before_the_object_goes() {
     running.stop().await.unwrap();
     assert_eq!(ctx.log(), ["apply web", "cleanup web"]);
 }
+
+#[tokio::test]
+async fn a_watched_resource_reconciles_the_objects_its_mapping_names() {
+    use k8s_openapi::api::core::v1::Secret;
+    let env = TestEnv::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    for name in ["app", "other"] {
+        api.create(&PostParams::default(), &source(name, "x"))
+            .await
+            .unwrap();
+    }
+    let ctx = Arc::new(Ctx::default());
+    let log_only = |cm: Arc<ConfigMap>, ctx: Arc<Ctx>| async move {
+        ctx.log.lock().unwrap().push(key_of(&cm));
+        Ok::<_, kube::Error>(Action::await_change())
+    };
+    // A Secret names the ConfigMap it configures in an annotation.
+    let controller = Controller::new(Api::<ConfigMap>::all(env.client()), sources_config())
+        .watches(
+            Api::<Secret>::all(env.client()),
+            watcher::Config::default(),
+            |s: &Secret| {
+                let target = s.metadata.annotations.as_ref().and_then(|a| a.get("for"));
+                target
+                    .map(|t| {
+                        konverge_runtime::ObjectKey::namespaced(
+                            s.metadata.namespace.clone().unwrap_or_default(),
+                            t.clone(),
+                        )
+                    })
+                    .into_iter()
+                    .collect()
+            },
+        );
+    let mut manager = Manager::new(env.client());
+    manager.add(controller, log_only, ctx.clone());
+    let running = Running::start(manager);
+    eventually("initial pass", || async { ctx.log().len() == 2 }).await;
+    let secrets: Api<Secret> = Api::namespaced(env.client(), "default");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds", "annotations": {"for": "app"}},
+        "stringData": {"password": "s3cret"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    eventually("mapped reconcile", || async {
+        ctx.count("default/app") == 2
+    })
+    .await;
+    secrets
+        .delete("creds", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("deletion reconciles too", || async {
+        ctx.count("default/app") == 3
+    })
+    .await;
+    assert_eq!(
+        ctx.count("default/other"),
+        1,
+        "unmapped objects are left alone"
+    );
+    running.stop().await.unwrap();
+}
