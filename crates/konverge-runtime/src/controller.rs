@@ -329,12 +329,11 @@ impl<K: CachedResource> Controller<K> {
             metrics,
             labels,
             cancel: CancellationToken::new(),
-            ready: ready.clone(),
+            ready,
         });
         let concurrency = self.concurrency;
         Runnable {
             name: self.name,
-            ready,
             run: Box::new(move |stop, grace| Box::pin(worker.run(stop, grace, concurrency))),
         }
     }
@@ -363,10 +362,7 @@ where
     let label = resource.clone();
     informers.add_starter(crate::informer::Starter {
         resource,
-        ready: {
-            let flag = ready.clone();
-            Arc::new(move || flag.is_ready())
-        },
+        ready: ready.clone(),
         run: Box::new(move |metrics| {
             Box::pin(async move {
                 let watcher_metrics = match &metrics {
@@ -442,7 +438,6 @@ fn owner_key<K>(primary: &Store<K>, namespace: Option<&str>, name: &str) -> Obje
 /// A wired controller, ready to run.
 pub(crate) struct Runnable {
     pub(crate) name: String,
-    pub(crate) ready: Vec<Arc<dyn ReadyFlag>>,
     pub(crate) run: Box<dyn FnOnce(CancellationToken, Duration) -> BoxFuture<'static, ()> + Send>,
 }
 

@@ -20,6 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 
 use crate::cache::{Change, Index, Store, Writer};
+use crate::controller::ReadyFlag;
 use crate::metrics::Metrics;
 use crate::watcher::{self, WatcherMetrics};
 
@@ -192,14 +193,8 @@ pub struct Informers {
 pub(crate) struct Starter {
     pub(crate) run:
         Box<dyn FnOnce(Option<Arc<Metrics>>) -> futures::future::BoxFuture<'static, ()> + Send>,
-    pub(crate) ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    pub(crate) ready: Arc<dyn ReadyFlag>,
     pub(crate) resource: String,
-}
-
-impl Starter {
-    pub(crate) fn ready_flag(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
-        self.ready.clone()
-    }
 }
 
 impl std::fmt::Debug for Informers {
@@ -232,7 +227,7 @@ impl Informers {
             .push(Starter {
                 resource: informer.resource().to_string(),
                 run: Box::new(move |metrics| Box::pin(async move { run.run(metrics).await })),
-                ready: Arc::new(move || ready.is_ready()),
+                ready: Arc::new(ready),
             });
         informer
     }

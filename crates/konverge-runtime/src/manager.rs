@@ -209,16 +209,10 @@ impl Manager {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
         let stop = CancellationToken::new();
         let mut background: JoinSet<()> = JoinSet::new();
-        let mut ready: Vec<Arc<dyn ReadyFlag>> = Vec::new();
-        for r in &self.runnables {
-            ready.extend(r.ready.iter().cloned());
-        }
+        // Every cache and trigger a controller reads registered a starter, so their readiness
+        // flags are /readyz's.
         let starters = self.informers.take_starters();
-        let informer_ready: Vec<Arc<dyn ReadyFlag>> = starters
-            .iter()
-            .map(|s| Arc::new(StarterReady(s.ready_flag())) as Arc<dyn ReadyFlag>)
-            .collect();
-        ready.extend(informer_ready);
+        let ready: Vec<Arc<dyn ReadyFlag>> = starters.iter().map(|s| s.ready.clone()).collect();
 
         if let Some(health) = self.health {
             let listener = match health {
@@ -317,22 +311,5 @@ impl Manager {
         } else {
             Ok(())
         }
-    }
-}
-
-struct StarterReady(Arc<dyn Fn() -> bool + Send + Sync>);
-
-impl ReadyFlag for StarterReady {
-    fn is_ready(&self) -> bool {
-        (self.0)()
-    }
-
-    fn wait(&self) -> BoxFuture<'static, ()> {
-        let f = self.0.clone();
-        Box::pin(async move {
-            while !f() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
     }
 }
