@@ -7,9 +7,11 @@
 //! - [`selector`]: label selectors (the full grammar, and the structured
 //!   `metav1.LabelSelector`) and field selectors, parsed from query strings and matched
 //!   against objects; label key and value validation.
+//! - [`field`]: field errors worded as Kubernetes words them (`spec.name: Invalid value: ...`).
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch
 //!   with the merge keys of the built-in types ([`patch::PatchSchema::builtin`]).
 
+pub mod field;
 mod gofmt;
 pub mod patch;
 pub mod selector;
