@@ -297,8 +297,7 @@ pub fn apply_ignoring(
     let new_set = config_set.recursive_difference(ignored);
     let new_obj = prune(shape, merged, &managed, &new_set, &last_set);
 
-    let others = take_changes(shape, &live_v, &new_obj, &mut managed, ignored, req.force)?;
-    let _ = others;
+    take_changes(shape, &live_v, &new_obj, &mut managed, ignored, req.force)?;
     let fields = new_set.difference(&strip_set());
     let changed = !fieldpath::values_equal(&live_v, &new_obj);
     if !fields.is_empty() {
