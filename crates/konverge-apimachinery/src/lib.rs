@@ -8,10 +8,18 @@
 //!   `metav1.LabelSelector`) and field selectors, parsed from query strings and matched
 //!   against objects; label key and value validation.
 //! - [`field`]: field errors worded as Kubernetes words them (`spec.name: Invalid value: ...`).
+//! - [`schema`]: structural schemas of custom resources: validation with kube-openapi's
+//!   wording, pruning of unknown fields, defaulting.
+//! - [`cel`]: `x-kubernetes-validations` rules (CEL, with `self` and `oldSelf`).
+//! - [`ssa`]: server-side apply: field sets, `managedFields`, merging with list semantics,
+//!   conflicts, and recording ordinary updates.
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch
 //!   with the merge keys of the built-in types ([`patch::PatchSchema::builtin`]).
 
+pub mod cel;
 pub mod field;
 mod gofmt;
 pub mod patch;
+pub mod schema;
 pub mod selector;
+pub mod ssa;

@@ -295,7 +295,7 @@ fn schema_errors() {
         (
             json!({"type": "object", "properties": {"spec": {"type": "string", "pattern": "("}}}),
             vec![format!(
-                r#"{ROOT}.properties[spec].pattern: Invalid value: "(": must be a valid regular expression, but isn't: error parsing regexp: missing closing ): `(`"#
+                r#"{ROOT}.properties[spec].pattern: Invalid value: "(": must be a valid regular expression, but isn't: error parsing regexp: unclosed group: `(`"#
             )],
         ),
         (
