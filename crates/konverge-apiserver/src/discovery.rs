@@ -34,6 +34,54 @@ fn groups(catalog: &Catalog) -> BTreeMap<String, BTreeMap<String, Vec<Arc<Resour
     groups
 }
 
+/// Kubernetes' version priority: GA before beta before alpha, higher numbers first, and
+/// versions that do not look like Kubernetes versions last, alphabetically.
+fn version_priority(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        let (level, minor) = if tail.is_empty() {
+            (0, "0")
+        } else if let Some(m) = tail.strip_prefix("beta") {
+            (1, m)
+        } else if let Some(m) = tail.strip_prefix("alpha") {
+            (2, m)
+        } else {
+            return None;
+        };
+        let minor: u64 = if minor.is_empty() && level > 0 {
+            0
+        } else {
+            minor.parse().ok()?
+        };
+        Some((level, major, minor))
+    });
+    match parsed {
+        Some((level, major, minor)) => (
+            level,
+            std::cmp::Reverse(major),
+            std::cmp::Reverse(minor),
+            String::new(),
+        ),
+        None => (
+            3,
+            std::cmp::Reverse(0),
+            std::cmp::Reverse(0),
+            version.to_string(),
+        ),
+    }
+}
+
+/// A group's versions in priority order (the first is the preferred one).
+fn by_priority(
+    versions: &BTreeMap<String, Vec<Arc<ResourceType>>>,
+) -> Vec<(&String, &Vec<Arc<ResourceType>>)> {
+    let mut sorted: Vec<_> = versions.iter().collect();
+    sorted.sort_by_key(|(v, _)| version_priority(v));
+    sorted
+}
+
 /// `/api`.
 pub fn core_versions(server_address: &str) -> Value {
     json!({
@@ -44,9 +92,9 @@ pub fn core_versions(server_address: &str) -> Value {
 }
 
 fn group_json(name: &str, versions: &BTreeMap<String, Vec<Arc<ResourceType>>>) -> Value {
-    let versions: Vec<Value> = versions
-        .keys()
-        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+    let versions: Vec<Value> = by_priority(versions)
+        .into_iter()
+        .map(|(v, _)| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
         .collect();
     json!({
         "name": name,
@@ -145,8 +193,8 @@ pub fn aggregated(catalog: &Catalog, core: bool, api_version: &str) -> Value {
         .iter()
         .filter(|(name, _)| name.is_empty() == core)
         .map(|(name, versions)| {
-            let versions: Vec<Value> = versions
-                .iter()
+            let versions: Vec<Value> = by_priority(versions)
+                .into_iter()
                 .map(|(version, resources)| {
                     let resources: Vec<Value> =
                         resources.iter().map(|rt| aggregated_resource(rt)).collect();

@@ -19,10 +19,13 @@
 //!   kubectl's validation, `explain` and client-side apply.
 //! - [`discovery`], [`table`], [`patch`], [`scale`]: the rest of what clients expect.
 
+pub mod apply;
 pub mod controllers;
+pub mod crd;
 pub mod discovery;
 pub mod error;
 pub mod http;
+pub mod jsonpath;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
@@ -95,6 +98,19 @@ impl ApiServerBuilder {
             address: RwLock::new("127.0.0.1:6443".into()),
         });
         server.bootstrap().await?;
+        controllers::crd::install_existing(&server.registry)
+            .await
+            .map_err(|e| {
+                ApiError::from_store(
+                    e,
+                    error::Target {
+                        group: crd::GROUP,
+                        resource: "customresourcedefinitions",
+                        name: "",
+                    },
+                )
+            })?;
+        tokio::spawn(controllers::crd::run(server.registry.clone()));
         if self.control_loops {
             tokio::spawn(controllers::run(server.registry.clone()));
             tokio::spawn(controllers::compaction::run(

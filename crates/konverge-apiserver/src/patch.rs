@@ -23,9 +23,13 @@ pub enum Patch {
         /// The kind of the patched type.
         kind: String,
     },
+    /// `application/apply-patch+yaml`: server-side apply of this configuration.
+    Apply(Value),
 }
 
-const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json";
+const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json";
+const ACCEPTED_CUSTOM: &str =
+    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
 
 impl Patch {
     /// Reads a PATCH body of `content_type` for resource `rt`.
@@ -51,10 +55,7 @@ impl Patch {
             "application/merge-patch+json" => Ok(Patch::Merge(object(parse_json()?)?)),
             "application/strategic-merge-patch+json" => {
                 if rt.codec.is_none() {
-                    return Err(unsupported(
-                        media,
-                        "application/json-patch+json, application/merge-patch+json",
-                    ));
+                    return Err(unsupported(media, ACCEPTED_CUSTOM));
                 }
                 Ok(Patch::Strategic {
                     patch: object(parse_json()?)?,
@@ -62,7 +63,7 @@ impl Patch {
                     kind: rt.kind.clone(),
                 })
             }
-            "application/apply-patch+yaml" => Err(unsupported(media, ACCEPTED)),
+            "application/apply-patch+yaml" => Ok(Patch::Apply(crate::apply::parse_config(body)?)),
             _ => Err(unsupported(media, ACCEPTED)),
         }
     }
@@ -75,6 +76,7 @@ impl Patch {
             Patch::Strategic { patch, group, kind } => {
                 machinery::apply_strategic_merge_patch(current, patch, group, kind)
             }
+            Patch::Apply(config) => return Ok(config.clone()),
         };
         result.map_err(patch_error)
     }
@@ -87,6 +89,8 @@ impl Patch {
             Patch::Strategic { patch, .. } => {
                 machinery::apply_strategic_merge_patch(scale, patch, "autoscaling", "Scale")
             }
+            // Applying a Scale sets what it says over the current Scale.
+            Patch::Apply(config) => machinery::apply_merge_patch(scale, config),
         };
         result.map_err(patch_error)
     }
@@ -103,10 +107,7 @@ fn patch_error(err: machinery::PatchError) -> ApiError {
     match err.kubernetes_status_code() {
         400 => ApiError::bad_request(message),
         413 => ApiError::too_large(message),
-        415 => unsupported(
-            "application/strategic-merge-patch+json",
-            "application/json-patch+json, application/merge-patch+json",
-        ),
+        415 => unsupported("application/strategic-merge-patch+json", ACCEPTED_CUSTOM),
         500 => ApiError::internal(message),
         _ => ApiError::invalid_patch(message),
     }

@@ -11,21 +11,45 @@ fn pointer(path: &str) -> String {
     format!("/{}", path.replace('.', "/"))
 }
 
+/// Sets the field at a dotted path, creating the objects on the way.
+fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let mut at = obj;
+    let mut fields = path.split('.').peekable();
+    while let Some(field) = fields.next() {
+        if !at.is_object() {
+            *at = json!({});
+        }
+        let Some(map) = at.as_object_mut() else {
+            return;
+        };
+        if fields.peek().is_none() {
+            map.insert(field.to_string(), value);
+            return;
+        }
+        at = map.entry(field.to_string()).or_insert_with(|| json!({}));
+    }
+}
+
 /// The `Scale` of an object.
 pub fn to_scale(rt: &ResourceType, obj: &Value) -> Result<Value> {
     let paths = rt.scale.as_ref().ok_or_else(ApiError::no_route)?;
     let md = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
-    let selector = obj
-        .pointer(&pointer(paths.selector))
+    let selector = paths
+        .selector
+        .as_deref()
+        .and_then(|path| obj.pointer(&pointer(path)))
         .filter(|s| !s.is_null())
-        .map(|s| {
-            konverge_apimachinery::selector::LabelSelector::from_json(s)
+        .map(|s| match (paths.selector_is_string, s) {
+            // A custom resource keeps its selector serialized, as `Scale` reports it.
+            (true, Value::String(text)) => Ok(text.clone()),
+            (true, _) => Err(ApiError::internal("the label selector is not a string")),
+            (false, s) => konverge_apimachinery::selector::LabelSelector::from_json(s)
                 .map(|sel| sel.to_string())
-                .map_err(|e| ApiError::internal(format!("stored selector is invalid: {e}")))
+                .map_err(|e| ApiError::internal(format!("stored selector is invalid: {e}"))),
         })
         .transpose()?;
     let mut status = json!({
-        "replicas": obj.pointer(&pointer(paths.status_replicas)).and_then(Value::as_i64).unwrap_or(0),
+        "replicas": obj.pointer(&pointer(&paths.status_replicas)).and_then(Value::as_i64).unwrap_or(0),
     });
     if let Some(selector) = selector {
         status["selector"] = json!(selector);
@@ -41,7 +65,7 @@ pub fn to_scale(rt: &ResourceType, obj: &Value) -> Result<Value> {
             "creationTimestamp": md["creationTimestamp"],
         },
         "spec": {
-            "replicas": obj.pointer(&pointer(paths.spec_replicas)).and_then(Value::as_i64).unwrap_or(0),
+            "replicas": obj.pointer(&pointer(&paths.spec_replicas)).and_then(Value::as_i64).unwrap_or(0),
         },
         "status": status,
     }))
@@ -76,11 +100,7 @@ async fn write_replicas(
             None => serde_json::Number::from(0),
         };
         let mut new = current.clone();
-        if let Some(Value::Object(spec)) = new.get_mut("spec")
-            && let Some(field) = paths.spec_replicas.strip_prefix("spec.")
-        {
-            spec.insert(field.to_string(), Value::Number(replicas));
-        }
+        set_path(&mut new, &paths.spec_replicas, Value::Number(replicas));
         // A resourceVersion in the Scale is a precondition on the object.
         match scale.pointer("/metadata/resourceVersion") {
             Some(rv @ Value::String(s)) if !s.is_empty() => {

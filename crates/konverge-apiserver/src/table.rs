@@ -54,18 +54,22 @@ pub fn table(
         columns.push(json!({
             "name": column.name,
             "type": column.type_,
-            "format": "",
+            "format": column.format,
             "description": column.description,
-            "priority": if column.wide { 1 } else { 0 },
+            "priority": column.priority,
         }));
     }
-    columns.push(json!({
+    // Custom resources list their own columns (Age among them unless they chose others).
+    let age_column = rt.custom.is_none();
+    if age_column {
+        columns.push(json!({
         "name": "Age",
         "type": "string",
         "format": "",
         "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
         "priority": 0,
     }));
+    }
     let now = jiff::Timestamp::now();
     let rows: Vec<Value> = items
         .iter()
@@ -75,8 +79,10 @@ pub fn table(
                     .cloned()
                     .unwrap_or_else(|| json!("")),
             ];
-            cells.extend(rt.columns.iter().map(|c| (c.cell)(obj)));
-            cells.push(json!(age(obj, now)));
+            cells.extend(rt.columns.iter().map(|c| c.cell(obj)));
+            if age_column {
+                cells.push(json!(age(obj, now)));
+            }
             let mut row = json!({"cells": cells});
             match include {
                 IncludeObject::None => {}

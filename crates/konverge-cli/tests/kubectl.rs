@@ -2,127 +2,13 @@
 //! a temporary directory: the commands people type every day.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 
-struct Up {
-    child: Child,
-    dir: tempfile::TempDir,
-}
+mod common;
 
-impl Up {
-    fn start() -> Up {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_konverge"))
-            .args(["up", "--port", &port.to_string(), "--data-dir"])
-            .arg(dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start konverge up");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().expect("a readiness line").expect("read");
-        assert!(first.starts_with("konverge is ready in "), "{first}");
-        let export = lines.next().expect("export line").expect("read");
-        assert_eq!(
-            export,
-            format!(
-                "export KUBECONFIG={}",
-                dir.path().join("kubeconfig").display()
-            )
-        );
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Up { child, dir }
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("kubeconfig")
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("kubectl");
-        cmd.env("KUBECONFIG", self.kubeconfig()).args(args);
-        cmd
-    }
-
-    /// Runs kubectl and returns stdout; panics with stderr on failure.
-    fn ok(&self, args: &[&str]) -> String {
-        self.ok_stdin(args, None)
-    }
-
-    fn ok_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (code, out, err) = self.run(args, stdin);
-        assert!(
-            code == Some(0),
-            "kubectl {args:?} failed ({code:?}):\n{err}\n{out}"
-        );
-        out
-    }
-
-    /// Runs kubectl expecting failure; returns stderr.
-    fn fails(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (code, out, err) = self.run(args, stdin);
-        assert!(code != Some(0), "kubectl {args:?} should fail:\n{out}");
-        err
-    }
-
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String) {
-        let mut child = self
-            .kubectl(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(input.as_bytes())
-                .expect("write stdin");
-        }
-        let output = child.wait_with_output().expect("kubectl output");
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut full = args.to_vec();
-        full.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&full)).expect("kubectl -o json")
-    }
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn write(dir: &Path, name: &str, content: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, content).expect("write manifest");
-    path.display().to_string()
-}
+use common::{Up, write};
 
 const DEPLOYMENT: &str = r#"
 apiVersion: apps/v1

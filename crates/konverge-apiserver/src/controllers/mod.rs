@@ -1,5 +1,6 @@
 //! The control loops a cluster has even without nodes: ownerReference garbage collection
-//! ([`gc`]), namespace finalization ([`namespaces`]) and store compaction ([`compaction`]).
+//! ([`gc`]), namespace finalization ([`namespaces`]) and store compaction ([`compaction`]);
+//! and the definition controller ([`crd`]), which serves custom resources.
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the
@@ -7,6 +8,7 @@
 //! writes follow the same rules as any client's.
 
 pub mod compaction;
+pub mod crd;
 pub mod gc;
 pub mod namespaces;
 

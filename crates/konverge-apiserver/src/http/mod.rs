@@ -167,6 +167,11 @@ async fn resource(
     let ns = route.namespace.as_deref();
     let name = route.name.as_deref();
     let sub = route.subresource.as_deref();
+    let user_agent_manager = crate::apply::manager_from_user_agent(
+        req.headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok()),
+    );
     let list_meta = |rv: i64, cont: Option<String>, remaining: Option<u64>| {
         let mut m = json!({"resourceVersion": rv.to_string()});
         if let Some(c) = cont {
@@ -187,7 +192,12 @@ async fn resource(
         }
         ("GET", None) => {
             let opts = query.list_options(&rt)?;
-            let listed = registry.list(&rt, ns, &opts).await?;
+            let mut listed = registry.list(&rt, ns, &opts).await?;
+            if crate::crd::needs_conversion(&rt) {
+                for item in &mut listed.items {
+                    crate::crd::convert(&rt, Arc::make_mut(item));
+                }
+            }
             let meta = list_meta(
                 listed.resource_version,
                 listed.continue_token,
@@ -245,15 +255,16 @@ async fn resource(
         ("POST", None) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
-            let written = registry
-                .create(&rt, ns, obj, &query.write_options()?)
-                .await?;
+            let mut opts = query.write_options()?;
+            opts.field_manager.get_or_insert(user_agent_manager);
+            let written = registry.create(&rt, ns, obj, &opts).await?;
             Ok(written_response(&rt, written, &accept, &query))
         }
         ("PUT", Some(name)) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
-            let opts = query.write_options()?;
+            let mut opts = query.write_options()?;
+            opts.field_manager.get_or_insert(user_agent_manager);
             if sub == Some("scale") {
                 let written =
                     crate::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
@@ -270,8 +281,33 @@ async fn resource(
                 .unwrap_or("")
                 .to_string();
             let body = request::body(req).await?;
-            let opts = query.write_options()?;
+            let mut opts = query.write_options()?;
             let patch = crate::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
+            let is_apply = matches!(patch, crate::patch::Patch::Apply(_));
+            crate::apply::check_patch_options(
+                is_apply,
+                opts.field_manager.as_deref(),
+                query.force,
+            )?;
+            if opts.field_manager.is_none() {
+                opts.field_manager = Some(user_agent_manager);
+            }
+            if let crate::patch::Patch::Apply(config) = &patch
+                && sub != Some("scale")
+            {
+                let written = registry
+                    .apply(
+                        &rt,
+                        ns,
+                        name,
+                        sub,
+                        config.clone(),
+                        &opts,
+                        query.force.unwrap_or(false),
+                    )
+                    .await?;
+                return Ok(written_response(&rt, written, &accept, &query));
+            }
             if sub == Some("scale") {
                 let written =
                     crate::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
@@ -364,7 +400,17 @@ fn watch_response(
     let rt = rt.clone();
     let table = accept.table;
     let metadata = accept.metadata;
+    let convert = crate::crd::needs_conversion(&rt);
     let lines = stream.map(move |event| {
+        let event = match &event {
+            WatchEvent::Error(_) | WatchEvent::Bookmark(_) => event,
+            _ if convert => {
+                let mut obj = event.object().clone();
+                crate::crd::convert(&rt, &mut obj);
+                event.with_object(obj)
+            }
+            _ => event,
+        };
         let event = match (&event, table, metadata) {
             (WatchEvent::Error(_) | WatchEvent::Bookmark(_), _, _) => event,
             (_, true, _) => {

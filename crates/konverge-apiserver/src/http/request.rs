@@ -97,6 +97,7 @@ pub(crate) struct Query {
     dry_run: Vec<String>,
     field_validation: Option<String>,
     field_manager: Option<String>,
+    pub(crate) force: Option<bool>,
     propagation_policy: Option<String>,
     pub(crate) include_object: IncludeObject,
 }
@@ -135,6 +136,7 @@ impl Query {
                 "dryRun" => q.dry_run.push(value),
                 "fieldValidation" => q.field_validation = Some(value),
                 "fieldManager" => q.field_manager = Some(value),
+                "force" => q.force = Some(parse_bool("force", &value)?),
                 "propagationPolicy" => q.propagation_policy = Some(value),
                 "includeObject" => {
                     q.include_object = match value.as_str() {
@@ -256,7 +258,8 @@ impl Query {
         Ok(WriteOptions {
             dry_run: self.dry_run()?,
             field_validation,
-            field_manager: self.field_manager.clone(),
+            field_manager: self.field_manager.clone().filter(|m| !m.is_empty()),
+            ..WriteOptions::default()
         })
     }
 

@@ -228,7 +228,7 @@ fn fingerprint(resources: &[Arc<ResourceType>]) -> u128 {
     let mut text = String::new();
     for rt in resources {
         text.push_str(&format!(
-            "{}|{}|{}|{}|{}|{}|{}|{}\n",
+            "{}|{}|{}|{}|{}|{}|{}|{}|{}\n",
             rt.group,
             rt.version,
             rt.kind,
@@ -237,6 +237,7 @@ fn fingerprint(resources: &[Arc<ResourceType>]) -> u128 {
             rt.status,
             rt.scale.is_some(),
             rt.codec.is_some(),
+            rt.custom.as_ref().map_or("", |c| c.fingerprint.as_str()),
         ));
     }
     fnv1a(text.as_bytes())

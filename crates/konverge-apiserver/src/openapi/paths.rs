@@ -23,7 +23,7 @@ use super::schemas::{CommonSchemas, ResourceSchemas, gvk, reference};
 
 /// Whether the server accepts server-side apply patches (`application/apply-patch+yaml`);
 /// the document declares them (and the `force` parameter) only if so.
-const SERVER_SIDE_APPLY: bool = false;
+const SERVER_SIDE_APPLY: bool = true;
 
 const PRETTY: &str = "If 'true', then the output is pretty printed. Defaults to 'false' unless the user-agent indicates a browser or command-line HTTP tool (curl and wget).";
 const DRY_RUN: &str = "When present, indicates that modifications should not be persisted. An invalid or unrecognized dryRun directive will result in an error response and no further processing of the request. Valid values are: - All: all dry run stages will be processed";

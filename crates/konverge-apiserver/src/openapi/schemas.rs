@@ -121,6 +121,34 @@ fn untyped_kind_schema(object_meta: &str) -> Value {
     })
 }
 
+/// The schema of a custom resource: its definition's `openAPIV3Schema`, with the standard
+/// type meta and object metadata, as kube-apiserver publishes it.
+fn custom_kind_schema(schema: &Value, object_meta: &str) -> Value {
+    let mut schema = schema.clone();
+    if !schema.is_object() {
+        return untyped_kind_schema(object_meta);
+    }
+    let properties = schema
+        .as_object_mut()
+        .map(|s| s.entry("properties").or_insert_with(|| json!({})));
+    if let Some(Value::Object(properties)) = properties {
+        properties.insert(
+            "apiVersion".into(),
+            json!({ "description": API_VERSION_DESCRIPTION, "type": "string" }),
+        );
+        properties.insert(
+            "kind".into(),
+            json!({ "description": KIND_DESCRIPTION, "type": "string" }),
+        );
+        properties.insert(
+            "metadata".into(),
+            json!({ "allOf": [reference(object_meta)], "description": OBJECT_META_DESCRIPTION }),
+        );
+    }
+    schema["type"] = json!("object");
+    schema
+}
+
 /// The schema of `<Kind>List`: the item kind's type meta, `ListMeta` and the items.
 fn list_schema(kind_schema: Option<&Value>, kind: &str, kind_name: &str, list_meta: &str) -> Value {
     let property = |name: &str, description: &str| {
@@ -255,9 +283,11 @@ pub(crate) fn build(resources: &[Arc<ResourceType>], served: &[(String, String)]
             Some(name) => name,
             None => {
                 let name = custom_definition_name(rt);
-                schemas
-                    .entry(name.clone())
-                    .or_insert_with(|| untyped_kind_schema(&object_meta));
+                let schema = match rt.custom.as_ref().and_then(|c| c.schema.as_ref()) {
+                    Some(schema) => custom_kind_schema(schema, &object_meta),
+                    None => untyped_kind_schema(&object_meta),
+                };
+                schemas.entry(name.clone()).or_insert(schema);
                 name
             }
         };

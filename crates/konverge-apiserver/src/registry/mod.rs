@@ -54,8 +54,11 @@ pub struct WriteOptions {
     pub dry_run: bool,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
-    /// `fieldManager`.
+    /// `fieldManager`: who the write is recorded for in `metadata.managedFields` (writes
+    /// without one, the server's own, leave the managed fields alone).
     pub field_manager: Option<String>,
+    /// Set by server-side apply, which computes the managed fields itself.
+    pub(crate) applied: bool,
 }
 
 /// What a write answers.
@@ -139,10 +142,23 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value> {
     Ok(obj)
 }
 
-fn encode(obj: &Value) -> Result<Bytes> {
+/// A stored object, decoded as the version `rt` serves (custom resources are stored in their
+/// storage version; without conversion webhooks only `apiVersion` differs).
+pub(crate) fn decode_as(rt: &ResourceType, kv: &KeyValue) -> Result<Value> {
+    let mut obj = decode(kv)?;
+    crate::crd::convert(rt, &mut obj);
+    Ok(obj)
+}
+
+fn encode(rt: &ResourceType, obj: &Value) -> Result<Bytes> {
     let mut stored = obj.clone();
     if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
+    }
+    if let Some(custom) = &rt.custom
+        && custom.storage_version != rt.version
+    {
+        stored["apiVersion"] = json!(format!("{}/{}", rt.group, custom.storage_version));
     }
     let bytes = serde_json::to_vec(&stored).map_err(|e| ApiError::internal(e.to_string()))?;
     if bytes.len() > MAX_OBJECT_BYTES {
@@ -282,7 +298,7 @@ impl Registry {
                 ));
             }
         }
-        decode(&kv)
+        decode_as(rt, &kv)
     }
 
     /// Decodes a request body as this resource's type: rejects wrong types (400), drops fields
@@ -328,6 +344,26 @@ impl Registry {
             }
             body = decoded;
         }
+        if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
+            let unknown = structural.prune(&mut body);
+            if !unknown.is_empty() {
+                let listed: Vec<String> = unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}"))
+                    .collect();
+                match validation {
+                    FieldValidation::Strict => {
+                        return Err(ApiError::bad_request(format!(
+                            "strict decoding error: {}",
+                            listed.join(", ")
+                        )));
+                    }
+                    FieldValidation::Warn => warnings.extend(listed),
+                    FieldValidation::Ignore => {}
+                }
+            }
+            structural.default(&mut body);
+        }
         if let Some(default) = rt.default {
             default(&mut body);
         }
@@ -343,6 +379,9 @@ impl Registry {
         causes.extend(check_labels(obj));
         if let Some(validate) = rt.validate {
             causes.extend(validate(obj, old));
+        }
+        if let Some(custom) = &rt.custom {
+            causes.extend(custom.validate(obj, old));
         }
         if causes.is_empty() {
             Ok(())
@@ -458,12 +497,13 @@ impl Registry {
         if let Some(prepare) = rt.prepare_create {
             prepare(&mut obj);
         }
+        let mut obj = crate::apply::record_update(rt, None, obj, None, opts)?;
         let name = meta::meta_str(&obj, "name").unwrap_or("").to_string();
         self.validate(rt, &obj, None)?;
         if let (true, Some(ns)) = (rt.namespaced, ns) {
             self.check_namespace(rt, ns, &name).await?;
         }
-        let value = encode(&obj)?;
+        let value = encode(rt, &obj)?;
         if opts.dry_run {
             if self.read(rt, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(target(rt, &name)));
@@ -535,10 +575,19 @@ impl Registry {
             {
                 return Err(ApiError::modified(target(rt, name)));
             }
-            let current = decode(&current_kv)?;
+            let current = decode_as(rt, &current_kv)?;
             let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
             match self
-                .commit_update(rt, ns, name, &current_kv, &current, merged, opts)
+                .commit_update(
+                    rt,
+                    ns,
+                    name,
+                    &current_kv,
+                    &current,
+                    merged,
+                    subresource,
+                    opts,
+                )
                 .await
             {
                 Err(e) if e.reason == "Conflict" && expected.is_none() => continue,
@@ -567,7 +616,7 @@ impl Registry {
             let Some(current_kv) = self.read(rt, ns, name).await? else {
                 return Err(ApiError::not_found(target(rt, name)));
             };
-            let current = decode(&current_kv)?;
+            let current = decode_as(rt, &current_kv)?;
             let patched = apply(&current)?;
             // A resourceVersion in the patch is a precondition; otherwise the patch applies to
             // whatever is current.
@@ -593,7 +642,16 @@ impl Registry {
             }
             let merged = self.merge_update(rt, &current, new, subresource)?;
             match self
-                .commit_update(rt, ns, name, &current_kv, &current, merged, opts)
+                .commit_update(
+                    rt,
+                    ns,
+                    name,
+                    &current_kv,
+                    &current,
+                    merged,
+                    subresource,
+                    opts,
+                )
                 .await
             {
                 Err(e) if e.reason == "Conflict" => continue,
@@ -619,7 +677,8 @@ impl Registry {
         let name = meta::meta_str(current, "name").unwrap_or("");
         let mut merged = match subresource {
             Some("status") => {
-                // The status subresource changes status and nothing else.
+                // The status subresource changes status and nothing else (but who manages
+                // what, which the write records).
                 let mut merged = current.clone();
                 match new.get("status") {
                     Some(status) => merged["status"] = status.clone(),
@@ -628,6 +687,9 @@ impl Registry {
                             o.remove("status");
                         }
                     }
+                }
+                if let Some(managed) = new.pointer("/metadata/managedFields") {
+                    meta::metadata_mut(&mut merged).insert("managedFields".into(), managed.clone());
                 }
                 merged
             }
@@ -704,7 +766,7 @@ impl Registry {
             };
         }
         md.remove("resourceVersion");
-        if rt.generation && meta::spec_part(&merged) != meta::spec_part(current) {
+        if rt.generation && generation_part(rt, &merged) != generation_part(rt, current) {
             let generation = old_md["generation"].as_i64().unwrap_or(0) + 1;
             meta::metadata_mut(&mut merged).insert("generation".into(), json!(generation));
         }
@@ -740,9 +802,11 @@ impl Registry {
         name: &str,
         current_kv: &KeyValue,
         current: &Value,
-        mut merged: Value,
+        merged: Value,
+        subresource: Option<&str>,
         opts: &WriteOptions,
     ) -> Result<Written> {
+        let mut merged = crate::apply::record_update(rt, Some(current), merged, subresource, opts)?;
         self.validate(rt, &merged, Some(current))?;
         let key = Bytes::from(rt.key(ns, name));
         let mut unchanged = merged.clone();
@@ -778,7 +842,7 @@ impl Registry {
                 warnings: Vec::new(),
             });
         }
-        let value = encode(&merged)?;
+        let value = encode(rt, &merged)?;
         let rev = self
             .store
             .update(key, value, current_kv.mod_revision)
@@ -804,7 +868,7 @@ impl Registry {
             let Some(kv) = self.read(rt, ns, name).await? else {
                 return Err(ApiError::not_found(target(rt, name)));
             };
-            let current = decode(&kv)?;
+            let current = decode_as(rt, &kv)?;
             if let Some(uid) = &opts.precondition_uid {
                 let actual = meta::meta_str(&current, "uid").unwrap_or("");
                 if actual != uid {
@@ -884,7 +948,7 @@ impl Registry {
                 .store
                 .update(
                     Bytes::from(rt.key(ns, name)),
-                    encode(&marked)?,
+                    encode(rt, &marked)?,
                     kv.mod_revision,
                 )
                 .await
@@ -943,6 +1007,19 @@ impl Registry {
             .map_err(|e| ApiError::from_store(e, target(rt, "")))?;
         Ok(resp.count)
     }
+}
+
+/// What `metadata.generation` counts changes of: everything but metadata, and but status
+/// when the status has its own subresource (custom resources without one count status too).
+fn generation_part(rt: &ResourceType, obj: &Value) -> Value {
+    let mut part = meta::spec_part(obj);
+    if rt.custom.is_some()
+        && !rt.status
+        && let (Some(status), Some(map)) = (obj.get("status"), part.as_object_mut())
+    {
+        map.insert("status".into(), status.clone());
+    }
+    part
 }
 
 fn is_namespace(rt: &ResourceType) -> bool {

@@ -2,9 +2,10 @@
 //! `k8s-openapi`), defaults, validation and `kubectl get` columns.
 
 use k8s_openapi::api::{apps, batch, coordination, core, events, rbac};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use super::{Column, NameRule, ResourceType, ScalePaths};
+use super::{Cell, Column, NameRule, ResourceType, ScalePaths};
 use crate::error::Cause;
 
 /// Decodes `value` as `T` (wrong types fail with the field path), re-encodes it, and lists
@@ -100,6 +101,10 @@ impl Spec {
         self.short_names = names;
         self
     }
+    fn in_category(mut self, categories: &'static [&'static str]) -> Self {
+        self.categories = categories;
+        self
+    }
     fn in_all(mut self) -> Self {
         self.categories = ALL;
         self
@@ -132,10 +137,11 @@ impl Spec {
             short_names: self.short_names.iter().map(|s| s.to_string()).collect(),
             categories: self.categories.iter().map(|s| s.to_string()).collect(),
             status: self.status,
-            scale: self.scale.then_some(ScalePaths {
-                spec_replicas: "spec.replicas",
-                status_replicas: "status.replicas",
-                selector: "spec.selector",
+            scale: self.scale.then(|| ScalePaths {
+                spec_replicas: "spec.replicas".into(),
+                status_replicas: "status.replicas".into(),
+                selector: Some("spec.selector".into()),
+                selector_is_string: false,
             }),
             generation: self.generation,
             name_rule: self.name_rule,
@@ -146,6 +152,7 @@ impl Spec {
             columns: Vec::new(),
             selectable_fields: Vec::new(),
             create_on_update: false,
+            custom: None,
         }
     }
 }
@@ -349,6 +356,19 @@ pub fn catalog() -> Vec<ResourceType> {
         )
         .names(PathSegment)
         .build(),
+        spec(
+            crate::crd::GROUP,
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+            typed::<CustomResourceDefinition>,
+        )
+        .short(&["crd", "crds"])
+        .in_category(&["api-extensions"])
+        .with_status()
+        .with_generation()
+        .build(),
     ];
     for rt in &mut out {
         customize(rt);
@@ -358,6 +378,12 @@ pub fn catalog() -> Vec<ResourceType> {
 
 fn customize(rt: &mut ResourceType) {
     match (rt.group.as_str(), rt.plural.as_str()) {
+        (crate::crd::GROUP, "customresourcedefinitions") => {
+            rt.default = Some(crate::crd::default_definition);
+            rt.prepare_create = Some(crate::crd::prepare_definition);
+            rt.validate = Some(crate::crd::validate_definition);
+            rt.columns = crate::crd::definition_columns();
+        }
         ("", "namespaces") => {
             rt.prepare_create = Some(|obj| {
                 if obj.pointer("/status/phase").is_none() {
@@ -627,16 +653,17 @@ fn customize(rt: &mut ResourceType) {
 
 fn col(name: &'static str, type_: &'static str, cell: fn(&Value) -> Value) -> Column {
     Column {
-        name,
-        type_,
-        wide: false,
-        cell,
-        description: "",
+        name: name.into(),
+        type_: type_.into(),
+        format: String::new(),
+        priority: 0,
+        cell: Cell::Fn(cell),
+        description: String::new(),
     }
 }
 
 fn wide(mut column: Column) -> Column {
-    column.wide = true;
+    column.priority = 1;
     column
 }
 

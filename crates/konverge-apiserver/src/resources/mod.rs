@@ -27,30 +27,54 @@ pub enum NameRule {
     PathSegment,
 }
 
-/// The JSON paths the scale subresource reads and writes.
+/// The fields the scale subresource reads and writes, as dotted paths (`spec.replicas`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScalePaths {
     /// Where the desired replica count lives (`spec.replicas`).
-    pub spec_replicas: &'static str,
+    pub spec_replicas: String,
     /// Where the observed replica count lives (`status.replicas`).
-    pub status_replicas: &'static str,
-    /// Where the label selector lives (`spec.selector`).
-    pub selector: &'static str,
+    pub status_replicas: String,
+    /// Where the label selector lives (`spec.selector`), if anywhere.
+    pub selector: Option<String>,
+    /// Whether the selector is a serialized string (custom resources' `labelSelectorPath`)
+    /// rather than a structured `LabelSelector` (the built-in workloads).
+    pub selector_is_string: bool,
+}
+
+/// How a column's cell is computed.
+#[derive(Clone)]
+pub enum Cell {
+    /// By a function of the object (built-in resources).
+    Fn(fn(&Value) -> Value),
+    /// By a JSONPath (custom resources' `additionalPrinterColumns`).
+    Path(crate::jsonpath::JsonPath),
 }
 
 /// One column of `kubectl get` output: its header, and how to compute the cell.
 #[derive(Clone)]
 pub struct Column {
     /// The header, as kubectl prints it (upper-cased by kubectl).
-    pub name: &'static str,
+    pub name: String,
     /// `string`, `integer`, `date`, ...
-    pub type_: &'static str,
-    /// Hidden unless `-o wide`.
-    pub wide: bool,
+    pub type_: String,
+    /// `format` of the column definition (`name`, `int32`, ...; usually empty).
+    pub format: String,
+    /// Hidden unless `-o wide` (`priority` above 0).
+    pub priority: i64,
     /// The cell for an object.
-    pub cell: fn(&Value) -> Value,
+    pub cell: Cell,
     /// What the column means.
-    pub description: &'static str,
+    pub description: String,
+}
+
+impl Column {
+    /// The cell of `obj`.
+    pub fn cell(&self, obj: &Value) -> Value {
+        match &self.cell {
+            Cell::Fn(f) => f(obj),
+            Cell::Path(path) => path.cell(obj, &self.type_),
+        }
+    }
 }
 
 impl std::fmt::Debug for Column {
@@ -109,6 +133,9 @@ pub struct ResourceType {
     pub selectable_fields: Vec<&'static str>,
     /// Whether `PUT` of an object that does not exist creates it.
     pub create_on_update: bool,
+    /// What a custom resource's definition says (schema, storage version, printer columns);
+    /// `None` for built-in resources.
+    pub custom: Option<Arc<crate::crd::CustomResource>>,
 }
 
 impl ResourceType {
@@ -237,6 +264,15 @@ impl Catalog {
         } else {
             Some((rt.clone(), None, rest.to_string()))
         }
+    }
+
+    /// Removes a resource (a custom resource whose definition is gone or stopped serving a
+    /// version).
+    pub fn remove(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
+        self.by_path
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(group.to_string(), version.to_string(), plural.to_string()))
     }
 
     /// The resource with this kind in this group (any served version).

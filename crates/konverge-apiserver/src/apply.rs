@@ -1,0 +1,282 @@
+//! Server-side apply and managed fields, on top of [`konverge_apimachinery::ssa`].
+//!
+//! Every write through the API records who changed what in `metadata.managedFields`: a
+//! create, update or patch by manager `m` is an `Update` by `m` ([`record_update`]); an
+//! `application/apply-patch+yaml` patch is an `Apply` ([`Registry::apply`]), which merges the
+//! applied configuration into the object with the list semantics of the type, removes what
+//! the manager stopped applying (unless others own it), and refuses to change fields other
+//! managers own unless forced (409 with one cause per field and manager).
+//!
+//! What a type's lists and maps are (atomic, set, map with keys) comes from the built-in
+//! types' merge keys or from a custom resource's schema ([`shape`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use bytes::Bytes;
+use konverge_apimachinery::patch::PatchSchema;
+use konverge_apimachinery::ssa::{self, ApplyError, Shape};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, Cause, Details, Result};
+use crate::registry::{Registry, WriteOptions, Written};
+use crate::resources::ResourceType;
+
+/// Built-in types' shapes by (group, kind), derived once from their merge keys.
+type Shapes = Mutex<HashMap<(String, String), Arc<Shape>>>;
+
+static BUILTIN_SHAPES: LazyLock<Shapes> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// What server-side apply knows of `rt`'s type.
+pub fn shape(rt: &ResourceType) -> Arc<Shape> {
+    if let Some(custom) = &rt.custom {
+        return custom.shape.clone();
+    }
+    let key = (rt.group.clone(), rt.kind.clone());
+    let mut shapes = BUILTIN_SHAPES.lock().unwrap_or_else(|e| e.into_inner());
+    shapes
+        .entry(key)
+        .or_insert_with(|| {
+            Arc::new(match PatchSchema::builtin().lookup(&rt.group, &rt.kind) {
+                Some(schema) => Shape::from_patch_schema(schema),
+                None => Shape::deduced(),
+            })
+        })
+        .clone()
+}
+
+/// The field manager of a request that names none: the User-Agent up to its first `/`, as
+/// kube-apiserver derives it (`kubectl`, `kube-rs`, `python-requests`).
+pub fn manager_from_user_agent(user_agent: Option<&str>) -> String {
+    let agent = user_agent.unwrap_or("").split('/').next().unwrap_or("");
+    agent.chars().take(128).collect()
+}
+
+fn request<'a>(
+    api_version: &'a str,
+    manager: &'a str,
+    subresource: Option<&'a str>,
+    now: &'a str,
+    force: bool,
+) -> ssa::Request<'a> {
+    ssa::Request {
+        manager,
+        api_version,
+        subresource,
+        now,
+        force,
+    }
+}
+
+/// Records an ordinary write (`old` is `None` for a create) as an `Update` by the request's
+/// field manager. Writes without a manager (the server's own bookkeeping) leave the managed
+/// fields as they are.
+pub(crate) fn record_update(
+    rt: &ResourceType,
+    old: Option<&Value>,
+    new: Value,
+    subresource: Option<&str>,
+    opts: &WriteOptions,
+) -> Result<Value> {
+    let Some(manager) = opts.field_manager.as_deref() else {
+        return Ok(new);
+    };
+    if opts.applied {
+        return Ok(new);
+    }
+    let api_version = rt.api_version();
+    let now = crate::meta::now();
+    let req = request(&api_version, manager, subresource, &now, false);
+    ssa::update(&shape(rt), old, &new, &req).map_err(apply_error)
+}
+
+/// An apply failure as the status kube-apiserver answers with.
+fn apply_error(err: ApplyError) -> ApiError {
+    match &err {
+        ApplyError::Conflicts(conflicts) => ApiError {
+            code: http::StatusCode::CONFLICT,
+            reason: "Conflict",
+            message: err.to_string(),
+            details: Some(Box::new(Details {
+                causes: conflicts
+                    .iter()
+                    .map(|c| Cause {
+                        reason: "FieldManagerConflict".into(),
+                        message: c.message(),
+                        field: c.field.clone(),
+                    })
+                    .collect(),
+                ..Details::default()
+            })),
+        },
+        ApplyError::Internal(message) => ApiError::internal(message.clone()),
+        ApplyError::Invalid(message) => ApiError::bad_request(message.clone()),
+    }
+}
+
+/// How often an apply starts over when the object appears or disappears underneath it.
+const MAX_RACES: usize = 16;
+
+/// Parses an apply patch body (YAML, of which JSON is a subset) into an object.
+pub fn parse_config(body: &Bytes) -> Result<Value> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the apply patch is not UTF-8"))?;
+    let value: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+    } else {
+        serde_saphyr::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request(
+            "error decoding YAML: the apply patch must be an object",
+        ));
+    }
+    Ok(value)
+}
+
+/// The validation kube-apiserver does of `PatchOptions` before any patch.
+pub fn check_patch_options(
+    is_apply: bool,
+    manager: Option<&str>,
+    force: Option<bool>,
+) -> Result<()> {
+    let invalid = |cause: Cause| ApiError::invalid("PatchOptions", "meta.k8s.io", "", vec![cause]);
+    if is_apply && manager.is_none_or(str::is_empty) {
+        return Err(invalid(Cause {
+            reason: "FieldValueRequired".into(),
+            message: "Required value: is required for apply patch".into(),
+            field: "fieldManager".into(),
+        }));
+    }
+    if !is_apply && force.is_some() {
+        return Err(invalid(Cause::forbidden(
+            "force",
+            "may not be specified for non-apply patch",
+        )));
+    }
+    Ok(())
+}
+
+/// What of an applied configuration a write through `subresource` may change: the status
+/// subresource applies status only; the main resource of a type with a status subresource
+/// applies everything but status.
+fn reset_fields(rt: &ResourceType, config: &Value, subresource: Option<&str>) -> Value {
+    let mut config = config.clone();
+    match subresource {
+        Some("status") => {
+            let md = config.get("metadata").cloned().unwrap_or_else(|| json!({}));
+            let mut kept = json!({
+                "apiVersion": config.get("apiVersion").cloned().unwrap_or(Value::Null),
+                "kind": config.get("kind").cloned().unwrap_or(Value::Null),
+                "metadata": {},
+            });
+            for field in ["name", "namespace"] {
+                if let Some(v) = md.get(field) {
+                    kept["metadata"][field] = v.clone();
+                }
+            }
+            if let Some(status) = config.get("status") {
+                kept["status"] = status.clone();
+            }
+            config = kept;
+        }
+        _ if rt.status => {
+            if let Some(map) = config.as_object_mut() {
+                map.remove("status");
+            }
+        }
+        _ => {}
+    }
+    config
+}
+
+impl Registry {
+    /// Server-side apply of `config` to the object `name` (or its status), creating the object
+    /// when it does not exist.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn apply(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        mut config: Value,
+        opts: &WriteOptions,
+        force: bool,
+    ) -> Result<Written> {
+        let manager = opts
+            .field_manager
+            .clone()
+            .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply patch"))?;
+        rt.check_type_meta(&config)?;
+        for (field, want) in [("apiVersion", rt.api_version()), ("kind", rt.kind.clone())] {
+            if config
+                .get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                return Err(ApiError::bad_request(format!(
+                    "{field} must be set in an apply patch (expected {want:?})"
+                )));
+            }
+        }
+        let md = crate::meta::metadata_mut(&mut config);
+        match md.get("name").and_then(Value::as_str) {
+            Some(given) if !given.is_empty() && given != name => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({given}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {
+                md.insert("name".into(), json!(name));
+            }
+        }
+        // What the applier sent as managed fields is not theirs to set.
+        md.remove("managedFields");
+        let config = reset_fields(rt, &config, subresource);
+        let shape = shape(rt);
+        let api_version = rt.api_version();
+        let opts = WriteOptions {
+            applied: true,
+            ..opts.clone()
+        };
+        // Retried when the object is created or deleted underneath.
+        for _ in 0..MAX_RACES {
+            let exists = self.get(rt, ns, name, None).await;
+            match exists {
+                Err(e) if e.reason == "NotFound" && subresource.is_none() => {
+                    let now = crate::meta::now();
+                    let req = request(&api_version, &manager, None, &now, force);
+                    let created = ssa::apply(&shape, None, &config, &req).map_err(apply_error)?;
+                    match self.create(rt, ns, created, &opts).await {
+                        // Created by someone else in the meantime: apply to theirs.
+                        Err(e) if e.reason == "AlreadyExists" => continue,
+                        other => return other,
+                    }
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            }
+            let merge = |current: &Value| -> Result<Value> {
+                let now = crate::meta::now();
+                let req = request(&api_version, &manager, subresource, &now, force);
+                ssa::apply(&shape, Some(current), &config, &req).map_err(apply_error)
+            };
+            return match self.patch(rt, ns, name, subresource, &opts, &merge).await {
+                // Deleted in the meantime: create it.
+                Err(e) if e.reason == "NotFound" && subresource.is_none() => continue,
+                other => other,
+            };
+        }
+        Err(ApiError::conflict(
+            crate::error::Target {
+                group: &rt.group,
+                resource: &rt.plural,
+                name,
+            },
+            "the object kept being created and deleted while it was applied",
+        ))
+    }
+}

@@ -1,0 +1,573 @@
+//! CustomResourceDefinitions (`apiextensions.k8s.io/v1`): validating and defaulting a
+//! definition, and turning an accepted one into the [`ResourceType`]s the server serves (one
+//! per served version, all stored under one prefix in the storage version).
+//!
+//! The definition's structural schema drives everything a custom resource needs: pruning,
+//! defaulting and validation ([`konverge_apimachinery::schema`]), `x-kubernetes-validations`
+//! rules ([`konverge_apimachinery::cel`]), server-side apply's list and map semantics
+//! ([`konverge_apimachinery::ssa`]), `kubectl get` columns and `kubectl explain`.
+//! [`crate::controllers::crd`] establishes definitions and cleans up after deleted ones.
+
+use std::sync::Arc;
+
+use konverge_apimachinery::cel::Rules;
+use konverge_apimachinery::field::FieldError;
+use konverge_apimachinery::schema::Structural;
+use konverge_apimachinery::ssa::Shape;
+use serde_json::{Value, json};
+
+use crate::error::Cause;
+use crate::jsonpath::JsonPath;
+use crate::resources::{Cell, Column, NameRule, ResourceType, ScalePaths};
+
+/// The API group of definitions.
+pub const GROUP: &str = "apiextensions.k8s.io";
+
+/// The finalizer every definition carries until its objects are gone.
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+/// What one served version of a definition says about its objects.
+pub struct CustomResource {
+    /// The definition's name (`crontabs.stable.example.com`).
+    pub crd_name: String,
+    /// The version objects are stored in.
+    pub storage_version: String,
+    /// This version's `openAPIV3Schema`, as written.
+    pub schema: Option<Value>,
+    /// The same, parsed: pruning, defaulting and validation.
+    pub structural: Option<Structural>,
+    /// Its `x-kubernetes-validations` rules.
+    pub rules: Option<Rules>,
+    /// What server-side apply needs to know of the type.
+    pub shape: Arc<Shape>,
+    /// Changes whenever the definition does (for caches of derived documents).
+    pub fingerprint: String,
+}
+
+impl std::fmt::Debug for CustomResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CustomResource")
+            .field("crd_name", &self.crd_name)
+            .field("storage_version", &self.storage_version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CustomResource {
+    /// Checks a custom object against the schema and the rules (`old` on update).
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut errors = Vec::new();
+        if let Some(structural) = &self.structural {
+            errors.extend(structural.validate(obj));
+        }
+        // As kube-apiserver: rules run only on objects that pass the schema.
+        if errors.is_empty()
+            && let Some(rules) = &self.rules
+        {
+            errors.extend(rules.validate(obj, old));
+        }
+        errors.iter().map(cause).collect()
+    }
+}
+
+/// Presents a custom object in the version `rt` serves (conversion `None`: only `apiVersion`
+/// changes). Built-in objects are left alone.
+pub fn convert(rt: &ResourceType, obj: &mut Value) {
+    if rt.custom.is_some()
+        && obj.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.insert("apiVersion".into(), json!(rt.api_version()));
+    }
+}
+
+/// Whether objects read from storage need [`convert`] to be served as `rt`.
+pub fn needs_conversion(rt: &ResourceType) -> bool {
+    rt.custom
+        .as_ref()
+        .is_some_and(|c| c.storage_version != rt.version)
+}
+
+/// A field error as a `Status` cause.
+pub fn cause(error: &FieldError) -> Cause {
+    Cause {
+        reason: error.reason().into(),
+        message: error.message(),
+        field: error.field.clone(),
+    }
+}
+
+fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The versions of a definition, as written.
+fn versions(crd: &Value) -> &[Value] {
+    crd.pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// The version objects are stored in, if exactly one is marked.
+pub fn storage_version(crd: &Value) -> Option<String> {
+    let mut storage = versions(crd)
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true));
+    let first = storage.next()?;
+    if storage.next().is_some() {
+        return None;
+    }
+    first["name"].as_str().map(String::from)
+}
+
+/// Defaults a definition as kube-apiserver does: `singular` and `listKind` from `kind`,
+/// conversion `None`, empty `status.storedVersions`.
+pub fn default_definition(crd: &mut Value) {
+    if let Some(names) = crd
+        .pointer_mut("/spec/names")
+        .and_then(Value::as_object_mut)
+    {
+        let kind = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if names
+            .get("singular")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            names.insert("singular".into(), json!(kind.to_lowercase()));
+        }
+        if !kind.is_empty()
+            && names
+                .get("listKind")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        {
+            names.insert("listKind".into(), json!(format!("{kind}List")));
+        }
+    }
+    if let Some(spec) = crd.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("conversion")
+            .or_insert_with(|| json!({"strategy": "None"}));
+    }
+}
+
+/// Prepares a new definition: the cleanup finalizer, and its stored version.
+pub fn prepare_definition(crd: &mut Value) {
+    let md = crate::meta::metadata_mut(crd);
+    let finalizers = md.entry("finalizers").or_insert_with(|| json!([]));
+    if let Value::Array(list) = finalizers
+        && !list.iter().any(|f| f == CLEANUP_FINALIZER)
+    {
+        list.push(json!(CLEANUP_FINALIZER));
+    }
+    if let Some(storage) = storage_version(crd) {
+        crd["status"] = json!({"storedVersions": [storage], "conditions": [], "acceptedNames": {"kind": "", "plural": ""}});
+    }
+}
+
+fn dns1035(value: &str) -> Option<String> {
+    crate::meta::check_name(NameRule::Rfc1035Label, value, "").map(|c| {
+        c.message
+            .split_once(": ")
+            .and_then(|(_, rest)| rest.split_once(": ").map(|(_, m)| m.to_string()))
+            .unwrap_or(c.message)
+    })
+}
+
+/// Validates a definition (`old` on update), with kube-apiserver's messages.
+pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
+    let mut errors: Vec<FieldError> = Vec::new();
+    let group = str_at(crd, "/spec/group");
+    let plural = str_at(crd, "/spec/names/plural");
+    let name = str_at(crd, "/metadata/name");
+    if name != format!("{plural}.{group}") {
+        errors.push(FieldError::invalid(
+            "metadata.name",
+            json!(name),
+            r#"must be spec.names.plural+"."+spec.group"#,
+        ));
+    }
+    if group.is_empty() {
+        errors.push(FieldError::required("spec.group", ""));
+    } else if crate::meta::check_name(NameRule::Subdomain, group, "spec.group").is_some() {
+        errors.push(FieldError::invalid(
+            "spec.group",
+            json!(group),
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ));
+    } else if !group.contains('.') {
+        errors.push(FieldError::invalid(
+            "spec.group",
+            json!(group),
+            "should be a domain with at least one dot",
+        ));
+    }
+    match str_at(crd, "/spec/scope") {
+        "" => errors.push(FieldError::required("spec.scope", "")),
+        "Cluster" | "Namespaced" => {}
+        other => errors.push(FieldError::not_supported(
+            "spec.scope",
+            json!(other),
+            &["Cluster".into(), "Namespaced".into()],
+        )),
+    }
+    let all = versions(crd);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut unique = true;
+    let mut storage = 0;
+    for (i, version) in all.iter().enumerate() {
+        let vname = version["name"].as_str().unwrap_or("");
+        let path = format!("spec.versions[{i}]");
+        if !seen.insert(vname) {
+            unique = false;
+        }
+        if version["storage"].as_bool() == Some(true) {
+            storage += 1;
+        }
+        if let Some(problem) = dns1035(vname) {
+            errors.push(FieldError::invalid(
+                format!("{path}.name"),
+                json!(vname),
+                problem,
+            ));
+        }
+        match version.pointer("/schema/openAPIV3Schema") {
+            None | Some(Value::Null) => errors.push(FieldError::required(
+                format!("{path}.schema.openAPIV3Schema"),
+                "schemas are required",
+            )),
+            Some(schema) => {
+                let at = format!("{path}.schema.openAPIV3Schema");
+                if let Err(errs) = Structural::from_json(schema, &at) {
+                    errors.extend(errs);
+                } else if let Err(errs) = Rules::compile(schema, &at) {
+                    errors.extend(errs);
+                }
+            }
+        }
+        errors.extend(validate_subresources(version, &path));
+        if let Some(columns) = version["additionalPrinterColumns"].as_array() {
+            for (j, column) in columns.iter().enumerate() {
+                errors.extend(validate_column(
+                    column,
+                    &format!("{path}.additionalPrinterColumns[{j}]"),
+                ));
+            }
+        }
+    }
+    let shown_versions = Value::Array(all.to_vec());
+    if !unique {
+        errors.push(FieldError::invalid(
+            "spec.versions",
+            shown_versions.clone(),
+            "must contain unique version names",
+        ));
+    }
+    if storage != 1 {
+        errors.push(FieldError::invalid(
+            "spec.versions",
+            shown_versions,
+            "must have exactly one version marked as storage version",
+        ));
+    }
+    for (field, value) in [
+        ("plural", plural),
+        ("singular", str_at(crd, "/spec/names/singular")),
+        ("kind", str_at(crd, "/spec/names/kind")),
+        ("listKind", str_at(crd, "/spec/names/listKind")),
+    ] {
+        let path = format!("spec.names.{field}");
+        if value.is_empty() {
+            errors.push(FieldError::required(path, ""));
+        } else if matches!(field, "plural" | "singular") {
+            if let Some(problem) = dns1035(value) {
+                errors.push(FieldError::invalid(path, json!(value), problem));
+            }
+        } else if !value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            errors.push(FieldError::invalid(
+                path,
+                json!(value),
+                "may have mixed case, but should otherwise match: [a-z]([-a-z0-9]*[a-z0-9])?",
+            ));
+        }
+    }
+    if let Some(short) = crd
+        .pointer("/spec/names/shortNames")
+        .and_then(Value::as_array)
+    {
+        for (i, s) in short.iter().enumerate() {
+            let s = s.as_str().unwrap_or("");
+            if let Some(problem) = dns1035(s) {
+                errors.push(FieldError::invalid(
+                    format!("spec.names.shortNames[{i}]"),
+                    json!(s),
+                    problem,
+                ));
+            }
+        }
+    }
+    if let Some(strategy) = crd
+        .pointer("/spec/conversion/strategy")
+        .and_then(Value::as_str)
+        && strategy != "None"
+    {
+        errors.push(FieldError::not_supported(
+            "spec.conversion.strategy",
+            json!(strategy),
+            &["None".into()],
+        ));
+    }
+    if let Some(old) = old {
+        let established = old
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
+        let mut immutable = vec![
+            ("spec.group", "/spec/group"),
+            ("spec.names.plural", "/spec/names/plural"),
+        ];
+        if established {
+            immutable.push(("spec.scope", "/spec/scope"));
+            immutable.push(("spec.names.kind", "/spec/names/kind"));
+        }
+        for (field, pointer) in immutable {
+            let now = crd.pointer(pointer).cloned().unwrap_or(Value::Null);
+            if old.pointer(pointer).cloned().unwrap_or(Value::Null) != now {
+                errors.push(FieldError::invalid(field, now, "field is immutable"));
+            }
+        }
+    }
+    errors.iter().map(cause).collect()
+}
+
+fn validate_subresources(version: &Value, path: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let Some(scale) = version.pointer("/subresources/scale") else {
+        return errors;
+    };
+    let at = format!("{path}.subresources.scale");
+    for (field, required) in [
+        ("specReplicasPath", true),
+        ("statusReplicasPath", true),
+        ("labelSelectorPath", false),
+    ] {
+        match scale.get(field).and_then(Value::as_str) {
+            None | Some("") if required => {
+                errors.push(FieldError::required(format!("{at}.{field}"), ""));
+            }
+            None | Some("") => {}
+            Some(p) => {
+                let prefix = if field == "specReplicasPath" {
+                    ".spec."
+                } else {
+                    ".status."
+                };
+                if !(p.starts_with(prefix)
+                    || (field == "labelSelectorPath" && p.starts_with(".spec.")))
+                {
+                    errors.push(FieldError::invalid(
+                        format!("{at}.{field}"),
+                        json!(p),
+                        format!(
+                            "should be a json path under {}",
+                            prefix.trim_end_matches('.')
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    errors
+}
+
+fn validate_column(column: &Value, path: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if column["name"].as_str().is_none_or(str::is_empty) {
+        errors.push(FieldError::required(format!("{path}.name"), ""));
+    }
+    match column["type"].as_str() {
+        None | Some("") => errors.push(FieldError::required(format!("{path}.type"), "")),
+        Some("integer" | "number" | "string" | "boolean" | "date") => {}
+        Some(other) => errors.push(FieldError::not_supported(
+            format!("{path}.type"),
+            json!(other),
+            &["boolean", "date", "integer", "number", "string"].map(String::from),
+        )),
+    }
+    match column["jsonPath"].as_str() {
+        None | Some("") => errors.push(FieldError::required(format!("{path}.jsonPath"), "")),
+        Some(p) => {
+            if let Err(problem) = JsonPath::parse(p) {
+                errors.push(FieldError::invalid(
+                    format!("{path}.jsonPath"),
+                    json!(p),
+                    format!("must be a simple json path: {problem}"),
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// A dotted field path from a JSON path (`.spec.replicas` → `spec.replicas`).
+fn dotted(path: &str) -> String {
+    path.trim_start_matches('.').to_string()
+}
+
+/// The resources a definition serves: one per served version.
+pub fn served_types(crd: &Value) -> Vec<ResourceType> {
+    let Some(storage) = storage_version(crd) else {
+        return Vec::new();
+    };
+    let crd_name = str_at(crd, "/metadata/name").to_string();
+    let fingerprint = format!(
+        "{}/{}",
+        str_at(crd, "/metadata/uid"),
+        crd.pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    );
+    let names = &crd["spec"]["names"];
+    let list = |field: &str| -> Vec<String> {
+        names[field]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    versions(crd)
+        .iter()
+        .filter(|v| v["served"].as_bool() == Some(true))
+        .filter_map(|version| {
+            let schema = version
+                .pointer("/schema/openAPIV3Schema")
+                .filter(|s| s.is_object())
+                .cloned();
+            let structural = schema
+                .as_ref()
+                .and_then(|s| Structural::from_json(s, "").ok());
+            let rules = schema
+                .as_ref()
+                .and_then(|s| Rules::compile(s, "").ok())
+                .filter(|r| !r.is_empty());
+            let shape = Arc::new(
+                schema
+                    .as_ref()
+                    .map(Shape::from_openapi_v3)
+                    .unwrap_or_else(Shape::deduced),
+            );
+            let subresources = &version["subresources"];
+            let scale = subresources
+                .get("scale")
+                .filter(|s| s.is_object())
+                .map(|s| ScalePaths {
+                    spec_replicas: dotted(
+                        s["specReplicasPath"].as_str().unwrap_or(".spec.replicas"),
+                    ),
+                    status_replicas: dotted(
+                        s["statusReplicasPath"]
+                            .as_str()
+                            .unwrap_or(".status.replicas"),
+                    ),
+                    selector: s["labelSelectorPath"]
+                        .as_str()
+                        .filter(|p| !p.is_empty())
+                        .map(dotted),
+                    selector_is_string: true,
+                });
+            Some(ResourceType {
+                group: str_at(crd, "/spec/group").to_string(),
+                version: version["name"].as_str()?.to_string(),
+                kind: names["kind"].as_str()?.to_string(),
+                plural: names["plural"].as_str()?.to_string(),
+                singular: names["singular"].as_str().unwrap_or("").to_string(),
+                namespaced: str_at(crd, "/spec/scope") == "Namespaced",
+                short_names: list("shortNames"),
+                categories: list("categories"),
+                status: subresources.get("status").is_some_and(Value::is_object),
+                scale,
+                generation: true,
+                name_rule: NameRule::Subdomain,
+                codec: None,
+                validate: None,
+                default: None,
+                prepare_create: None,
+                columns: printer_columns(version),
+                selectable_fields: Vec::new(),
+                create_on_update: false,
+                custom: Some(Arc::new(CustomResource {
+                    crd_name: crd_name.clone(),
+                    storage_version: storage.clone(),
+                    schema,
+                    structural,
+                    rules,
+                    shape,
+                    fingerprint: fingerprint.clone(),
+                })),
+            })
+        })
+        .collect()
+}
+
+/// The `kubectl get` columns of a version: its `additionalPrinterColumns`, or Age.
+fn printer_columns(version: &Value) -> Vec<Column> {
+    let given = version["additionalPrinterColumns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if given.is_empty() {
+        return vec![Column {
+            name: "Age".into(),
+            type_: "date".into(),
+            format: String::new(),
+            priority: 0,
+            cell: Cell::Path(
+                JsonPath::parse(".metadata.creationTimestamp").expect("a valid path"),
+            ),
+            description: "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata".into(),
+        }];
+    }
+    given
+        .iter()
+        .filter_map(|c| {
+            Some(Column {
+                name: c["name"].as_str()?.to_string(),
+                type_: c["type"].as_str()?.to_string(),
+                format: c["format"].as_str().unwrap_or("").to_string(),
+                priority: c["priority"].as_i64().unwrap_or(0),
+                cell: Cell::Path(JsonPath::parse(c["jsonPath"].as_str()?).ok()?),
+                description: c["description"].as_str().unwrap_or("").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The `kubectl get crd` columns.
+pub fn definition_columns() -> Vec<Column> {
+    vec![Column {
+        name: "Created At".into(),
+        type_: "date".into(),
+        format: String::new(),
+        priority: 0,
+        cell: Cell::Fn(|o| {
+            o.pointer("/metadata/creationTimestamp")
+                .cloned()
+                .unwrap_or(Value::Null)
+        }),
+        description: String::new(),
+    }]
+}

@@ -1,0 +1,292 @@
+//! Custom resources through kube::Client, as an operator uses them on a real cluster:
+//! `#[derive(CustomResource)]` types, their definition established, objects created,
+//! applied (server-side, status too), listed, watched, validated and deleted.
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use konverge_testkit::TestEnv;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[kube(
+    group = "konverge.test",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus",
+    shortname = "wd",
+    category = "all",
+    printcolumn = r#"{"name":"Size", "type":"integer", "jsonPath":".spec.size"}"#,
+    scale = r#"{"specReplicasPath":".spec.size", "statusReplicasPath":".status.size"}"#
+)]
+struct WidgetSpec {
+    #[schemars(length(min = 3))]
+    name: String,
+    #[schemars(range(max = 10))]
+    size: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    color: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema, PartialEq)]
+struct WidgetStatus {
+    ready: bool,
+    #[serde(default)]
+    size: i32,
+}
+
+async fn established(env: &TestEnv, crd: CustomResourceDefinition) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
+    let name = crd.name_any();
+    crds.create(&PostParams::default(), &crd).await?;
+    let ready = await_condition(crds, &name, conditions::is_crd_established());
+    tokio::time::timeout(Duration::from_secs(5), ready).await??;
+    Ok(())
+}
+
+fn widget(name: &str, size: i32) -> Widget {
+    Widget::new(
+        name,
+        WidgetSpec {
+            name: format!("widget-{name}"),
+            size,
+            color: None,
+        },
+    )
+}
+
+#[tokio::test]
+async fn derived_custom_resources_work_through_kube_client() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Widget::crd()).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+
+    // Create, get, list.
+    let created = widgets
+        .create(&PostParams::default(), &widget("a", 1))
+        .await?;
+    assert_eq!(created.metadata.generation, Some(1));
+    assert_eq!(widgets.get("a").await?.spec, widget("a", 1).spec);
+    assert_eq!(widgets.list(&ListParams::default()).await?.items.len(), 1);
+
+    // Server-side apply creates, and records the manager.
+    let ssa = PatchParams::apply("widget-controller");
+    let applied = widgets
+        .patch(
+            "b",
+            &ssa,
+            &Patch::Apply(json!({
+                "apiVersion": "konverge.test/v1",
+                "kind": "Widget",
+                "metadata": {"name": "b"},
+                "spec": {"name": "widget-b", "size": 2},
+            })),
+        )
+        .await?;
+    assert_eq!(applied.spec.size, 2);
+    let managers: Vec<_> = applied
+        .managed_fields()
+        .iter()
+        .map(|m| (m.manager.clone(), m.operation.clone()))
+        .collect();
+    assert_eq!(
+        managers,
+        vec![(Some("widget-controller".into()), Some("Apply".into()))]
+    );
+
+    // Status through its subresource, applied: generation does not move.
+    let with_status = widgets
+        .patch_status(
+            "b",
+            &ssa,
+            &Patch::Apply(json!({
+                "apiVersion": "konverge.test/v1",
+                "kind": "Widget",
+                "metadata": {"name": "b"},
+                "status": {"ready": true, "size": 2},
+            })),
+        )
+        .await?;
+    assert_eq!(
+        with_status.status,
+        Some(WidgetStatus {
+            ready: true,
+            size: 2
+        })
+    );
+    assert_eq!(with_status.metadata.generation, Some(1));
+    let status_entry = with_status
+        .managed_fields()
+        .iter()
+        .find(|m| m.subresource.as_deref() == Some("status"))
+        .expect("a status entry");
+    assert_eq!(status_entry.manager.as_deref(), Some("widget-controller"));
+
+    // A spec change bumps generation.
+    let mut changed = widgets.get("b").await?;
+    changed.spec.size = 3;
+    let replaced = widgets
+        .replace("b", &PostParams::default(), &changed)
+        .await?;
+    assert_eq!(replaced.metadata.generation, Some(2));
+
+    // Watch sees a change.
+    let stream = watcher(widgets.clone(), watcher::Config::default()).applied_objects();
+    let mut stream = Box::pin(stream);
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await??;
+    assert!(first.is_some());
+    widgets
+        .create(&PostParams::default(), &widget("c", 4))
+        .await?;
+    let seen = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(w) = stream.next().await {
+            if w?.name_any() == "c" {
+                return anyhow::Ok(true);
+            }
+        }
+        Ok(false)
+    })
+    .await??;
+    assert!(seen);
+
+    // Delete.
+    widgets.delete("a", &DeleteParams::default()).await?;
+    assert!(widgets.get_opt("a").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_schema_rejects_bad_objects_with_kubernetes_wording() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Widget::crd()).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+    let mut bad = widget("short", 11);
+    bad.spec.name = "ab".into();
+    let err = widgets
+        .create(&PostParams::default(), &bad)
+        .await
+        .expect_err("invalid");
+    let kube::Error::Api(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!(status.code, 422);
+    assert_eq!(status.reason, "Invalid");
+    assert!(
+        status.message.contains(
+            "spec.name: Invalid value: \"ab\": spec.name in body should be at least 3 chars long"
+        ),
+        "{}",
+        status.message
+    );
+    assert!(
+        status.message.contains(
+            "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
+        ),
+        "{}",
+        status.message
+    );
+    // Nothing was stored.
+    assert!(widgets.get_opt("short").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn apply_conflicts_name_each_field_and_manager() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Widget::crd()).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+    let config = |size: i32, color: &str| {
+        Patch::Apply(json!({
+            "apiVersion": "konverge.test/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w"},
+            "spec": {"name": "widget-w", "size": size, "color": color},
+        }))
+    };
+    widgets
+        .patch("w", &PatchParams::apply("alice"), &config(1, "red"))
+        .await?;
+    // Same values: shared ownership, no conflict.
+    widgets
+        .patch("w", &PatchParams::apply("bob"), &config(1, "red"))
+        .await?;
+    let err = widgets
+        .patch("w", &PatchParams::apply("carol"), &config(2, "blue"))
+        .await
+        .expect_err("conflict");
+    let kube::Error::Api(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!(status.code, 409);
+    assert_eq!(status.reason, "Conflict");
+    assert!(
+        status.message.starts_with("Apply failed with 4 conflicts"),
+        "{}",
+        status.message
+    );
+    // Forced: carol takes the fields.
+    let forced = widgets
+        .patch(
+            "w",
+            &PatchParams::apply("carol").force(),
+            &config(2, "blue"),
+        )
+        .await?;
+    assert_eq!(forced.spec.size, 2);
+    assert_eq!(forced.spec.color.as_deref(), Some("blue"));
+    // Carol stops applying color, which only she owns since she forced it: it is removed.
+    widgets
+        .patch(
+            "w",
+            &PatchParams::apply("carol"),
+            &Patch::Apply(json!({
+                "apiVersion": "konverge.test/v1",
+                "kind": "Widget",
+                "metadata": {"name": "w"},
+                "spec": {"name": "widget-w", "size": 2},
+            })),
+        )
+        .await?;
+    assert_eq!(widgets.get("w").await?.spec.color, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn deleting_the_definition_deletes_its_objects() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Widget::crd()).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+    for name in ["x", "y"] {
+        widgets
+            .create(&PostParams::default(), &widget(name, 1))
+            .await?;
+    }
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
+    let uid = crds
+        .get("widgets.konverge.test")
+        .await?
+        .uid()
+        .expect("a uid");
+    crds.delete("widgets.konverge.test", &DeleteParams::default())
+        .await?;
+    let gone = await_condition(crds, "widgets.konverge.test", conditions::is_deleted(&uid));
+    tokio::time::timeout(Duration::from_secs(10), gone).await??;
+    // The resource is no longer served, and nothing of it is stored.
+    assert!(widgets.list(&ListParams::default()).await.is_err());
+    let stored = env
+        .store()
+        .range(konverge_store::RangeRequest::new(
+            konverge_store::KeyRange::prefix("/registry/konverge.test/widgets/"),
+        ))
+        .await?;
+    assert!(stored.kvs.is_empty());
+    Ok(())
+}
