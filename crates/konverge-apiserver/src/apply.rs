@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
-use konverge_apimachinery::patch::PatchSchema;
+use konverge_apimachinery::patch::{PatchSchema, TypeSchema};
 use konverge_apimachinery::ssa::{self, ApplyError, Shape};
 use serde_json::{Value, json};
 
@@ -37,9 +37,10 @@ pub fn shape(rt: &ResourceType) -> Arc<Shape> {
     shapes
         .entry(key)
         .or_insert_with(|| {
+            // A kind without merge keys is still a struct: its keys are fields.
             Arc::new(match PatchSchema::builtin().lookup(&rt.group, &rt.kind) {
                 Some(schema) => Shape::from_patch_schema(schema),
-                None => Shape::deduced(),
+                None => Shape::from_patch_schema(&TypeSchema::kind(rt.kind.clone())),
             })
         })
         .clone()
@@ -192,6 +193,32 @@ fn reset_fields(rt: &ResourceType, config: &Value, subresource: Option<&str>) ->
     config
 }
 
+/// Fields an apply configuration sets that a custom resource's schema does not declare:
+/// kube-apiserver refuses to build the typed patch (500, as it does).
+fn undeclared_fields(
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    config: &Value,
+) -> Result<()> {
+    let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) else {
+        return Ok(());
+    };
+    let mut pruned = config.clone();
+    let unknown = structural.prune(&mut pruned);
+    let Some(first) = unknown.first() else {
+        return Ok(());
+    };
+    let object = match ns {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    };
+    Err(ApiError::internal(format!(
+        "failed to create typed patch object ({object}; {}/{}, Kind={}): .{first}: field not declared in schema",
+        rt.group, rt.version, rt.kind
+    )))
+}
+
 impl Registry {
     /// Server-side apply of `config` to the object `name` (or its status), creating the object
     /// when it does not exist.
@@ -236,6 +263,7 @@ impl Registry {
         // What the applier sent as managed fields is not theirs to set.
         md.remove("managedFields");
         let config = reset_fields(rt, &config, subresource);
+        undeclared_fields(rt, ns, name, &config)?;
         let shape = shape(rt);
         let api_version = rt.api_version();
         let opts = WriteOptions {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use konverge_apimachinery::cel::Rules;
-use konverge_apimachinery::field::FieldError;
+use konverge_apimachinery::field::{ErrorType, FieldError};
 use konverge_apimachinery::schema::Structural;
 use konverge_apimachinery::ssa::Shape;
 use serde_json::{Value, json};
@@ -60,11 +60,28 @@ impl CustomResource {
         if let Some(structural) = &self.structural {
             errors.extend(structural.validate(obj));
         }
-        // As kube-apiserver: rules run only on objects that pass the schema.
-        if errors.is_empty()
-            && let Some(rules) = &self.rules
-        {
-            errors.extend(rules.validate(obj, old));
+        if let Some(rules) = &self.rules {
+            // As kube-apiserver: the rules run unless the schema found values they cannot
+            // read (wrong types, missing or unsupported values), and then it says so.
+            let unreadable = errors.iter().any(|e| {
+                matches!(
+                    e.kind,
+                    ErrorType::NotSupported
+                        | ErrorType::Required
+                        | ErrorType::TooLong
+                        | ErrorType::TooMany
+                        | ErrorType::TypeInvalid
+                )
+            });
+            if unreadable {
+                errors.push(FieldError::invalid(
+                    "<nil>",
+                    json!("null"),
+                    "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                ));
+            } else {
+                errors.extend(rules.validate(obj, old));
+            }
         }
         errors.iter().map(cause).collect()
     }

@@ -5,7 +5,6 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-
 mod common;
 
 use common::{Up, write};

@@ -56,6 +56,9 @@ pub(crate) struct MapShape {
     pub(crate) fields: BTreeMap<String, Shape>,
     pub(crate) element: Option<Shape>,
     pub(crate) atomic: bool,
+    /// A struct only partly described (a built-in type known by its merge keys): its other
+    /// keys are fields too, not map entries, though their values are untyped.
+    pub(crate) open: bool,
 }
 
 /// A resolved node: which kinds of value it accepts and how.
@@ -78,12 +81,13 @@ pub(crate) struct MapView<'a> {
     pub(crate) fields: Option<&'a BTreeMap<String, Shape>>,
     pub(crate) element: Option<&'a Shape>,
     pub(crate) atomic: bool,
+    pub(crate) open: bool,
 }
 
 impl<'a> MapView<'a> {
     /// Whether `key` is a declared (struct) field.
     pub(crate) fn is_field(&self, key: &str) -> bool {
-        self.fields.is_some_and(|f| f.contains_key(key))
+        self.open || self.fields.is_some_and(|f| f.contains_key(key))
     }
 
     /// The shape of `key`'s value: the declared field, else the map element; undeclared
@@ -155,6 +159,7 @@ impl Shape {
                 fields,
                 element,
                 atomic: false,
+                open: false,
             }),
             ..Typed::default()
         })
@@ -206,6 +211,7 @@ impl Shape {
                     fields: None,
                     element: Some(&DEDUCED),
                     atomic: false,
+                    open: false,
                 }),
             },
             Node::Untyped => Atom {
@@ -219,6 +225,7 @@ impl Shape {
                     fields: None,
                     element: Some(&UNTYPED),
                     atomic: true,
+                    open: false,
                 }),
             },
             Node::Typed(t) => Atom {
@@ -232,6 +239,7 @@ impl Shape {
                     fields: Some(&m.fields),
                     element: m.element.as_ref(),
                     atomic: m.atomic,
+                    open: m.open,
                 }),
             },
         }
@@ -424,7 +432,14 @@ fn convert_type_schema(ts: &TypeSchema) -> Shape {
         .fields()
         .map(|(name, f)| (name.to_string(), convert_field(f)))
         .collect();
-    Shape::structure(fields, Some(Shape::deduced()))
+    let mut shape = Shape::structure(fields, Some(Shape::deduced()));
+    if let Node::Typed(t) = &mut shape.node
+        && let Some(m) = &mut t.map
+    {
+        // A described type is a struct: its undescribed keys are fields, not map entries.
+        m.open = true;
+    }
+    shape
 }
 
 fn convert_field(f: &FieldSchema) -> Shape {

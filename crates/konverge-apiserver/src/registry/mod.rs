@@ -309,7 +309,18 @@ impl Registry {
         mut body: Value,
         validation: FieldValidation,
         warnings: &mut Vec<String>,
+        from_body: bool,
     ) -> Result<Value> {
+        // A create or update decodes the request body, and says so when that fails (a patch
+        // decodes the patched object, and does not).
+        let prefix = if from_body {
+            format!(
+                "{} in version {:?} cannot be handled as a {}: ",
+                rt.kind, rt.version, rt.kind
+            )
+        } else {
+            String::new()
+        };
         if !body.is_object() {
             return Err(ApiError::bad_request(format!(
                 "{} in version {:?} cannot be handled as a {}: the request body must be a JSON object",
@@ -334,7 +345,7 @@ impl Registry {
                 match validation {
                     FieldValidation::Strict => {
                         return Err(ApiError::bad_request(format!(
-                            "strict decoding error: {}",
+                            "{prefix}strict decoding error: {}",
                             listed.join(", ")
                         )));
                     }
@@ -354,7 +365,7 @@ impl Registry {
                 match validation {
                     FieldValidation::Strict => {
                         return Err(ApiError::bad_request(format!(
-                            "strict decoding error: {}",
+                            "{prefix}strict decoding error: {}",
                             listed.join(", ")
                         )));
                     }
@@ -423,7 +434,13 @@ impl Registry {
         opts: &WriteOptions,
     ) -> Result<Written> {
         let mut warnings = Vec::new();
-        let mut obj = self.decode_body(rt, body, opts.field_validation, &mut warnings)?;
+        let mut obj = self.decode_body(
+            rt,
+            body,
+            opts.field_validation,
+            &mut warnings,
+            !opts.applied,
+        )?;
         let md = meta::metadata_mut(&mut obj);
         match (rt.namespaced, ns) {
             (true, Some(ns)) => match md.get("namespace").and_then(Value::as_str) {
@@ -538,7 +555,7 @@ impl Registry {
         opts: &WriteOptions,
     ) -> Result<Written> {
         let mut warnings = Vec::new();
-        let new = self.decode_body(rt, body, opts.field_validation, &mut warnings)?;
+        let new = self.decode_body(rt, body, opts.field_validation, &mut warnings, true)?;
         if let Some(body_name) = meta::meta_str(&new, "name")
             && body_name != name
         {
@@ -627,7 +644,7 @@ impl Registry {
                 return Err(ApiError::modified(target(rt, name)));
             }
             let mut warnings = Vec::new();
-            let new = self.decode_body(rt, patched, opts.field_validation, &mut warnings)?;
+            let new = self.decode_body(rt, patched, opts.field_validation, &mut warnings, false)?;
             if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
                 return Err(ApiError::invalid(
                     &rt.kind,
