@@ -337,42 +337,12 @@ impl Registry {
                     rt.kind, rt.version, rt.kind
                 ))
             })?;
-            if !unknown.is_empty() {
-                let listed: Vec<String> = unknown
-                    .iter()
-                    .map(|f| format!("unknown field {f:?}"))
-                    .collect();
-                match validation {
-                    FieldValidation::Strict => {
-                        return Err(ApiError::bad_request(format!(
-                            "{prefix}strict decoding error: {}",
-                            listed.join(", ")
-                        )));
-                    }
-                    FieldValidation::Warn => warnings.extend(listed),
-                    FieldValidation::Ignore => {}
-                }
-            }
+            unknown_fields(&unknown, validation, &prefix, warnings)?;
             body = decoded;
         }
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
             let unknown = structural.prune(&mut body);
-            if !unknown.is_empty() {
-                let listed: Vec<String> = unknown
-                    .iter()
-                    .map(|f| format!("unknown field {f:?}"))
-                    .collect();
-                match validation {
-                    FieldValidation::Strict => {
-                        return Err(ApiError::bad_request(format!(
-                            "{prefix}strict decoding error: {}",
-                            listed.join(", ")
-                        )));
-                    }
-                    FieldValidation::Warn => warnings.extend(listed),
-                    FieldValidation::Ignore => {}
-                }
-            }
+            unknown_fields(&unknown, validation, &prefix, warnings)?;
             structural.default(&mut body);
         }
         if let Some(default) = rt.default {
@@ -1023,6 +993,34 @@ impl Registry {
             .await
             .map_err(|e| ApiError::from_store(e, target(rt, "")))?;
         Ok(resp.count)
+    }
+}
+
+/// Fields a body has that its type does not: refused, warned about or ignored, as
+/// `fieldValidation` says.
+fn unknown_fields(
+    unknown: &[String],
+    validation: FieldValidation,
+    prefix: &str,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
+    match validation {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "{prefix}strict decoding error: {}",
+            listed.join(", ")
+        ))),
+        FieldValidation::Warn => {
+            warnings.extend(listed);
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
     }
 }
 
