@@ -290,3 +290,70 @@ async fn deleting_the_definition_deletes_its_objects() -> anyhow::Result<()> {
     assert!(stored.kvs.is_empty());
     Ok(())
 }
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
+#[kube(group = "konverge.test", version = "v1", kind = "Cluster")]
+struct ClusterSpec {
+    region: String,
+}
+
+#[tokio::test]
+async fn cluster_scoped_resources_and_apply_options() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Cluster::crd()).await?;
+    let clusters: Api<Cluster> = Api::all(env.client());
+    let config = json!({
+        "apiVersion": "konverge.test/v1",
+        "kind": "Cluster",
+        "metadata": {"name": "east"},
+        "spec": {"region": "us-east-1"},
+    });
+    let applied = clusters
+        .patch("east", &PatchParams::apply("ops"), &Patch::Apply(&config))
+        .await?;
+    assert_eq!(applied.metadata.namespace, None);
+    assert_eq!(clusters.list(&ListParams::default()).await?.items.len(), 1);
+
+    // An apply without a field manager is refused, as kube-apiserver refuses it.
+    let err = clusters
+        .patch("east", &PatchParams::default(), &Patch::Apply(&config))
+        .await
+        .expect_err("no field manager");
+    let kube::Error::Api(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!(status.code, 422);
+    assert_eq!(
+        status.message,
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+
+    // Unknown fields are dropped with a Warning header by default (fieldValidation=Warn).
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "konverge.test/v1",
+        "kind": "Cluster",
+        "metadata": {"name": "west"},
+        "spec": {"region": "us-west-2", "zone": "b"},
+    }))?;
+    let request = http::Request::post("/apis/konverge.test/v1/clusters")
+        .header("content-type", "application/json")
+        .body(body)?;
+    let response = env
+        .client()
+        .send(request.map(kube::client::Body::from))
+        .await?;
+    assert_eq!(response.status(), 201);
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(String::from))
+        .collect();
+    assert_eq!(
+        warnings,
+        vec![r#"299 - "unknown field \"spec.zone\"""#.to_string()]
+    );
+    let west = clusters.get("west").await?;
+    assert_eq!(west.spec.region, "us-west-2");
+    Ok(())
+}
