@@ -271,32 +271,25 @@ impl Registry {
             ..opts.clone()
         };
         // Retried when the object is created or deleted underneath.
+        let merge = |current: &Value| -> Result<Value> {
+            let now = crate::meta::now();
+            let req = request(&api_version, &manager, subresource, &now, force);
+            ssa::apply(&shape, Some(current), &config, &req).map_err(apply_error)
+        };
         for _ in 0..MAX_RACES {
-            let exists = self.get(rt, ns, name, None).await;
-            match exists {
-                Err(e) if e.reason == "NotFound" && subresource.is_none() => {
-                    let now = crate::meta::now();
-                    let req = request(&api_version, &manager, None, &now, force);
-                    let created = ssa::apply(&shape, None, &config, &req).map_err(apply_error)?;
-                    match self.create(rt, ns, created, &opts).await {
-                        // Created by someone else in the meantime: apply to theirs.
-                        Err(e) if e.reason == "AlreadyExists" => continue,
-                        other => return other,
-                    }
-                }
-                Err(e) => return Err(e),
-                Ok(_) => {}
+            match self.patch(rt, ns, name, subresource, &opts, &merge).await {
+                // Absent: the apply creates it.
+                Err(e) if e.reason == "NotFound" && subresource.is_none() => {}
+                other => return other,
             }
-            let merge = |current: &Value| -> Result<Value> {
-                let now = crate::meta::now();
-                let req = request(&api_version, &manager, subresource, &now, force);
-                ssa::apply(&shape, Some(current), &config, &req).map_err(apply_error)
-            };
-            return match self.patch(rt, ns, name, subresource, &opts, &merge).await {
-                // Deleted in the meantime: create it.
-                Err(e) if e.reason == "NotFound" && subresource.is_none() => continue,
-                other => other,
-            };
+            let now = crate::meta::now();
+            let req = request(&api_version, &manager, None, &now, force);
+            let created = ssa::apply(&shape, None, &config, &req).map_err(apply_error)?;
+            match self.create(rt, ns, created, &opts).await {
+                // Created by someone else in the meantime: apply to theirs.
+                Err(e) if e.reason == "AlreadyExists" => continue,
+                other => return other,
+            }
         }
         Err(ApiError::conflict(
             crate::error::Target {

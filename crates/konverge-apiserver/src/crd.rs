@@ -187,12 +187,7 @@ pub fn prepare_definition(crd: &mut Value) {
 }
 
 fn dns1035(value: &str) -> Option<String> {
-    crate::meta::check_name(NameRule::Rfc1035Label, value, "").map(|c| {
-        c.message
-            .split_once(": ")
-            .and_then(|(_, rest)| rest.split_once(": ").map(|(_, m)| m.to_string()))
-            .unwrap_or(c.message)
-    })
+    crate::meta::name_problem(NameRule::Rfc1035Label, value)
 }
 
 /// Validates a definition (`old` on update), with kube-apiserver's messages.
@@ -210,7 +205,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
     }
     if group.is_empty() {
         errors.push(FieldError::required("spec.group", ""));
-    } else if crate::meta::check_name(NameRule::Subdomain, group, "spec.group").is_some() {
+    } else if crate::meta::name_problem(NameRule::Subdomain, group).is_some() {
         errors.push(FieldError::invalid(
             "spec.group",
             json!(group),

@@ -25,8 +25,12 @@ fn is_label(s: &str, first_alpha: bool) -> bool {
 
 /// Checks `name` against `rule`, returning the cause kube-apiserver would give for `field`.
 pub fn check_name(rule: NameRule, name: &str, field: &str) -> Option<Cause> {
-    let value = Value::from(name);
-    let problem = match rule {
+    name_problem(rule, name).map(|p| Cause::invalid(field, &Value::from(name), p))
+}
+
+/// What is wrong with `name` under `rule`, in kube-apiserver's words.
+pub fn name_problem(rule: NameRule, name: &str) -> Option<String> {
+    match rule {
         NameRule::Subdomain => {
             if name.len() > 253 {
                 Some("must be no more than 253 characters".to_string())
@@ -65,8 +69,7 @@ pub fn check_name(rule: NameRule, name: &str, field: &str) -> Option<Cause> {
                 None
             }
         }
-    };
-    problem.map(|p| Cause::invalid(field, &value, p))
+    }
 }
 
 /// The current time as Kubernetes writes timestamps (RFC 3339, seconds, UTC).
