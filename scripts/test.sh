@@ -16,6 +16,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# A one-off build gains nothing from incremental caches; they would double the disk it needs.
+if [ -n "${CI:-}" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
