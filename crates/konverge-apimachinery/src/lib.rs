@@ -14,7 +14,8 @@
 //! - [`ssa`]: server-side apply: field sets, `managedFields`, merging with list semantics,
 //!   conflicts, and recording ordinary updates.
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch
-//!   with the merge keys of the built-in types ([`patch::PatchSchema::builtin`]).
+//!   with the merge keys of the built-in types ([`patch::PatchSchema::builtin`], which also
+//!   describes what server-side apply needs of them: list map keys and atomic types).
 
 pub mod cel;
 pub mod field;

@@ -527,3 +527,85 @@ fn built_in_kinds_merge_containers_by_name() {
          .spec.template.spec.containers[name=\"nginx\"].image"
     );
 }
+
+#[test]
+fn built_in_kinds_key_lists_and_own_atomic_types_as_kubernetes_does() {
+    let ts = PatchSchema::builtin().lookup("apps", "Deployment").unwrap();
+    let s = Shape::from_patch_schema(ts);
+    let dep = |labels: Value, ports: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "dns", "ownerReferences": [
+                   {"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u1"}]},
+               "spec": {"selector": {"matchLabels": labels},
+                        "template": {"spec": {
+                            "nodeSelector": {"disk": "ssd"},
+                            "containers": [{"name": "dns", "image": "coredns",
+                                "ports": ports,
+                                "env": [{"name": "PASS", "valueFrom":
+                                    {"secretKeyRef": {"name": "s", "key": "k"}}}]}]}}}})
+    };
+    let r = Request {
+        manager: "alice",
+        api_version: "apps/v1",
+        subresource: None,
+        now: "T1",
+        force: false,
+    };
+    // 53/TCP (protocol left to its default) and 53/UDP are two ports: container ports are
+    // keyed by containerPort and protocol, not by the merge key alone.
+    let live = apply(
+        &s,
+        None,
+        &dep(
+            json!({"app": "dns"}),
+            json!([{"containerPort": 53}, {"containerPort": 53, "protocol": "UDP"}]),
+        ),
+        &r,
+    )
+    .unwrap();
+    let fields = fields_of(&live, "alice");
+    for owned in [
+        r#""k:{\"containerPort\":53,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{}}"#,
+        r#""k:{\"containerPort\":53,\"protocol\":\"UDP\"}":{".":{},"f:containerPort":{},"f:protocol":{}}"#,
+        // Atomic types are owned as one field.
+        r#""f:selector":{}"#,
+        r#""f:nodeSelector":{}"#,
+        r#""f:secretKeyRef":{}"#,
+        r#""k:{\"uid\":\"u1\"}":{}"#,
+    ] {
+        assert!(fields.contains(owned), "{owned} not in {fields}");
+    }
+
+    // Another manager adding a label to the selector conflicts on the whole selector.
+    let r2 = Request {
+        manager: "bob",
+        ..r
+    };
+    let err = apply(
+        &s,
+        Some(&live),
+        &dep(
+            json!({"app": "dns", "tier": "infra"}),
+            json!([{"containerPort": 53}, {"containerPort": 53, "protocol": "UDP"}]),
+        ),
+        &r2,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"alice\": .spec.selector"
+    );
+
+    // The same manager dropping the UDP port removes that port only.
+    let live = apply(
+        &s,
+        Some(&live),
+        &dep(json!({"app": "dns"}), json!([{"containerPort": 53}])),
+        &r,
+    )
+    .unwrap();
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 53}])
+    );
+}

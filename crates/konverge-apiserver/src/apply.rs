@@ -8,7 +8,8 @@
 //! managers own unless forced (409 with one cause per field and manager).
 //!
 //! What a type's lists and maps are (atomic, set, map with keys) comes from the built-in
-//! types' merge keys or from a custom resource's schema ([`shape`]).
+//! types' descriptions (merge keys, list map keys with their defaults, atomic types such as
+//! label selectors) or from a custom resource's schema ([`shape`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -22,7 +23,7 @@ use crate::error::{ApiError, Cause, Details, Result};
 use crate::registry::{Registry, WriteOptions, Written};
 use crate::resources::ResourceType;
 
-/// Built-in types' shapes by (group, kind), derived once from their merge keys.
+/// Built-in types' shapes by (group, kind), derived once from their descriptions.
 type Shapes = Mutex<HashMap<(String, String), Arc<Shape>>>;
 
 static BUILTIN_SHAPES: LazyLock<Shapes> = LazyLock::new(|| Mutex::new(HashMap::new()));

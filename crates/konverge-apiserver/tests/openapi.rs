@@ -332,6 +332,54 @@ fn strategic_merge_metadata_matches_the_servers() {
 }
 
 #[test]
+fn server_side_apply_metadata_matches_kubernetes() {
+    let catalog = catalog();
+    let core = openapi::document(&catalog, "api/v1").expect("api/v1");
+    let schemas = &core["components"]["schemas"];
+    let container = &schemas["io.k8s.api.core.v1.Container"]["properties"];
+    assert_eq!(container["ports"]["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        container["ports"]["x-kubernetes-list-map-keys"],
+        json!(["containerPort", "protocol"])
+    );
+    assert_eq!(
+        container["env"]["x-kubernetes-list-map-keys"],
+        json!(["name"])
+    );
+    let meta = &schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"];
+    assert_eq!(meta["finalizers"]["x-kubernetes-list-type"], "set");
+    assert_eq!(
+        meta["ownerReferences"]["x-kubernetes-list-map-keys"],
+        json!(["uid"])
+    );
+    assert_eq!(
+        schemas["io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference"]["x-kubernetes-map-type"],
+        "atomic"
+    );
+    let pod_spec = &schemas["io.k8s.api.core.v1.PodSpec"]["properties"];
+    assert_eq!(pod_spec["nodeSelector"]["x-kubernetes-map-type"], "atomic");
+    assert_eq!(
+        schemas["io.k8s.api.core.v1.LocalObjectReference"]["x-kubernetes-map-type"],
+        "atomic"
+    );
+    assert_eq!(
+        schemas["io.k8s.api.core.v1.PodStatus"]["properties"]["hostIPs"]["x-kubernetes-list-type"],
+        "atomic"
+    );
+    let service = &schemas["io.k8s.api.core.v1.ServiceSpec"]["properties"];
+    assert_eq!(
+        service["ports"]["x-kubernetes-list-map-keys"],
+        json!(["port", "protocol"])
+    );
+    assert_eq!(service["selector"]["x-kubernetes-map-type"], "atomic");
+    let apps = openapi::document(&catalog, "apis/apps/v1").expect("apps/v1");
+    assert_eq!(
+        apps["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector"]["x-kubernetes-map-type"],
+        "atomic"
+    );
+}
+
+#[test]
 fn v2_document_converts_every_group_version() {
     let catalog = catalog();
     let v2 = openapi::v2_document(&catalog);

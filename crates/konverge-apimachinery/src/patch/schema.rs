@@ -6,9 +6,17 @@
 //! Fields a [`TypeSchema`] does not list have no strategy: objects merge recursively (with
 //! no strategy below them) and lists are replaced whole. So a description only needs the
 //! paths that lead to fields with a strategy.
+//!
+//! The same descriptions carry what server-side apply reads from the built-in types' OpenAPI
+//! beyond the patch tags, and strategic merge patch ignores: lists keyed by more fields than
+//! their merge key, with defaults for missing keys (`x-kubernetes-list-map-keys`: container
+//! ports by `containerPort` and `protocol`), and types owned as a whole
+//! (`+structType=atomic` / `+mapType=atomic`: label selectors, object references).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
+
+use serde_json::Value;
 
 /// A field's `patchStrategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,6 +37,9 @@ pub(crate) static UNDESCRIBED_FIELD: FieldSchema = FieldSchema {
     merge_key: None,
     schema: None,
     primitive_elements: false,
+    list_map_keys: Vec::new(),
+    key_defaults: Vec::new(),
+    atomic_list: false,
 };
 
 /// The strategic merge metadata of one field.
@@ -39,6 +50,9 @@ pub struct FieldSchema {
     merge_key: Option<String>,
     schema: Option<Arc<TypeSchema>>,
     primitive_elements: bool,
+    list_map_keys: Vec<String>,
+    key_defaults: Vec<(String, Value)>,
+    atomic_list: bool,
 }
 
 impl FieldSchema {
@@ -98,6 +112,52 @@ impl FieldSchema {
         self
     }
 
+    /// The keys that identify the list's items for server-side apply
+    /// (`x-kubernetes-list-map-keys`), when they are more than the merge key: container ports
+    /// are merged by `containerPort` but identified by `containerPort` and `protocol`.
+    pub fn with_list_map_keys<I, S>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.list_map_keys = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The value server-side apply assumes for a list map key an item leaves out (the key
+    /// field's OpenAPI `default`, such as `protocol: TCP`).
+    pub fn with_key_default(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.key_defaults.push((key.into(), value.into()));
+        self
+    }
+
+    /// The same field as a list server-side apply owns whole (`+listType=atomic`), though
+    /// strategic merge patch merges it (`status.hostIPs` of pods, `status.conditions` of jobs).
+    pub fn with_atomic_list(mut self) -> Self {
+        self.atomic_list = true;
+        self
+    }
+
+    /// Whether server-side apply owns the list whole despite its patch strategy.
+    pub fn is_atomic_list(&self) -> bool {
+        self.atomic_list
+    }
+
+    /// The keys identifying a keyed list's items: the list map keys if given, else the merge
+    /// key.
+    pub fn list_map_keys(&self) -> Vec<&str> {
+        if self.list_map_keys.is_empty() {
+            self.merge_key.as_deref().into_iter().collect()
+        } else {
+            self.list_map_keys.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// The defaults of list map keys (see [`FieldSchema::with_key_default`]).
+    pub fn key_defaults(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.key_defaults.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
     /// The strategy.
     pub fn strategy(&self) -> PatchStrategy {
         self.strategy
@@ -134,6 +194,7 @@ impl FieldSchema {
 pub struct TypeSchema {
     name: String,
     fields: BTreeMap<String, FieldSchema>,
+    atomic: bool,
 }
 
 impl TypeSchema {
@@ -142,7 +203,21 @@ impl TypeSchema {
         TypeSchema {
             name: name.into(),
             fields: BTreeMap::new(),
+            atomic: false,
         }
+    }
+
+    /// The same description of a type server-side apply owns as a whole
+    /// (`+structType=atomic` or `+mapType=atomic`: one manager owns all of a label selector).
+    /// Strategic merge patch still merges it.
+    pub fn into_atomic(mut self) -> Self {
+        self.atomic = true;
+        self
+    }
+
+    /// Whether server-side apply owns values of this type as a whole.
+    pub fn is_atomic(&self) -> bool {
+        self.atomic
     }
 
     /// A description of a top-level kind: `metadata` is `ObjectMeta`.
@@ -228,7 +303,10 @@ pub fn object_meta_schema() -> Arc<TypeSchema> {
     static OBJECT_META: LazyLock<Arc<TypeSchema>> = LazyLock::new(|| {
         Arc::new(
             TypeSchema::new("ObjectMeta")
-                .with_field("ownerReferences", FieldSchema::merge_list("uid"))
+                .with_field(
+                    "ownerReferences",
+                    FieldSchema::merge_list("uid").with_schema(atomic("OwnerReference")),
+                )
                 .with_field("finalizers", FieldSchema::merge_set()),
         )
     });
@@ -251,10 +329,28 @@ pub fn pod_template_spec_schema() -> Arc<TypeSchema> {
 pub fn pod_spec_schema() -> Arc<TypeSchema> {
     static POD_SPEC: LazyLock<Arc<TypeSchema>> = LazyLock::new(|| {
         // Container and EphemeralContainer (whose common part is inlined) share these.
+        let env_var_source = object(
+            "EnvVarSource",
+            vec![
+                ("configMapKeyRef", atomic_object("ConfigMapKeySelector")),
+                ("secretKeyRef", atomic_object("SecretKeySelector")),
+                ("fieldRef", atomic_object("ObjectFieldSelector")),
+                ("resourceFieldRef", atomic_object("ResourceFieldSelector")),
+            ],
+        );
+        let env_var = object(
+            "EnvVar",
+            vec![("valueFrom", FieldSchema::object(env_var_source))],
+        );
         let container = Arc::new(
             TypeSchema::new("Container")
-                .with_field("ports", FieldSchema::merge_list("containerPort"))
-                .with_field("env", FieldSchema::merge_list("name"))
+                .with_field(
+                    "ports",
+                    FieldSchema::merge_list("containerPort")
+                        .with_list_map_keys(["containerPort", "protocol"])
+                        .with_key_default("protocol", "TCP"),
+                )
+                .with_field("env", FieldSchema::merge_list("name").with_schema(env_var))
                 .with_field("volumeMounts", FieldSchema::merge_list("mountPath"))
                 .with_field("volumeDevices", FieldSchema::merge_list("devicePath")),
         );
@@ -268,11 +364,36 @@ pub fn pod_spec_schema() -> Arc<TypeSchema> {
                 .with_field("initContainers", containers())
                 .with_field("containers", containers())
                 .with_field("ephemeralContainers", containers())
-                .with_field("imagePullSecrets", FieldSchema::merge_list("name"))
+                .with_field(
+                    "imagePullSecrets",
+                    FieldSchema::merge_list("name").with_schema(atomic("LocalObjectReference")),
+                )
                 .with_field("hostAliases", FieldSchema::merge_list("ip"))
                 .with_field(
                     "topologySpreadConstraints",
-                    FieldSchema::merge_list("topologyKey"),
+                    FieldSchema::merge_list("topologyKey")
+                        .with_list_map_keys(["topologyKey", "whenUnsatisfiable"])
+                        .with_schema(object(
+                            "TopologySpreadConstraint",
+                            vec![("labelSelector", label_selector())],
+                        )),
+                )
+                .with_field("nodeSelector", atomic_object("map[string]string"))
+                .with_field(
+                    "affinity",
+                    FieldSchema::object(object(
+                        "Affinity",
+                        vec![(
+                            "nodeAffinity",
+                            FieldSchema::object(object(
+                                "NodeAffinity",
+                                vec![(
+                                    "requiredDuringSchedulingIgnoredDuringExecution",
+                                    atomic_object("NodeSelector"),
+                                )],
+                            )),
+                        )],
+                    )),
                 )
                 .with_field("schedulingGates", FieldSchema::merge_list("name"))
                 .with_field(
@@ -309,11 +430,30 @@ fn conditions_status(name: &str) -> FieldSchema {
     ))
 }
 
-/// A `spec` holding a pod `template`.
-fn template_spec(name: &str) -> FieldSchema {
+/// A type server-side apply owns as a whole.
+fn atomic(name: &str) -> Arc<TypeSchema> {
+    Arc::new(TypeSchema::new(name).into_atomic())
+}
+
+/// A field of a type server-side apply owns as a whole.
+fn atomic_object(name: &str) -> FieldSchema {
+    FieldSchema::object(atomic(name))
+}
+
+/// A `metav1.LabelSelector` field (`+structType=atomic`).
+fn label_selector() -> FieldSchema {
+    atomic_object("LabelSelector")
+}
+
+/// A `spec` holding a pod `template` and a `selector` (a label selector or, for replication
+/// controllers, an atomic map).
+fn template_spec(name: &str, selector: FieldSchema) -> FieldSchema {
     FieldSchema::object(object(
         name,
-        vec![("template", FieldSchema::object(pod_template_spec_schema()))],
+        vec![
+            ("template", FieldSchema::object(pod_template_spec_schema())),
+            ("selector", selector),
+        ],
     ))
 }
 
@@ -329,7 +469,7 @@ fn builtin() -> PatchSchema {
         "PodStatus",
         vec![
             ("conditions", FieldSchema::merge_list("type")),
-            ("hostIPs", FieldSchema::merge_list("ip")),
+            ("hostIPs", FieldSchema::merge_list("ip").with_atomic_list()),
             ("podIPs", FieldSchema::merge_list("ip")),
             (
                 "resourceClaimStatuses",
@@ -369,7 +509,13 @@ fn builtin() -> PatchSchema {
         kind(
             "ReplicationController",
             vec![
-                ("spec", template_spec("ReplicationControllerSpec")),
+                (
+                    "spec",
+                    template_spec(
+                        "ReplicationControllerSpec",
+                        atomic_object("map[string]string"),
+                    ),
+                ),
                 ("status", conditions_status("ReplicationControllerStatus")),
             ],
         ),
@@ -383,7 +529,15 @@ fn builtin() -> PatchSchema {
                     "spec",
                     FieldSchema::object(object(
                         "ServiceSpec",
-                        vec![("ports", FieldSchema::merge_list("port"))],
+                        vec![
+                            (
+                                "ports",
+                                FieldSchema::merge_list("port")
+                                    .with_list_map_keys(["port", "protocol"])
+                                    .with_key_default("protocol", "TCP"),
+                            ),
+                            ("selector", atomic_object("map[string]string")),
+                        ],
                     )),
                 ),
                 ("status", conditions_status("ServiceStatus")),
@@ -394,7 +548,10 @@ fn builtin() -> PatchSchema {
         "",
         kind(
             "ServiceAccount",
-            vec![("secrets", FieldSchema::merge_list("name"))],
+            vec![(
+                "secrets",
+                FieldSchema::merge_list("name").with_schema(atomic("ObjectReference")),
+            )],
         ),
     );
     add(
@@ -433,22 +590,34 @@ fn builtin() -> PatchSchema {
         "",
         kind(
             "PersistentVolumeClaim",
-            vec![(
-                "status",
-                FieldSchema::object(object(
-                    "PersistentVolumeClaimStatus",
-                    vec![
-                        ("conditions", FieldSchema::merge_list("type")),
-                        (
-                            "healthStatus",
-                            FieldSchema::object(object(
-                                "VolumeHealthStatus",
-                                vec![("healthConditions", FieldSchema::merge_list("status"))],
-                            )),
-                        ),
-                    ],
-                )),
-            )],
+            vec![
+                (
+                    "spec",
+                    FieldSchema::object(object(
+                        "PersistentVolumeClaimSpec",
+                        vec![
+                            ("selector", label_selector()),
+                            ("dataSource", atomic_object("TypedLocalObjectReference")),
+                        ],
+                    )),
+                ),
+                (
+                    "status",
+                    FieldSchema::object(object(
+                        "PersistentVolumeClaimStatus",
+                        vec![
+                            ("conditions", FieldSchema::merge_list("type")),
+                            (
+                                "healthStatus",
+                                FieldSchema::object(object(
+                                    "VolumeHealthStatus",
+                                    vec![("healthConditions", FieldSchema::merge_list("status"))],
+                                )),
+                            ),
+                        ],
+                    )),
+                ),
+            ],
         ),
     );
     add(
@@ -458,14 +627,35 @@ fn builtin() -> PatchSchema {
             vec![("conditions", FieldSchema::merge_list("type"))],
         ),
     );
+    add(
+        "",
+        kind(
+            "Event",
+            vec![
+                ("involvedObject", atomic_object("ObjectReference")),
+                ("related", atomic_object("ObjectReference")),
+            ],
+        ),
+    );
+    add(
+        "",
+        kind(
+            "ResourceQuota",
+            vec![(
+                "spec",
+                FieldSchema::object(object(
+                    "ResourceQuotaSpec",
+                    vec![("scopeSelector", atomic_object("ScopeSelector"))],
+                )),
+            )],
+        ),
+    );
     for name in [
         "ConfigMap",
         "Secret",
         "Endpoints",
-        "Event",
         "PersistentVolume",
         "LimitRange",
-        "ResourceQuota",
     ] {
         add("", kind(name, vec![]));
     }
@@ -482,6 +672,7 @@ fn builtin() -> PatchSchema {
                         "DeploymentSpec",
                         vec![
                             ("template", FieldSchema::object(pod_template_spec_schema())),
+                            ("selector", label_selector()),
                             ("strategy", FieldSchema::retain_keys()),
                         ],
                     )),
@@ -500,7 +691,7 @@ fn builtin() -> PatchSchema {
             kind(
                 name,
                 vec![
-                    ("spec", template_spec(spec)),
+                    ("spec", template_spec(spec, label_selector())),
                     ("status", conditions_status(status)),
                 ],
             ),
@@ -513,6 +704,7 @@ fn builtin() -> PatchSchema {
         "JobSpec",
         vec![
             ("template", FieldSchema::object(pod_template_spec_schema())),
+            ("selector", label_selector()),
             (
                 "scheduling",
                 FieldSchema::object(object(
@@ -528,7 +720,16 @@ fn builtin() -> PatchSchema {
             "Job",
             vec![
                 ("spec", FieldSchema::object(job_spec.clone())),
-                ("status", conditions_status("JobStatus")),
+                (
+                    "status",
+                    FieldSchema::object(object(
+                        "JobStatus",
+                        vec![(
+                            "conditions",
+                            FieldSchema::merge_list("type").with_atomic_list(),
+                        )],
+                    )),
+                ),
             ],
         ),
     );

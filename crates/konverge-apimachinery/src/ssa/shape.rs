@@ -260,10 +260,10 @@ impl Shape {
     }
 
     /// Converts the strategic-merge metadata of a built-in kind: lists with a
-    /// `patchMergeKey` are map lists keyed by it, `merge` lists of primitives are sets,
-    /// `replace` fields are atomic, described objects are structs whose other fields are
-    /// untyped, `metadata` is `ObjectMeta`; everything else is [`Shape::deduced`] (lists
-    /// atomic).
+    /// `patchMergeKey` are map lists keyed by it (or by their list map keys, with their
+    /// defaults), `merge` lists of primitives are sets, `replace` fields and atomic types are
+    /// atomic, described objects are structs whose other fields are untyped, `metadata` is
+    /// `ObjectMeta`; everything else is [`Shape::deduced`] (lists atomic).
     pub fn from_patch_schema(ts: &TypeSchema) -> Shape {
         let mut shape = convert_type_schema(ts);
         add_resource_fields(&mut shape);
@@ -317,8 +317,9 @@ fn object_meta() -> Shape {
     }
     fields.insert(
         "ownerReferences".into(),
+        // `+structType=atomic`: an owner reference is owned whole.
         Shape::list_of(
-            Shape::structure(owner, None),
+            Shape::structure(owner, None).into_atomic_map(),
             ListType::Map(vec!["uid".into()]),
         ),
     );
@@ -438,6 +439,7 @@ fn convert_type_schema(ts: &TypeSchema) -> Shape {
     {
         // A described type is a struct: its undescribed keys are fields, not map entries.
         m.open = true;
+        m.atomic = ts.is_atomic();
     }
     shape
 }
@@ -446,11 +448,26 @@ fn convert_field(f: &FieldSchema) -> Shape {
     let described = || f.schema().map(convert_type_schema);
     match f.strategy() {
         PatchStrategy::Replace => Shape::atomic(),
+        PatchStrategy::Merge if f.is_atomic_list() => {
+            Shape::list_of(described().unwrap_or_else(Shape::deduced), ListType::Atomic)
+        }
         PatchStrategy::Merge => match f.merge_key() {
-            Some(key) => Shape::list_of(
-                described().unwrap_or_else(Shape::deduced),
-                ListType::Map(vec![key.to_string()]),
-            ),
+            Some(_) => {
+                let keys = f.list_map_keys().into_iter().map(str::to_string).collect();
+                let mut shape = Shape::list_of(
+                    described().unwrap_or_else(Shape::deduced),
+                    ListType::Map(keys),
+                );
+                if let Node::Typed(t) = &mut shape.node
+                    && let Some(l) = &mut t.list
+                {
+                    l.key_defaults = f
+                        .key_defaults()
+                        .map(|(k, v)| (k.to_string(), v.clone()))
+                        .collect();
+                }
+                shape
+            }
             None if f.element_kind_name() == "string" => {
                 Shape::list_of(Shape::scalar(), ListType::Set)
             }

@@ -239,8 +239,27 @@ fn annotate_patch_metadata(
                 .entry("x-kubernetes-patch-merge-key")
                 .or_insert_with(|| Value::String(key.to_string()));
         }
+        // What server-side apply reads: how lists are keyed and what is owned whole.
+        if field_schema.strategy() == PatchStrategy::Merge {
+            let keys = field_schema.list_map_keys();
+            if field_schema.is_atomic_list() {
+                property.insert("x-kubernetes-list-type".into(), json!("atomic"));
+            } else if keys.is_empty() {
+                property.insert("x-kubernetes-list-type".into(), json!("set"));
+            } else {
+                property.insert("x-kubernetes-list-type".into(), json!("map"));
+                property.insert("x-kubernetes-list-map-keys".into(), json!(keys));
+            }
+        }
         let target = referenced_name(&Value::Object(property.clone()));
+        let atomic = field_schema.schema().is_some_and(TypeSchema::is_atomic);
+        if atomic && target.is_none() {
+            property.insert("x-kubernetes-map-type".into(), json!("atomic"));
+        }
         if let (Some(sub), Some(target)) = (field_schema.schema(), target) {
+            if atomic && let Some(def) = schemas.get_mut(&target).and_then(Value::as_object_mut) {
+                def.insert("x-kubernetes-map-type".into(), json!("atomic"));
+            }
             annotate_patch_metadata(schemas, &target, sub, depth + 1);
         }
     }
