@@ -17,11 +17,21 @@
 //!
 //! Comparison is "desired is a subset of live": every field the desired object sets must have the
 //! same value in the live object; fields the server adds (defaults, `status`, server-set metadata)
-//! are ignored, and an empty map or list counts as absent (Go's `omitempty`). A field removed from
-//! the desired object is therefore not removed from the live one: say it explicitly as `null`. The
-//! write is a JSON merge patch (this API server has no server-side apply) conditional on the
-//! live object's resourceVersion, so a concurrent change surfaces as a conflict, not a lost update.
-//! Declared `status` is ignored: a child's status belongs to the child's own controller.
+//! are ignored, and an empty map or list counts as absent (Go's `omitempty`). Declared `status` is
+//! ignored: a child's status belongs to the child's own controller.
+//!
+//! Children are written one of two ways:
+//!
+//! - By default, a JSON merge patch of the desired object, conditional on the live object's
+//!   resourceVersion, so a concurrent change surfaces as a conflict, not a lost update. A field
+//!   removed from the desired object is *not* removed from the live one: say it explicitly as
+//!   `null`.
+//! - With [`ChildSet::server_side`], server-side apply as a field manager, forcing conflicts (a
+//!   controller owns its children). The server then removes what the controller applied before
+//!   and no longer declares (a dropped label, container or port) unless another manager owns it,
+//!   so children never keep stale fields. The apply is skipped when the live object already
+//!   has every desired field and the manager owns nothing the desired object lacks (read from
+//!   the manager's `managedFields`), so a converged child set costs zero writes here too.
 //!
 //! Children are addressed by the namespace in their `metadata.namespace`; a child without one is
 //! cluster-scoped.
@@ -237,6 +247,7 @@ pub struct ChildSet {
     dependencies: BTreeMap<String, BTreeSet<String>>,
     readiness: BTreeMap<String, ReadyFn>,
     mistakes: Vec<Mistake>,
+    field_manager: Option<String>,
 }
 
 impl fmt::Debug for ChildSet {
@@ -245,6 +256,7 @@ impl fmt::Debug for ChildSet {
             .field("children", &self.children.keys().collect::<Vec<_>>())
             .field("dependencies", &self.dependencies)
             .field("ready_when", &self.readiness.keys().collect::<Vec<_>>())
+            .field("field_manager", &self.field_manager)
             .finish()
     }
 }
@@ -279,6 +291,13 @@ impl ChildSet {
     {
         let resource = ApiResource::erase::<K>(&K::DynamicType::default());
         self.insert(id.into(), resource, serde_json::to_value(desired))
+    }
+
+    /// Writes the children with server-side apply as `field_manager` (see the module docs): the
+    /// server prunes fields this manager applied before and no longer declares.
+    pub fn server_side(mut self, field_manager: impl Into<String>) -> Self {
+        self.field_manager = Some(field_manager.into());
+        self
     }
 
     /// Declares that `id` is applied only after each of `dependencies` exists and is ready.
@@ -370,7 +389,10 @@ impl ChildSet {
                 }
             }
             let child = &self.children[id];
-            let (object, wrote) = apply_child(client, id, child).await?;
+            let (object, wrote) = match &self.field_manager {
+                Some(manager) => apply_child_server_side(client, id, child, manager).await?,
+                None => apply_child(client, id, child).await?,
+            };
             if wrote {
                 written.push(id.clone());
             } else {
@@ -508,10 +530,9 @@ fn find_cycle(
     stuck.iter().map(|id| (*id).to_owned()).collect()
 }
 
-/// Creates the child when absent, patches it when it differs; returns the live object and
-/// whether anything was written.
-async fn apply_child(client: &Client, id: &str, child: &Child) -> Result<(DynamicObject, bool)> {
-    let api: Api<DynamicObject> = match child
+/// The API of `child`'s resource in its namespace (or cluster-wide), and its name.
+fn child_api<'c>(client: &Client, child: &'c Child) -> (Api<DynamicObject>, &'c str) {
+    let api = match child
         .desired
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -524,6 +545,13 @@ async fn apply_child(client: &Client, id: &str, child: &Child) -> Result<(Dynami
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    (api, name)
+}
+
+/// Creates the child when absent, patches it when it differs; returns the live object and
+/// whether anything was written.
+async fn apply_child(client: &Client, id: &str, child: &Child) -> Result<(DynamicObject, bool)> {
+    let (api, name) = child_api(client, child);
     let existing = api.get_opt(name).await.map_err(|source| ApplyError::Get {
         child: id.to_owned(),
         source,
@@ -567,6 +595,127 @@ async fn apply_child(client: &Client, id: &str, child: &Child) -> Result<(Dynami
             source,
         })?;
     Ok((patched, true))
+}
+
+/// Applies the child server-side as `manager` unless it has converged (see the module docs);
+/// returns the live object and whether anything was written.
+async fn apply_child_server_side(
+    client: &Client,
+    id: &str,
+    child: &Child,
+    manager: &str,
+) -> Result<(DynamicObject, bool)> {
+    let (api, name) = child_api(client, child);
+    let existing = api.get_opt(name).await.map_err(|source| ApplyError::Get {
+        child: id.to_owned(),
+        source,
+    })?;
+    if let Some(existing) = existing.as_ref() {
+        let live = serde_json::to_value(existing).map_err(|error| ApplyError::Serialize {
+            child: id.to_owned(),
+            source: Arc::new(error),
+        })?;
+        if is_subset(&child.desired, &live) && owns_only_desired(&live, manager, &child.desired) {
+            return Ok((existing.clone(), false));
+        }
+    }
+    // Apply configurations say what a manager wants set; `null` would not remove anything.
+    let mut desired = child.desired.clone();
+    strip_nulls(&mut desired);
+    let applied = api
+        .patch(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(desired),
+        )
+        .await
+        .map_err(|source| ApplyError::Patch {
+            child: id.to_owned(),
+            source,
+        })?;
+    // An apply that changes nothing is not written (the resourceVersion stays).
+    let before = existing.and_then(|e| e.metadata.resource_version);
+    let wrote = before.is_none() || before != applied.metadata.resource_version;
+    Ok((applied, wrote))
+}
+
+/// Whether `manager` has applied `live` (an `Apply` entry for the main resource in its
+/// `managedFields`) and owns no field that `desired` does not set: then applying `desired`
+/// again would remove nothing. Reads the manager's FieldsV1, whose path elements carry what
+/// they select (`f:name`, `k:{"name":"web"}`, `v:"x"`, `i:0`); an element it cannot match
+/// (a list item whose key the desired item leaves to a default) counts as not set, so the
+/// answer errs towards applying.
+fn owns_only_desired(live: &Value, manager: &str, desired: &Value) -> bool {
+    let Some(entries) = live
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    entries
+        .iter()
+        .find(|entry| {
+            entry.get("manager").and_then(Value::as_str) == Some(manager)
+                && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+                && entry
+                    .get("subresource")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+        })
+        .and_then(|entry| entry.get("fieldsV1"))
+        .and_then(Value::as_object)
+        .is_some_and(|fields| owned_fields_are_set(fields, desired))
+}
+
+/// Whether every path of the FieldsV1 set `fields` selects something in `desired`.
+fn owned_fields_are_set(fields: &serde_json::Map<String, Value>, desired: &Value) -> bool {
+    fields.iter().all(|(element, children)| {
+        if element == "." {
+            return true;
+        }
+        let selected = select(element, desired);
+        match (selected, children.as_object()) {
+            (Some(value), Some(children)) if !value.is_null() => {
+                owned_fields_are_set(children, value)
+            }
+            (Some(value), None) => !value.is_null(),
+            _ => false,
+        }
+    })
+}
+
+/// The part of `value` one FieldsV1 path element selects.
+fn select<'v>(element: &str, value: &'v Value) -> Option<&'v Value> {
+    if let Some(field) = element.strip_prefix("f:") {
+        return value.as_object()?.get(field);
+    }
+    let items = value.as_array()?;
+    if let Some(key) = element.strip_prefix("k:") {
+        let Ok(Value::Object(key)) = serde_json::from_str::<Value>(key) else {
+            return None;
+        };
+        return items
+            .iter()
+            .find(|item| key.iter().all(|(k, v)| item.get(k) == Some(v)));
+    }
+    if let Some(set_value) = element.strip_prefix("v:") {
+        let set_value: Value = serde_json::from_str(set_value).ok()?;
+        return items.iter().find(|item| **item == set_value);
+    }
+    let index: usize = element.strip_prefix("i:")?.parse().ok()?;
+    items.get(index)
+}
+
+/// Removes `null` fields (recursively) from objects.
+fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            fields.retain(|_, v| !v.is_null());
+            fields.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
 }
 
 /// Whether every field `desired` sets has the same value in `live`. Lists must have the same
@@ -804,6 +953,61 @@ mod tests {
             &json!({"replicas": 1.0})
         ));
         assert!(!is_subset(&json!({"replicas": 2}), &json!({"replicas": 1})));
+    }
+
+    #[test]
+    fn owned_fields_are_matched_by_their_path_elements() {
+        let desired = json!({
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {
+                "finalizers": ["a"],
+                "args": ["x", "y"],
+                "containers": [{"name": "web", "image": "nginx",
+                                "ports": [{"containerPort": 80, "protocol": "TCP"}]}]
+            }
+        });
+        let live = |fields: Value| {
+            json!({"metadata": {"managedFields": [
+                {"manager": "other", "operation": "Apply", "fieldsV1": {}},
+                {"manager": "ctl", "operation": "Apply", "subresource": "status",
+                 "fieldsV1": {"f:status": {}}},
+                {"manager": "ctl", "operation": "Apply", "fieldsV1": fields}
+            ]}})
+        };
+        let all = json!({
+            "f:metadata": {"f:labels": {"f:app": {}}},
+            "f:spec": {
+                "f:finalizers": {"v:\"a\"": {}},
+                "f:args": {"i:1": {}},
+                "f:containers": {"k:{\"name\":\"web\"}": {
+                    ".": {}, "f:image": {}, "f:name": {},
+                    "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}}}
+                }}
+            }
+        });
+        assert!(owns_only_desired(&live(all), "ctl", &desired));
+        for stale in [
+            json!({"f:metadata": {"f:labels": {"f:old": {}}}}),
+            json!({"f:spec": {"f:finalizers": {"v:\"b\"": {}}}}),
+            json!({"f:spec": {"f:args": {"i:2": {}}}}),
+            json!({"f:spec": {"f:containers": {"k:{\"name\":\"sidecar\"}": {}}}}),
+            json!({"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {"f:command": {}}}}}),
+            json!({"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {
+                "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"UDP\"}": {}}}}}}),
+            json!({"f:spec": {"f:containers": {"x:bad": {}}}}),
+        ] {
+            assert!(
+                !owns_only_desired(&live(stale.clone()), "ctl", &desired),
+                "{stale}"
+            );
+        }
+        // No Apply entry of the manager for the main resource: it must apply.
+        assert!(!owns_only_desired(&live(json!({})), "nobody", &desired));
+        assert!(!owns_only_desired(
+            &json!({"metadata": {}}),
+            "ctl",
+            &desired
+        ));
     }
 
     #[test]

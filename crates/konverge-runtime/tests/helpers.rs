@@ -562,3 +562,85 @@ async fn cycle_is_reported_before_anything_is_written() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// With server-side apply, a field the controller stops declaring is removed from the child,
+/// while fields other clients added stay; a converged set costs zero writes, and a field
+/// another client changed is taken back.
+#[tokio::test]
+async fn server_side_children_prune_what_they_stop_declaring() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let children = |data: &[(&str, &str)]| {
+        let mut config = config_map("web-config", data);
+        config.metadata.labels = Some(BTreeMap::from([("tier".into(), "web".into())]));
+        ChildSet::new()
+            .server_side("web-controller")
+            .typed_child("config", &config)
+            .typed_child("app", &deployment("web-app"))
+            .depends_on("app", ["config"])
+    };
+
+    let outcome = children(&[("a", "1"), ("b", "2")]).apply(&client).await?;
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Applied {
+            written: vec!["config".into(), "app".into()],
+            unchanged: vec![],
+        }
+    );
+    let config = api.get("web-config").await?;
+    let manager = config
+        .managed_fields()
+        .iter()
+        .find(|entry| entry.manager.as_deref() == Some("web-controller"))
+        .context("web-controller manages the child")?;
+    assert_eq!(manager.operation.as_deref(), Some("Apply"));
+
+    // Someone else adds a key; the set is still converged.
+    api.patch(
+        "web-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"extra": "kept"}})),
+    )
+    .await?;
+    let before = revision(&client).await?;
+    let outcome = children(&[("a", "1"), ("b", "2")]).apply(&client).await?;
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Applied {
+            written: vec![],
+            unchanged: vec!["config".into(), "app".into()],
+        }
+    );
+    assert_eq!(revision(&client).await?, before, "converged: zero writes");
+
+    // The controller stops declaring `b`: it is removed, the other client's key stays.
+    let outcome = children(&[("a", "1")]).apply(&client).await?;
+    assert!(matches!(&outcome, ApplyOutcome::Applied { written, .. } if written == &["config"]));
+    let data = api.get("web-config").await?.data.context("data")?;
+    assert_eq!(
+        data,
+        BTreeMap::from([
+            ("a".to_owned(), "1".to_owned()),
+            ("extra".to_owned(), "kept".to_owned())
+        ])
+    );
+
+    // Another client changes a declared value: the next pass takes it back.
+    api.patch(
+        "web-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "tampered"}})),
+    )
+    .await?;
+    let outcome = children(&[("a", "1")]).apply(&client).await?;
+    assert!(matches!(&outcome, ApplyOutcome::Applied { written, .. } if written == &["config"]));
+    let data = api.get("web-config").await?.data.context("data")?;
+    assert_eq!(data.get("a").map(String::as_str), Some("1"));
+
+    let before = revision(&client).await?;
+    children(&[("a", "1")]).apply(&client).await?;
+    assert_eq!(revision(&client).await?, before, "converged again");
+    Ok(())
+}
