@@ -50,7 +50,8 @@
 //! - [`hotloop`]: catches an object reconciled again and again by the controller's own writes.
 //! - [`finalizer`], [`status`], [`conditions`], [`apply`]: cleanup before deletion, status
 //!   written only when it changed, condition transitions, children applied in dependency order
-//!   and only when they differ.
+//!   and only when they differ (by merge patch, or by server-side apply, which prunes what a
+//!   controller stops declaring).
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`metrics`]: Prometheus metrics under controller-runtime's names.
 //! - [`key`]: [`ObjectKey`], the order everything iterates in.
