@@ -509,11 +509,8 @@ fn built_in_kinds_merge_containers_by_name() {
                "spec": {"template": {"spec": {"containers": [{"name": "nginx", "image": image}]}}}})
     };
     let r = Request {
-        manager: "alice",
         api_version: "apps/v1",
-        subresource: None,
-        now: "T1",
-        force: false,
+        ..req("alice", "T1")
     };
     let live = apply(&s, None, &dep("nginx:1"), &r).unwrap();
     let r2 = Request {
@@ -545,11 +542,8 @@ fn built_in_kinds_key_lists_and_own_atomic_types_as_kubernetes_does() {
                                     {"secretKeyRef": {"name": "s", "key": "k"}}}]}]}}}})
     };
     let r = Request {
-        manager: "alice",
         api_version: "apps/v1",
-        subresource: None,
-        now: "T1",
-        force: false,
+        ..req("alice", "T1")
     };
     // 53/TCP (protocol left to its default) and 53/UDP are two ports: container ports are
     // keyed by containerPort and protocol, not by the merge key alone.

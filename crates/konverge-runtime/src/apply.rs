@@ -621,7 +621,7 @@ async fn apply_child_server_side(
     }
     // Apply configurations say what a manager wants set; `null` would not remove anything.
     let mut desired = child.desired.clone();
-    strip_nulls(&mut desired);
+    crate::status::strip_nulls(&mut desired);
     let applied = api
         .patch(
             name,
@@ -704,18 +704,6 @@ fn select<'v>(element: &str, value: &'v Value) -> Option<&'v Value> {
     }
     let index: usize = element.strip_prefix("i:")?.parse().ok()?;
     items.get(index)
-}
-
-/// Removes `null` fields (recursively) from objects.
-fn strip_nulls(value: &mut Value) {
-    match value {
-        Value::Object(fields) => {
-            fields.retain(|_, v| !v.is_null());
-            fields.values_mut().for_each(strip_nulls);
-        }
-        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
-        _ => {}
-    }
 }
 
 /// Whether every field `desired` sets has the same value in `live`. Lists must have the same

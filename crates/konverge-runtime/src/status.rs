@@ -151,7 +151,7 @@ fn current_status<K: Serialize>(obj: &K) -> Result<Value> {
 }
 
 /// Removes `null` members of objects, recursively: to a merge patch, null means absent.
-fn strip_nulls(value: &mut Value) {
+pub(crate) fn strip_nulls(value: &mut Value) {
     match value {
         Value::Object(fields) => {
             fields.retain(|_, v| !v.is_null());
