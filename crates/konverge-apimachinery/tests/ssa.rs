@@ -603,3 +603,87 @@ fn built_in_kinds_key_lists_and_own_atomic_types_as_kubernetes_does() {
         json!([{"containerPort": 53}])
     );
 }
+
+/// What `kubectl apply` (client-side) leaves: the object, recorded as an Update by
+/// `kubectl-client-side-apply`, with the configuration in the last-applied annotation.
+fn client_side_applied(spec: Value) -> Value {
+    let mut config = widget(spec);
+    let annotation = format!("{config}\n");
+    config["metadata"]["annotations"] =
+        json!({"kubectl.kubernetes.io/last-applied-configuration": annotation});
+    update(
+        &shape(),
+        None,
+        &config,
+        &req("kubectl-client-side-apply", "T1"),
+    )
+    .unwrap()
+}
+
+#[test]
+fn kubectl_server_side_apply_upgrades_client_side_apply() {
+    let live = client_side_applied(json!({"replicas": 1, "color": "red"}));
+
+    // Another manager changing a client-side applied field conflicts, as usual.
+    let err = apply(
+        &shape(),
+        Some(&live),
+        &widget(json!({"color": "blue"})),
+        &req("alice", "T2"),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, ApplyError::Conflicts(ref c) if c.len() == 1),
+        "{err}"
+    );
+
+    // kubectl takes over the fields whose values are still the last-applied ones, and
+    // rewrites the annotation to what it applied.
+    let out = apply(
+        &shape(),
+        Some(&live),
+        &widget(json!({"replicas": 1, "color": "blue"})),
+        &req("kubectl", "T2"),
+    )
+    .unwrap();
+    assert_eq!(out["spec"]["color"], "blue");
+    assert_eq!(
+        fields_of(&out, "kubectl"),
+        r#"{"f:spec":{"f:color":{},"f:replicas":{}}}"#
+    );
+    assert_eq!(
+        out["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+        concat!(
+            r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"#,
+            r#""spec":{"color":"blue","replicas":1}}"#,
+            "\n"
+        )
+    );
+
+    // A field someone changed since the client-side apply is a real conflict.
+    let mut edited = live.clone();
+    edited["spec"]["replicas"] = json!(3);
+    let live = update(&shape(), Some(&live), &edited, &req("kubectl-edit", "T3")).unwrap();
+    let mut edited = live.clone();
+    edited["spec"]["color"] = json!("green");
+    let live = update(
+        &shape(),
+        Some(&live),
+        &edited,
+        &req("kubectl-client-side-apply", "T4"),
+    )
+    .unwrap();
+    let err = apply(
+        &shape(),
+        Some(&live),
+        &widget(json!({"replicas": 1, "color": "blue"})),
+        &req("kubectl", "T5"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 2 conflicts: conflicts with \"kubectl-client-side-apply\" using \
+         example.com/v1:\n- .spec.color\nconflicts with \"kubectl-edit\" using example.com/v1:\n\
+         - .spec.replicas"
+    );
+}

@@ -911,3 +911,55 @@ fn server_side_apply_against_kubectl_create() {
     assert_eq!(entry["fieldsType"], "FieldsV1", "{cm}");
     assert_eq!(entry["fieldsV1"], json!({"f:data": {"f:a": {}}}), "{cm}");
 }
+
+/// Moving an object from client-side to server-side apply, as the kubectl docs describe:
+/// `kubectl apply --server-side` takes over the fields client-side apply set, without
+/// conflicts, and keeps the last-applied annotation current.
+#[test]
+fn client_side_apply_upgrades_to_server_side_apply() {
+    let up = Up::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let manifest = |a: &str| {
+        write(
+            dir.path(),
+            "upgrade.yaml",
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgrade\ndata:\n  a: \"{a}\"\n"
+            ),
+        )
+    };
+    let out = up.ok(&["apply", "-f", &manifest("1")]);
+    assert!(out.contains("configmap/upgrade created"), "{out}");
+    let cm = up.json(&["get", "configmap", "upgrade", "--show-managed-fields"]);
+    assert_eq!(
+        managed_fields(&cm, "kubectl-client-side-apply")["operation"],
+        "Update",
+        "{cm}"
+    );
+
+    let out = up.ok(&["apply", "--server-side", "-f", &manifest("2")]);
+    assert!(
+        out.contains("configmap/upgrade serverside-applied"),
+        "{out}"
+    );
+    let cm = up.json(&["get", "configmap", "upgrade", "--show-managed-fields"]);
+    assert_eq!(cm["data"]["a"], "2", "{cm}");
+    let entry = managed_fields(&cm, "kubectl");
+    assert_eq!(entry["operation"], "Apply", "{cm}");
+    assert_eq!(entry["fieldsV1"], json!({"f:data": {"f:a": {}}}), "{cm}");
+    let last_applied: Value = serde_json::from_str(
+        cm["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .expect("last-applied annotation"),
+    )
+    .expect("last-applied is JSON");
+    assert_eq!(last_applied["data"], json!({"a": "2"}), "{cm}");
+
+    // Client-side apply still works from the updated annotation.
+    let out = up.ok(&["apply", "-f", &manifest("3")]);
+    assert!(out.contains("configmap/upgrade configured"), "{out}");
+    assert_eq!(
+        up.ok(&["get", "cm", "upgrade", "-o", "jsonpath={.data.a}"]),
+        "3"
+    );
+}

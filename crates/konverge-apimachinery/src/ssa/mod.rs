@@ -227,7 +227,103 @@ pub fn apply(
 
 /// [`apply`] with `ignored`: subtrees (a strategy's reset fields, such as `status` for the
 /// main resource) that changes and ownership ignore.
+///
+/// An apply by the manager `kubectl` (what `kubectl apply --server-side` sends) also upgrades
+/// objects managed by client-side apply, as kube-apiserver does: conflicts on fields whose
+/// live values are still what the `kubectl.kubernetes.io/last-applied-configuration`
+/// annotation says are not conflicts (the apply takes them over), and when the object has
+/// that annotation it is rewritten to the applied configuration, so that a later client-side
+/// apply starts from it.
 pub fn apply_ignoring(
+    shape: &Shape,
+    live: Option<&Value>,
+    config: &Value,
+    req: &Request<'_>,
+    ignored: &FieldSet,
+) -> Result<Value, ApplyError> {
+    if req.manager != KUBECTL {
+        return apply_once(shape, live, config, req, ignored);
+    }
+    let mut out = match apply_once(shape, live, config, req, ignored) {
+        Err(ApplyError::Conflicts(conflicts)) if !req.force => {
+            let Some(allowed) = live.and_then(|l| fields_still_last_applied(shape, l, req)) else {
+                return Err(ApplyError::Conflicts(conflicts));
+            };
+            let allowed: std::collections::BTreeSet<String> =
+                allowed.paths().iter().map(ToString::to_string).collect();
+            let (_, remaining): (Vec<_>, Vec<_>) = conflicts
+                .into_iter()
+                .partition(|c| allowed.contains(&c.field));
+            if !remaining.is_empty() {
+                return Err(ApplyError::Conflicts(remaining));
+            }
+            let forced = Request {
+                force: true,
+                ..*req
+            };
+            apply_once(shape, live, config, &forced, ignored)?
+        }
+        other => other?,
+    };
+    let annotations = out
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut);
+    if let Some(annotations) = annotations
+        && annotations
+            .get(LAST_APPLIED)
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty())
+    {
+        annotations.insert(LAST_APPLIED.into(), last_applied(config).into());
+    }
+    Ok(out)
+}
+
+/// The field manager `kubectl apply --server-side` uses.
+const KUBECTL: &str = "kubectl";
+
+/// The annotation client-side `kubectl apply` keeps its last configuration in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The fields of `live`'s last-applied configuration whose values `live` still has: those
+/// client-side apply may be taken to own. `None` when there is no usable annotation (absent,
+/// undecodable, or of another API version).
+fn fields_still_last_applied(shape: &Shape, live: &Value, req: &Request<'_>) -> Option<FieldSet> {
+    let annotation = live
+        .get("metadata")?
+        .get("annotations")?
+        .get(LAST_APPLIED)?
+        .as_str()
+        .filter(|a| !a.is_empty())?;
+    let last: Value = serde_json::from_str(annotation).ok()?;
+    if str_field(&last, "apiVersion") != req.api_version {
+        return None;
+    }
+    let set = typed::to_field_set(shape, &last, false).ok()?;
+    let cmp = typed::compare(shape, &last, &without_managed_fields(live));
+    Some(
+        set.difference(&cmp.modified)
+            .difference(&cmp.added)
+            .difference(&cmp.removed),
+    )
+}
+
+/// The last-applied annotation for `config`: its compact JSON, without the annotation
+/// itself, with the newline Go's JSON encoder ends it with.
+fn last_applied(config: &Value) -> String {
+    let mut config = config.clone();
+    if let Some(annotations) = config
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(LAST_APPLIED);
+    }
+    format!("{config}\n")
+}
+
+fn apply_once(
     shape: &Shape,
     live: Option<&Value>,
     config: &Value,
