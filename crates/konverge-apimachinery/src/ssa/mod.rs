@@ -251,9 +251,10 @@ pub fn apply_ignoring(
             };
             let allowed: std::collections::BTreeSet<String> =
                 allowed.paths().iter().map(ToString::to_string).collect();
-            let (_, remaining): (Vec<_>, Vec<_>) = conflicts
+            let remaining: Vec<Conflict> = conflicts
                 .into_iter()
-                .partition(|c| allowed.contains(&c.field));
+                .filter(|c| !allowed.contains(&c.field))
+                .collect();
             if !remaining.is_empty() {
                 return Err(ApplyError::Conflicts(remaining));
             }

@@ -182,6 +182,16 @@ impl Shape {
         })
     }
 
+    /// The same shape with these defaults for missing list map keys.
+    fn with_key_defaults(mut self, defaults: BTreeMap<String, Value>) -> Shape {
+        if let Node::Typed(t) = &mut self.node
+            && let Some(l) = &mut t.list
+        {
+            l.key_defaults = defaults;
+        }
+        self
+    }
+
     /// The same shape with its map part atomic (`x-kubernetes-map-type: atomic`).
     pub fn into_atomic_map(mut self) -> Shape {
         if let Node::Typed(t) = &mut self.node
@@ -401,13 +411,7 @@ fn convert_openapi(s: &Value) -> Shape {
                     }
                 }
             }
-            let mut shape = Shape::list_of(element, list_type);
-            if let Node::Typed(t) = &mut shape.node
-                && let Some(l) = &mut t.list
-            {
-                l.key_defaults = key_defaults;
-            }
-            shape
+            Shape::list_of(element, list_type).with_key_defaults(key_defaults)
         }
         Some("string" | "integer" | "number" | "boolean") => Shape::scalar(),
         _ => {
@@ -454,19 +458,15 @@ fn convert_field(f: &FieldSchema) -> Shape {
         PatchStrategy::Merge => match f.merge_key() {
             Some(_) => {
                 let keys = f.list_map_keys().into_iter().map(str::to_string).collect();
-                let mut shape = Shape::list_of(
+                Shape::list_of(
                     described().unwrap_or_else(Shape::deduced),
                     ListType::Map(keys),
-                );
-                if let Node::Typed(t) = &mut shape.node
-                    && let Some(l) = &mut t.list
-                {
-                    l.key_defaults = f
-                        .key_defaults()
+                )
+                .with_key_defaults(
+                    f.key_defaults()
                         .map(|(k, v)| (k.to_string(), v.clone()))
-                        .collect();
-                }
-                shape
+                        .collect(),
+                )
             }
             None if f.element_kind_name() == "string" => {
                 Shape::list_of(Shape::scalar(), ListType::Set)
