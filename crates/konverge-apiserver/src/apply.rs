@@ -19,7 +19,7 @@ use konverge_apimachinery::patch::{PatchSchema, TypeSchema};
 use konverge_apimachinery::ssa::{self, ApplyError, Shape};
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, Cause, Details, Result};
+use crate::error::{ApiError, Cause, Details, Reason, Result};
 use crate::registry::{Registry, WriteOptions, Written};
 use crate::resources::ResourceType;
 
@@ -97,7 +97,7 @@ fn apply_error(err: ApplyError) -> ApiError {
     match &err {
         ApplyError::Conflicts(conflicts) => ApiError {
             code: http::StatusCode::CONFLICT,
-            reason: "Conflict",
+            reason: Reason::Conflict,
             message: err.to_string(),
             details: Some(Box::new(Details {
                 causes: conflicts
@@ -280,7 +280,7 @@ impl Registry {
         for _ in 0..MAX_RACES {
             match self.patch(rt, ns, name, subresource, &opts, &merge).await {
                 // Absent: the apply creates it.
-                Err(e) if e.reason == "NotFound" && subresource.is_none() => {}
+                Err(e) if e.reason == Reason::NotFound && subresource.is_none() => {}
                 other => return other,
             }
             let now = crate::meta::now();
@@ -288,7 +288,7 @@ impl Registry {
             let created = ssa::apply(&shape, None, &config, &req).map_err(apply_error)?;
             match self.create(rt, ns, created, &opts).await {
                 // Created by someone else in the meantime: apply to theirs.
-                Err(e) if e.reason == "AlreadyExists" => continue,
+                Err(e) if e.reason == Reason::AlreadyExists => continue,
                 other => return other,
             }
         }

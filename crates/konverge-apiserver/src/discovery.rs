@@ -8,20 +8,36 @@ use serde_json::{Value, json};
 
 use crate::resources::{Catalog, ResourceType};
 
-const VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
+/// The order kube-apiserver lists its groups in (its APIService group priorities); custom
+/// resource groups follow, by name.
+const GROUP_ORDER: [&str; 20] = [
+    "",
+    "apiregistration.k8s.io",
+    "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "node.k8s.io",
+    "discovery.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
 ];
-const SUB_VERBS: [&str; 3] = ["get", "patch", "update"];
 
-/// Groups and their versions, core group first, then by name (the order kubectl shows).
-fn groups(catalog: &Catalog) -> BTreeMap<String, BTreeMap<String, Vec<Arc<ResourceType>>>> {
+type Groups = Vec<(String, BTreeMap<String, Vec<Arc<ResourceType>>>)>;
+
+/// Groups and their versions: the core group, the built-in groups in kube-apiserver's order,
+/// then the others by name (the order `kubectl api-resources` shows).
+fn groups(catalog: &Catalog) -> Groups {
     let mut groups: BTreeMap<String, BTreeMap<String, Vec<Arc<ResourceType>>>> = BTreeMap::new();
     for rt in catalog.all() {
         groups
@@ -31,7 +47,15 @@ fn groups(catalog: &Catalog) -> BTreeMap<String, BTreeMap<String, Vec<Arc<Resour
             .or_default()
             .push(rt);
     }
-    groups
+    let mut ordered: Groups = groups.into_iter().collect();
+    ordered.sort_by_key(|(name, _)| {
+        let rank = GROUP_ORDER
+            .iter()
+            .position(|g| g == name)
+            .unwrap_or(GROUP_ORDER.len());
+        (rank, name.clone())
+    });
+    ordered
 }
 
 /// Kubernetes' version priority: GA before beta before alpha, higher numbers first, and
@@ -116,7 +140,7 @@ pub fn group_list(catalog: &Catalog) -> Value {
 /// `/apis/{group}`, if the group is served.
 pub fn group(catalog: &Catalog, name: &str) -> Option<Value> {
     let all = groups(catalog);
-    let versions = all.get(name).filter(|_| !name.is_empty())?;
+    let (_, versions) = all.iter().find(|(g, _)| g == name && !name.is_empty())?;
     let mut group = group_json(name, versions);
     group["kind"] = json!("APIGroup");
     group["apiVersion"] = json!("v1");
@@ -126,7 +150,10 @@ pub fn group(catalog: &Catalog, name: &str) -> Option<Value> {
 /// `/api/v1` or `/apis/{group}/{version}`, if served.
 pub fn resource_list(catalog: &Catalog, group: &str, version: &str) -> Option<Value> {
     let all = groups(catalog);
-    let resources = all.get(group)?.get(version)?;
+    let resources = all
+        .iter()
+        .find(|(g, _)| g == group)
+        .and_then(|(_, versions)| versions.get(version))?;
     let mut list = Vec::new();
     for rt in resources {
         let mut entry = json!({
@@ -134,7 +161,7 @@ pub fn resource_list(catalog: &Catalog, group: &str, version: &str) -> Option<Va
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
-            "verbs": VERBS,
+            "verbs": rt.verbs,
         });
         if !rt.short_names.is_empty() {
             entry["shortNames"] = json!(rt.short_names);
@@ -142,35 +169,26 @@ pub fn resource_list(catalog: &Catalog, group: &str, version: &str) -> Option<Va
         if !rt.categories.is_empty() {
             entry["categories"] = json!(rt.categories);
         }
+        if let Some(hash) = &rt.storage_version_hash {
+            entry["storageVersionHash"] = json!(hash);
+        }
         list.push(entry);
-        if rt.status {
-            list.push(json!({
-                "name": format!("{}/status", rt.plural),
+        for sub in rt.all_subresources() {
+            let mut entry = json!({
+                "name": format!("{}/{}", rt.plural, sub.name),
                 "singularName": "",
                 "namespaced": rt.namespaced,
                 "kind": rt.kind,
-                "verbs": SUB_VERBS,
-            }));
-        }
-        if rt.scale.is_some() {
-            list.push(json!({
-                "name": format!("{}/scale", rt.plural),
-                "singularName": "",
-                "namespaced": rt.namespaced,
-                "group": "autoscaling",
-                "version": "v1",
-                "kind": "Scale",
-                "verbs": SUB_VERBS,
-            }));
-        }
-        if rt.group.is_empty() && rt.plural == "namespaces" {
-            list.push(json!({
-                "name": "namespaces/finalize",
-                "singularName": "",
-                "namespaced": false,
-                "kind": "Namespace",
-                "verbs": ["update"],
-            }));
+                "verbs": sub.verbs,
+            });
+            if let Some((group, version, kind)) = sub.kind {
+                entry["kind"] = json!(kind);
+                if group != rt.group || version != rt.version {
+                    entry["group"] = json!(group);
+                    entry["version"] = json!(version);
+                }
+            }
+            list.push(entry);
         }
     }
     let group_version = if group.is_empty() {
@@ -218,25 +236,29 @@ pub fn aggregated(catalog: &Catalog, core: bool, api_version: &str) -> Value {
 
 fn aggregated_resource(rt: &ResourceType) -> Value {
     let kind = json!({"group": rt.group, "version": rt.version, "kind": rt.kind});
-    let mut subresources = Vec::new();
-    if rt.status {
-        subresources
-            .push(json!({"subresource": "status", "responseKind": kind, "verbs": SUB_VERBS}));
-    }
-    if rt.scale.is_some() {
-        subresources.push(json!({
-            "subresource": "scale",
-            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-            "verbs": SUB_VERBS,
-        }));
-    }
+    let subresources: Vec<Value> = rt
+        .all_subresources()
+        .into_iter()
+        .map(|sub| {
+            let response = match sub.kind {
+                Some((group, version, kind)) => {
+                    json!({"group": group, "version": version, "kind": kind})
+                }
+                None => kind.clone(),
+            };
+            json!({"subresource": sub.name, "responseKind": response, "verbs": sub.verbs})
+        })
+        .collect();
     let mut entry = json!({
         "resource": rt.plural,
         "responseKind": kind,
         "scope": if rt.namespaced { "Namespaced" } else { "Cluster" },
         "singularResource": rt.singular,
-        "verbs": VERBS,
+        "verbs": rt.verbs,
     });
+    if let Some(hash) = &rt.storage_version_hash {
+        entry["storageVersionHash"] = json!(hash);
+    }
     if !rt.short_names.is_empty() {
         entry["shortNames"] = json!(rt.short_names);
     }

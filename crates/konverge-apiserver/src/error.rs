@@ -63,14 +63,90 @@ impl Cause {
     }
 }
 
+/// `Status.reason`: why a request failed, as kube-apiserver names it (`metav1.StatusReason`).
+///
+/// Control flow branches on these variants (`e.reason == Reason::Conflict`), never on strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// 400: the request is malformed.
+    BadRequest,
+    /// 401: no valid credentials.
+    Unauthorized,
+    /// 403: not allowed.
+    Forbidden,
+    /// 404: no such object or path.
+    NotFound,
+    /// 405: the verb is not served on this path.
+    MethodNotAllowed,
+    /// 406: none of the accepted media types can be produced.
+    NotAcceptable,
+    /// 409: the object to create exists already.
+    AlreadyExists,
+    /// 409: the write lost a race or a precondition failed.
+    Conflict,
+    /// 410: the resourceVersion is older than the retained history.
+    Expired,
+    /// 413: the body or object is too large.
+    RequestEntityTooLarge,
+    /// 415: the body's media type is not accepted.
+    UnsupportedMediaType,
+    /// 422: the object fails validation.
+    Invalid,
+    /// 429: slow down.
+    TooManyRequests,
+    /// 500: a server fault.
+    InternalError,
+    /// 504: the server could not answer in time.
+    Timeout,
+    /// 503: the server cannot serve now.
+    ServiceUnavailable,
+}
+
+impl Reason {
+    /// The reason as `Status.reason` carries it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::BadRequest => "BadRequest",
+            Reason::Unauthorized => "Unauthorized",
+            Reason::Forbidden => "Forbidden",
+            Reason::NotFound => "NotFound",
+            Reason::MethodNotAllowed => "MethodNotAllowed",
+            Reason::NotAcceptable => "NotAcceptable",
+            Reason::AlreadyExists => "AlreadyExists",
+            Reason::Conflict => "Conflict",
+            Reason::Expired => "Expired",
+            Reason::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Reason::UnsupportedMediaType => "UnsupportedMediaType",
+            Reason::Invalid => "Invalid",
+            Reason::TooManyRequests => "TooManyRequests",
+            Reason::InternalError => "InternalError",
+            Reason::Timeout => "Timeout",
+            Reason::ServiceUnavailable => "ServiceUnavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Reason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// What a failed request answers: a `Status` with `status: Failure`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code} {reason}: {message}")]
 pub struct ApiError {
     /// The HTTP status.
     pub code: StatusCode,
-    /// The `Status.reason`, for example `NotFound`.
-    pub reason: &'static str,
+    /// The `Status.reason`.
+    pub reason: Reason,
     /// The `Status.message`.
     pub message: String,
     /// `Status.details`: the object named, when there is one (boxed: errors travel through
@@ -124,7 +200,7 @@ impl Target<'_> {
 }
 
 impl ApiError {
-    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
+    fn new(code: StatusCode, reason: Reason, message: impl Into<String>) -> Self {
         ApiError {
             code,
             reason,
@@ -140,19 +216,23 @@ impl ApiError {
 
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+        Self::new(StatusCode::BAD_REQUEST, Reason::BadRequest, message)
     }
 
     /// 401 Unauthorized.
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            Reason::Unauthorized,
+            "Unauthorized",
+        )
     }
 
     /// 403 Forbidden with a message.
     pub fn forbidden(target: Target<'_>, why: impl AsRef<str>) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
-            "Forbidden",
+            Reason::Forbidden,
             format!(
                 "{} {:?} is forbidden: {}",
                 target.qualified(),
@@ -167,7 +247,7 @@ impl ApiError {
     pub fn not_found(target: Target<'_>) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "NotFound",
+            Reason::NotFound,
             format!("{} {:?} not found", target.qualified(), target.name),
         )
         .with_details(target.details())
@@ -177,7 +257,7 @@ impl ApiError {
     pub fn no_route() -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "NotFound",
+            Reason::NotFound,
             "the server could not find the requested resource",
         )
         .with_details(Details::default())
@@ -187,7 +267,7 @@ impl ApiError {
     pub fn method_not_allowed(method: &http::Method, what: &str) -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
-            "MethodNotAllowed",
+            Reason::MethodNotAllowed,
             format!(
                 "the server does not allow this method on the requested resource ({method} {what})"
             ),
@@ -199,7 +279,7 @@ impl ApiError {
     pub fn already_exists(target: Target<'_>) -> Self {
         Self::new(
             StatusCode::CONFLICT,
-            "AlreadyExists",
+            Reason::AlreadyExists,
             format!("{} {:?} already exists", target.qualified(), target.name),
         )
         .with_details(target.details())
@@ -209,7 +289,7 @@ impl ApiError {
     pub fn conflict(target: Target<'_>, why: impl AsRef<str>) -> Self {
         Self::new(
             StatusCode::CONFLICT,
-            "Conflict",
+            Reason::Conflict,
             format!(
                 "Operation cannot be fulfilled on {} {:?}: {}",
                 target.qualified(),
@@ -230,14 +310,14 @@ impl ApiError {
 
     /// 410 Expired: a resourceVersion older than the retained history.
     pub fn expired(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::GONE, "Expired", message)
+        Self::new(StatusCode::GONE, Reason::Expired, message)
     }
 
     /// 413 RequestEntityTooLarge.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "RequestEntityTooLarge",
+            Reason::RequestEntityTooLarge,
             message,
         )
     }
@@ -246,7 +326,7 @@ impl ApiError {
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
+            Reason::UnsupportedMediaType,
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
             ),
@@ -268,7 +348,7 @@ impl ApiError {
         };
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "Invalid",
+            Reason::Invalid,
             format!("{qualified} {name:?} is invalid: {list}"),
         )
         .with_details(Details {
@@ -282,7 +362,12 @@ impl ApiError {
 
     /// 429 TooManyRequests.
     pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: u32) -> Self {
-        Self::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message).with_details(Details {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            Reason::TooManyRequests,
+            message,
+        )
+        .with_details(Details {
             retry_after_seconds: Some(retry_after_seconds),
             ..Details::default()
         })
@@ -292,21 +377,21 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
+            Reason::InternalError,
             format!("Internal error occurred: {}", message.into()),
         )
     }
 
     /// 504 Timeout.
     pub fn timeout(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::GATEWAY_TIMEOUT, "Timeout", message)
+        Self::new(StatusCode::GATEWAY_TIMEOUT, Reason::Timeout, message)
     }
 
     /// 503 ServiceUnavailable.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "ServiceUnavailable",
+            Reason::ServiceUnavailable,
             message,
         )
     }
@@ -347,7 +432,7 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
+            "reason": self.reason.as_str(),
             "code": self.code.as_u16(),
         });
         if let Some(d) = &self.details {
@@ -446,7 +531,11 @@ mod tests {
         for (err, code, reason) in table {
             let shown = err.to_string();
             let api = ApiError::from_store(err, CM);
-            assert_eq!((api.code.as_u16(), api.reason), (code, reason), "{shown}");
+            assert_eq!(
+                (api.code.as_u16(), api.reason.as_str()),
+                (code, reason),
+                "{shown}"
+            );
             let status = api.to_status();
             assert_eq!(status["code"], code);
             assert_eq!(status["kind"], "Status");

@@ -31,8 +31,11 @@ pub mod openapi;
 pub mod patch;
 pub mod registry;
 pub mod resources;
+mod reviews;
 pub mod scale;
+pub mod subresources;
 pub mod table;
+pub mod tokens;
 
 use std::sync::{Arc, RwLock};
 
@@ -40,15 +43,19 @@ use konverge_store::KvStore;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::registry::{Registry, WriteOptions};
+use crate::registry::Registry;
 use crate::resources::Catalog;
 
 /// The Kubernetes version the server reports and whose API it serves.
 pub const KUBERNETES_VERSION: (&str, &str) = ("1", "33");
 
-/// The namespaces that exist from the start.
-pub const SYSTEM_NAMESPACES: [&str; 4] =
-    ["default", "kube-system", "kube-public", "kube-node-lease"];
+/// The user the server's bearer token authenticates (the `konverge up` admin).
+pub const ADMIN_USER: &str = "kubernetes-admin";
+
+/// The admin's groups.
+pub const ADMIN_GROUPS: [&str; 2] = ["system:masters", "system:authenticated"];
+
+pub use controllers::bootstrap::SYSTEM_NAMESPACES;
 
 /// Builds an [`ApiServer`].
 #[derive(Clone)]
@@ -58,9 +65,25 @@ pub struct ApiServerBuilder {
     control_loops: bool,
     compaction_interval: std::time::Duration,
     watch_cache: registry::WatchCacheConfig,
+    root_ca: Option<String>,
+    service_account_key: Option<Vec<u8>>,
 }
 
 impl ApiServerBuilder {
+    /// The ECDSA P-256 key (PKCS#8 DER) ServiceAccount tokens are signed with; without one,
+    /// the server makes a key that lasts as long as it runs.
+    pub fn service_account_key(mut self, pkcs8_der: impl Into<Vec<u8>>) -> Self {
+        self.service_account_key = Some(pkcs8_der.into());
+        self
+    }
+
+    /// The PEM of the CA clients verify the server with; published in every namespace as the
+    /// `kube-root-ca.crt` ConfigMap, as kube-controller-manager does.
+    pub fn root_ca(mut self, pem: impl Into<String>) -> Self {
+        self.root_ca = Some(pem.into());
+        self
+    }
+
     /// Requires `Authorization: Bearer <token>` on every request but `/version` and the health
     /// checks.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
@@ -92,12 +115,18 @@ impl ApiServerBuilder {
     /// namespaces and the `default/kubernetes` Service), if they are missing.
     pub async fn build(self) -> Result<Arc<ApiServer>, ApiError> {
         let catalog = Arc::new(Catalog::builtin());
+        let tokens = match &self.service_account_key {
+            Some(der) => tokens::ServiceAccountTokens::from_pkcs8(der)
+                .map_err(|e| ApiError::internal(format!("the service account key: {e}")))?,
+            None => tokens::ServiceAccountTokens::generate(),
+        };
         let server = Arc::new(ApiServer {
             registry: Registry::new(self.store, catalog).with_watch_cache(self.watch_cache),
             token: self.token,
+            tokens: Arc::new(tokens),
             address: RwLock::new("127.0.0.1:6443".into()),
         });
-        server.bootstrap().await?;
+        controllers::bootstrap::run(&server.registry).await?;
         controllers::crd::install_existing(&server.registry)
             .await
             .map_err(|e| {
@@ -112,7 +141,12 @@ impl ApiServerBuilder {
             })?;
         tokio::spawn(controllers::crd::run(server.registry.clone()));
         if self.control_loops {
-            tokio::spawn(controllers::run(server.registry.clone()));
+            tokio::spawn(controllers::run(
+                server.registry.clone(),
+                controllers::Settings {
+                    root_ca: self.root_ca.clone(),
+                },
+            ));
             tokio::spawn(controllers::compaction::run(
                 server.registry.store().clone(),
                 self.compaction_interval,
@@ -126,6 +160,7 @@ impl ApiServerBuilder {
 pub struct ApiServer {
     registry: Registry,
     token: Option<String>,
+    tokens: Arc<tokens::ServiceAccountTokens>,
     address: RwLock<String>,
 }
 
@@ -144,12 +179,19 @@ impl ApiServer {
             control_loops: true,
             compaction_interval: std::time::Duration::from_secs(300),
             watch_cache: registry::WatchCacheConfig::default(),
+            root_ca: None,
+            service_account_key: None,
         }
     }
 
     /// The HTTP service (an axum `Router`, which is a `tower::Service`).
     pub fn router(self: &Arc<Self>) -> axum::Router {
         http::router(self.clone())
+    }
+
+    /// The key ServiceAccount tokens are signed with.
+    pub fn service_account_tokens(&self) -> &Arc<tokens::ServiceAccountTokens> {
+        &self.tokens
     }
 
     /// The registry, for in-process callers and control loops.
@@ -160,6 +202,16 @@ impl ApiServer {
     /// Records the address clients reach the server at (reported by `/api`).
     pub fn set_address(&self, address: impl Into<String>) {
         *self.address.write().unwrap_or_else(|e| e.into_inner()) = address.into();
+    }
+
+    /// Who sends requests: the admin, as long as the server knows no other identity.
+    pub(crate) fn requester(&self) -> resources::Requester {
+        resources::Requester {
+            username: ADMIN_USER.into(),
+            groups: ADMIN_GROUPS.iter().map(|g| g.to_string()).collect(),
+            server_token: self.token.clone(),
+            tokens: self.tokens.clone(),
+        }
     }
 
     fn address(&self) -> String {
@@ -187,49 +239,5 @@ impl ApiServer {
                 other => other,
             }),
         })
-    }
-
-    async fn bootstrap(&self) -> Result<(), ApiError> {
-        let catalog = self.registry.catalog();
-        let ignore_exists = |r: Result<registry::Written, ApiError>| match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.reason == "AlreadyExists" => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Some(namespaces) = catalog.get("", "v1", "namespaces") {
-            for name in SYSTEM_NAMESPACES {
-                ignore_exists(
-                    self.registry
-                        .create(
-                            &namespaces,
-                            None,
-                            json!({"metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}}),
-                            &WriteOptions::default(),
-                        )
-                        .await,
-                )?;
-            }
-        }
-        if let Some(services) = catalog.get("", "v1", "services") {
-            ignore_exists(
-                self.registry
-                    .create(
-                        &services,
-                        Some("default"),
-                        json!({
-                            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-                            "spec": {
-                                "type": "ClusterIP",
-                                "clusterIP": "10.96.0.1",
-                                "clusterIPs": ["10.96.0.1"],
-                                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
-                            },
-                        }),
-                        &WriteOptions::default(),
-                    )
-                    .await,
-            )?;
-        }
-        Ok(())
     }
 }

@@ -124,7 +124,7 @@ fn object(value: Value) -> Result<Value> {
 fn unsupported(media: &str, accepted: &str) -> ApiError {
     ApiError {
         code: http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        reason: "UnsupportedMediaType",
+        reason: crate::error::Reason::UnsupportedMediaType,
         message: format!(
             "the body of the request was in an unknown format - accepted media types include: {accepted} (got {media:?})"
         ),
@@ -137,7 +137,7 @@ impl ApiError {
     pub fn invalid_patch(message: String) -> Self {
         ApiError {
             code: http::StatusCode::UNPROCESSABLE_ENTITY,
-            reason: "Invalid",
+            reason: crate::error::Reason::Invalid,
             message,
             details: None,
         }

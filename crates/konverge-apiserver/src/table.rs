@@ -43,13 +43,19 @@ pub fn table(
     list_metadata: Value,
     include: IncludeObject,
 ) -> Value {
-    let mut columns = vec![json!({
-        "name": "Name",
-        "type": "string",
-        "format": "name",
-        "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-        "priority": 0,
-    })];
+    // Built-in kinds declare their whole table, Name included (not always first: Events);
+    // custom resources declare what follows Name.
+    let with_name = !rt.columns.iter().any(|c| c.name == "Name");
+    let mut columns = Vec::new();
+    if with_name {
+        columns.push(json!({
+            "name": "Name",
+            "type": "string",
+            "format": "name",
+            "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+            "priority": 0,
+        }));
+    }
     for column in &rt.columns {
         columns.push(json!({
             "name": column.name,
@@ -59,30 +65,18 @@ pub fn table(
             "priority": column.priority,
         }));
     }
-    // Custom resources list their own columns (Age among them unless they chose others).
-    let age_column = rt.custom.is_none();
-    if age_column {
-        columns.push(json!({
-        "name": "Age",
-        "type": "string",
-        "format": "",
-        "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
-        "priority": 0,
-    }));
-    }
-    let now = jiff::Timestamp::now();
     let rows: Vec<Value> = items
         .iter()
         .map(|obj| {
-            let mut cells = vec![
-                obj.pointer("/metadata/name")
-                    .cloned()
-                    .unwrap_or_else(|| json!("")),
-            ];
-            cells.extend(rt.columns.iter().map(|c| c.cell(obj)));
-            if age_column {
-                cells.push(json!(age(obj, now)));
+            let mut cells = Vec::new();
+            if with_name {
+                cells.push(
+                    obj.pointer("/metadata/name")
+                        .cloned()
+                        .unwrap_or_else(|| json!("")),
+                );
             }
+            cells.extend(rt.columns.iter().map(|c| c.cell(obj)));
             let mut row = json!({"cells": cells});
             match include {
                 IncludeObject::None => {}
@@ -101,7 +95,8 @@ pub fn table(
     })
 }
 
-fn age(obj: &Value, now: jiff::Timestamp) -> String {
+/// How old `obj` is, as the Age column shows it.
+pub(crate) fn age(obj: &Value, now: jiff::Timestamp) -> String {
     let Some(created) = obj
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str)
@@ -112,50 +107,62 @@ fn age(obj: &Value, now: jiff::Timestamp) -> String {
     human_duration(now.as_second() - created.as_second())
 }
 
-/// kubectl's short human durations: `45s`, `5m10s`, `3h`, `2d5h`, `120d`.
+/// kubectl's short human durations (`duration.HumanDuration`): `45s`, `5m10s`, `3h`, `2d5h`,
+/// `120d`, `3y1d`.
 pub fn human_duration(seconds: i64) -> String {
-    let s = seconds.max(0);
-    if s < 120 {
-        return format!("{s}s");
+    if seconds < -1 {
+        return "<invalid>".into();
     }
-    let minutes = s / 60;
+    if seconds < 0 {
+        return "0s".into();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
     if minutes < 10 {
-        let rem = s % 60;
-        return if rem == 0 {
+        let s = seconds % 60;
+        return if s == 0 {
             format!("{minutes}m")
         } else {
-            format!("{minutes}m{rem}s")
+            format!("{minutes}m{s}s")
         };
     }
     if minutes < 180 {
         return format!("{minutes}m");
     }
-    let hours = s / 3600;
+    let hours = seconds / 3600;
     if hours < 8 {
-        let rem = minutes % 60;
-        return if rem == 0 {
+        let m = minutes % 60;
+        return if m == 0 {
             format!("{hours}h")
         } else {
-            format!("{hours}h{rem}m")
+            format!("{hours}h{m}m")
         };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
-    let days = hours / 24;
-    if days < 8 {
-        let rem = hours % 24;
-        return if rem == 0 {
-            format!("{days}d")
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
         } else {
-            format!("{days}d{rem}h")
+            format!("{}d{h}h", hours / 24)
         };
     }
-    if days < 365 * 2 {
-        return format!("{days}d");
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
     }
-    let years = days / 365;
-    format!("{years}y")
+    if hours < 24 * 365 * 8 {
+        let days = (hours / 24) % 365;
+        return if days == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{days}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
 }
 
 #[cfg(test)]
@@ -163,14 +170,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_read_like_kubectl() {
-        assert_eq!(human_duration(5), "5s");
-        assert_eq!(human_duration(119), "119s");
-        assert_eq!(human_duration(310), "5m10s");
-        assert_eq!(human_duration(3600), "60m");
-        assert_eq!(human_duration(4 * 3600 + 60), "4h1m");
-        assert_eq!(human_duration(30 * 3600), "30h");
-        assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
-        assert_eq!(human_duration(100 * 86400), "100d");
+    fn durations_read_as_kubectl_prints_them() {
+        for (seconds, text) in [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (59, "59s"),
+            (119, "119s"),
+            (125, "2m5s"),
+            (600, "10m"),
+            (3 * 3600 + 60, "3h1m"),
+            (30 * 3600, "30h"),
+            (3 * 86400 + 3600, "3d1h"),
+            (20 * 86400, "20d"),
+            (3 * 365 * 86400 + 86400, "3y1d"),
+            (9 * 365 * 86400, "9y"),
+        ] {
+            assert_eq!(human_duration(seconds), text, "{seconds}");
+        }
     }
 }

@@ -723,7 +723,7 @@ async fn cached_and_store_lists_agree_on_pages_tokens_and_counts() {
         .list(&cached.configmaps, None, &opts)
         .await
         .expect_err("too large");
-    assert_eq!((err.code.as_u16(), err.reason), (504, "Timeout"));
+    assert_eq!((err.code.as_u16(), err.reason.as_str()), (504, "Timeout"));
     let err = match cached
         .registry
         .watch(cached.configmaps.clone(), None, from(ahead))
@@ -805,7 +805,10 @@ async fn expired_history_answers_410_for_earlier_resource_versions() {
         )
         .await
         .expect_err("compacted");
-    assert_eq!((exact.code.as_u16(), exact.reason), (410, "Expired"));
+    assert_eq!(
+        (exact.code.as_u16(), exact.reason.as_str()),
+        (410, "Expired")
+    );
 
     // A fresh list works, and a watch from its revision sees what comes next.
     let listed = env

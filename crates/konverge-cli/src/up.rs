@@ -103,6 +103,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let (store, described) = open_store(&args.store, &data_dir).await?;
     let server = ApiServer::builder(store)
         .bearer_token(credentials.token.clone())
+        .root_ca(credentials.ca_pem.clone())
         .build()
         .await
         .context("starting the API server")?;

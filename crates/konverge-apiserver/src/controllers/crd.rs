@@ -19,7 +19,7 @@ use konverge_store::{EventKind, KeyRange, RangeRequest, WatchRequest, WatchRespo
 use serde_json::{Value, json};
 
 use crate::crd::{self, CLEANUP_FINALIZER};
-use crate::error::ApiError;
+use crate::error::{ApiError, Reason};
 use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
 use crate::resources::ResourceType;
 
@@ -392,7 +392,7 @@ async fn clean_up(registry: &Registry, crd: &Value) -> Result<(), ApiError> {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if e.reason == "NotFound" => {}
+                Err(e) if e.reason == Reason::NotFound => {}
                 Err(e) => return Err(e),
             }
         }

@@ -12,6 +12,7 @@
 use serde_json::{Value, json};
 
 use super::{ClusterIndex, Node};
+use crate::error::Reason;
 use crate::registry::{DeleteOptions, Propagation, Registry, WriteOptions};
 
 const FOREGROUND: &str = "foregroundDeletion";
@@ -84,7 +85,7 @@ async fn collect_dependent(registry: &Registry, index: &ClusterIndex, node: &Nod
         Ok(_) => {
             tracing::debug!(resource = %node.rt.plural, name = %node.name, "garbage collected")
         }
-        Err(e) if e.reason == "NotFound" || e.reason == "Conflict" => {}
+        Err(e) if matches!(e.reason, Reason::NotFound | Reason::Conflict) => {}
         Err(e) => tracing::warn!(error = %e, name = %node.name, "garbage collection failed"),
     }
 }
@@ -143,7 +144,7 @@ async fn patch_node(
             apply,
         )
         .await
-        && e.reason != "NotFound"
+        && e.reason != Reason::NotFound
     {
         tracing::warn!(error = %e, name = %node.name, "{what} failed");
     }

@@ -1,15 +1,20 @@
 //! The control loops a cluster has even without nodes: ownerReference garbage collection
-//! ([`gc`]), namespace finalization ([`namespaces`]) and store compaction ([`compaction`]);
-//! and the definition controller ([`crd`]), which serves custom resources.
+//! ([`gc`]), namespace finalization ([`namespaces`]), what every namespace holds
+//! ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]) and store compaction
+//! ([`compaction`]); the definition controller ([`crd`]), which serves custom resources; and
+//! the objects a new cluster starts with ([`bootstrap`]).
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the
 //! whole store. The loops decide from the index and act through the [`Registry`], so their
 //! writes follow the same rules as any client's.
 
+pub mod aggregation;
+pub mod bootstrap;
 pub mod compaction;
 pub mod crd;
 pub mod gc;
+pub mod namespace_defaults;
 pub mod namespaces;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -156,10 +161,19 @@ const SETTLE: Duration = Duration::from_millis(20);
 /// How often the loops look again even without changes (an action may have failed).
 const RESYNC: Duration = Duration::from_secs(2);
 
-/// Runs the garbage collector and the namespace controller until the store closes.
-pub async fn run(registry: Registry) {
+/// What the control loops are told about the server.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// The PEM of the CA that verifies the server, published in every namespace as
+    /// `kube-root-ca.crt` (not published when the server has none).
+    pub root_ca: Option<String>,
+}
+
+/// Runs the garbage collector, the namespace controllers and ClusterRole aggregation until the
+/// store closes.
+pub async fn run(registry: Registry, settings: Settings) {
     loop {
-        if let Err(err) = run_once(&registry).await {
+        if let Err(err) = run_once(&registry, &settings).await {
             tracing::warn!(error = %err, "control loops restarting");
             tokio::time::sleep(Duration::from_secs(1)).await;
         } else {
@@ -168,7 +182,7 @@ pub async fn run(registry: Registry) {
     }
 }
 
-async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
+async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
     let store = registry.store().clone();
     let all = KeyRange::prefix(Bytes::from_static(b"/registry/"));
     let listed = store.range(RangeRequest::new(all.clone())).await?;
@@ -210,6 +224,8 @@ async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
                 dirty = false;
                 gc::pass(registry, &index).await;
                 namespaces::pass(registry, &index).await;
+                namespace_defaults::pass(registry, &index, settings.root_ca.as_deref()).await;
+                aggregation::pass(registry).await;
             }
         }
     }

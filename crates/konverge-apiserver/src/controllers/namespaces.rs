@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::ClusterIndex;
+use crate::error::Reason;
 use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
 
 const FINALIZER: &str = "kubernetes";
@@ -19,7 +20,7 @@ pub async fn pass(registry: &Registry, index: &ClusterIndex) {
         if index.count_in_namespace(ns) > 0 {
             for rt in registry
                 .catalog()
-                .all()
+                .stored()
                 .into_iter()
                 .filter(|rt| rt.namespaced)
             {
@@ -62,7 +63,7 @@ pub async fn pass(registry: &Registry, index: &ClusterIndex) {
                 &apply,
             )
             .await
-            && e.reason != "NotFound"
+            && e.reason != Reason::NotFound
         {
             tracing::warn!(error = %e, namespace = ns, "finalizing a namespace failed");
         }

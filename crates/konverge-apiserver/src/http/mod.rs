@@ -167,6 +167,96 @@ async fn resource(
     let ns = route.namespace.as_deref();
     let name = route.name.as_deref();
     let sub = route.subresource.as_deref();
+    let verb = match (method.as_str(), name) {
+        ("GET", None) if route.watch_path || query.watch => "watch",
+        ("GET", None) => "list",
+        ("GET", Some(_)) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Some(_)) => "delete",
+        ("DELETE", None) => "deletecollection",
+        _ => return Err(ApiError::method_not_allowed(&method, &rt.plural)),
+    };
+    let served = match sub {
+        Some(sub) => rt.subresource(sub).is_some_and(|s| s.verbs.contains(&verb)),
+        None => rt.serves(verb),
+    };
+    if !served {
+        return Err(ApiError::method_not_allowed(&method, &rt.plural));
+    }
+    match (rt.serving, sub) {
+        (crate::resources::Serving::Stored, None) => {}
+        (crate::resources::Serving::Review(review), _) => {
+            let body = request::body(req).await?;
+            let obj = request::decode_object(&body)?;
+            let obj = registry.decode_request(&rt, obj, query.write_options()?.field_validation)?;
+            let answer = review(&server.requester(), ns, obj)?;
+            return Ok(json_response(StatusCode::CREATED, &answer, None));
+        }
+        (crate::resources::Serving::ComponentStatus, _) => {
+            let statuses = crate::subresources::component_statuses(server).await;
+            return match name {
+                Some(name) => statuses
+                    .into_iter()
+                    .find(|s| s["metadata"]["name"] == name)
+                    .map(|s| object_response(StatusCode::OK, &rt, s, &accept, query.include_object))
+                    .ok_or_else(|| {
+                        ApiError::not_found(crate::error::Target {
+                            group: "",
+                            resource: "componentstatuses",
+                            name,
+                        })
+                    }),
+                None if accept.table => {
+                    let table = table::table(&rt, &statuses, json!({}), query.include_object);
+                    Ok(json_response(StatusCode::OK, &table, Some(Accept::TABLE)))
+                }
+                None => Ok(json_response(
+                    StatusCode::OK,
+                    &json!({"kind": "ComponentStatusList", "apiVersion": "v1", "metadata": {}, "items": statuses}),
+                    None,
+                )),
+            };
+        }
+        (crate::resources::Serving::Binding, _) | (_, Some("binding")) => {
+            let body = request::body(req).await?;
+            let obj = request::decode_object(&body)?;
+            let answer =
+                crate::subresources::bind(registry, ns, name, obj, &query.write_options()?).await?;
+            return Ok(json_response(StatusCode::CREATED, &answer, None));
+        }
+        (_, Some("token")) => {
+            let body = request::body(req).await?;
+            let obj = request::decode_object(&body)?;
+            let answer = crate::subresources::token_request(
+                registry,
+                &server.service_account_tokens().clone(),
+                ns,
+                name.unwrap_or(""),
+                obj,
+            )
+            .await?;
+            return Ok(json_response(StatusCode::CREATED, &answer, None));
+        }
+        (_, Some("eviction")) => {
+            let body = request::body(req).await?;
+            let obj = request::decode_object(&body)?;
+            let answer = crate::subresources::evict(registry, ns, name.unwrap_or(""), obj).await?;
+            return Ok(json_response(StatusCode::CREATED, &answer, None));
+        }
+        (_, Some(kubelet @ ("log" | "exec" | "attach" | "portforward" | "proxy"))) => {
+            return Err(crate::subresources::needs_kubelet(
+                registry,
+                &rt,
+                ns,
+                name.unwrap_or(""),
+                kubelet,
+            )
+            .await);
+        }
+        _ => {}
+    }
     let user_agent_manager = crate::apply::manager_from_user_agent(
         req.headers()
             .get(header::USER_AGENT)
@@ -193,9 +283,9 @@ async fn resource(
         ("GET", None) => {
             let opts = query.list_options(&rt)?;
             let mut listed = registry.list(&rt, ns, &opts).await?;
-            if crate::crd::needs_conversion(&rt) {
+            if rt.converts() {
                 for item in &mut listed.items {
-                    crate::crd::convert(&rt, Arc::make_mut(item));
+                    rt.to_served(Arc::make_mut(item));
                 }
             }
             let meta = list_meta(
@@ -400,13 +490,13 @@ fn watch_response(
     let rt = rt.clone();
     let table = accept.table;
     let metadata = accept.metadata;
-    let convert = crate::crd::needs_conversion(&rt);
+    let convert = rt.converts();
     let lines = stream.map(move |event| {
         let event = match &event {
             WatchEvent::Error(_) | WatchEvent::Bookmark(_) => event,
             _ if convert => {
                 let mut obj = event.object().clone();
-                crate::crd::convert(&rt, &mut obj);
+                rt.to_served(&mut obj);
                 event.with_object(obj)
             }
             _ => event,

@@ -122,16 +122,10 @@ pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
         // `/api/v1/namespaces/{name}`: the namespace segment names the object itself.
         namespace = None;
     }
-    if let Some(sub) = subresource {
-        let served = match sub {
-            "status" => rt.status,
-            "scale" => rt.scale.is_some(),
-            "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
-            _ => false,
-        };
-        if !served {
-            return Err(ApiError::no_route());
-        }
+    if let Some(sub) = subresource
+        && rt.subresource(sub).is_none()
+    {
+        return Err(ApiError::no_route());
     }
     Ok(Route::Resource(ResourceRoute {
         rt,

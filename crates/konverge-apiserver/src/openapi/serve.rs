@@ -91,7 +91,7 @@ fn not_acceptable(supported: &str) -> Response {
         "only the following media types are accepted: {supported}"
     ));
     err.code = StatusCode::NOT_ACCEPTABLE;
-    err.reason = "NotAcceptable";
+    err.reason = crate::error::Reason::NotAcceptable;
     err.into_response()
 }
 

@@ -99,34 +99,50 @@ pub(crate) fn selected(rt: &ResourceType, opts: &ListOptions, obj: &Value) -> bo
     true
 }
 
-/// The value of a selectable field of `obj`.
+/// The value of a selectable field of `obj` (stored objects: resources served converted
+/// select on their stored form, as kube-apiserver selects on its internal one).
 fn field_value(rt: &ResourceType, obj: &Value, field: &str) -> Option<String> {
     match field {
         "metadata.name" => Some(meta::meta_str(obj, "name").unwrap_or("").to_string()),
         "metadata.namespace" => Some(meta::meta_str(obj, "namespace").unwrap_or("").to_string()),
-        f if rt.selectable_fields.contains(&f) => {
-            let pointer = format!("/{}", f.replace('.', "/"));
-            Some(match obj.pointer(&pointer) {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
-            })
-        }
-        _ => None,
+        f => rt
+            .selectable_fields
+            .iter()
+            .find(|s| s.label == f)
+            .map(|s| s.value_of(obj)),
     }
 }
 
-/// Rejects field selectors on fields the resource does not index, as kube-apiserver does.
+/// Rejects field selectors on labels the resource does not accept, with kube-apiserver's
+/// words for it (they differ between resources with a field label conversion function and
+/// those without).
 pub(crate) fn check_field_selector(rt: &ResourceType, selector: &FieldSelector) -> Result<()> {
-    for field in selector.fields() {
-        let known = field == "metadata.name"
-            || field == "metadata.namespace"
-            || rt.selectable_fields.contains(&field);
-        if !known {
-            return Err(ApiError::bad_request(format!(
-                "field label not supported: {field}"
-            )));
+    use crate::resources::FieldLabels;
+    let mut fields: Vec<&str> = selector.fields().collect();
+    // kube-apiserver sorts the terms and reports the first refused one.
+    fields.sort_unstable();
+    for field in fields {
+        let known = match rt.field_labels {
+            FieldLabels::MetadataOnly => {
+                matches!(field, "metadata.name" | "metadata.namespace")
+                    || rt.selectable_fields.iter().any(|s| s.label == field)
+            }
+            FieldLabels::Converted | FieldLabels::Job => {
+                field == "metadata.name"
+                    || (field == "metadata.namespace" && rt.namespaced)
+                    || rt.selectable_fields.iter().any(|s| s.label == field)
+            }
+        };
+        if known {
+            continue;
         }
+        return Err(ApiError::bad_request(match rt.field_labels {
+            FieldLabels::MetadataOnly => format!(
+                "{field:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+            ),
+            FieldLabels::Converted => format!("field label not supported: {field}"),
+            FieldLabels::Job => format!("field label {field:?} not supported for batchv1.Job"),
+        }));
     }
     Ok(())
 }

@@ -13,6 +13,7 @@
 
 mod cache;
 mod list;
+mod update;
 mod watch;
 
 use std::sync::Arc;
@@ -23,14 +24,16 @@ use serde_json::{Value, json};
 
 pub use cache::WatchCacheConfig;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};
+use update::{Change, Outcome, mark_deleted};
 pub use watch::{WatchEvent, WatchOptions};
 
-use crate::error::{ApiError, Cause, Result, Target};
+use crate::error::{ApiError, Cause, Reason, Result, Target};
 use crate::meta;
 use crate::resources::{Catalog, ResourceType};
 
-/// How many times an unconditional write retries after losing a race.
-const MAX_RETRIES: usize = 16;
+/// How many names a create with `generateName` tries (kube-apiserver's
+/// `maxNameGenerationCreateAttempts`).
+const NAME_GENERATION_ATTEMPTS: usize = 8;
 
 /// Largest object the server stores (etcd's own request limit).
 pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024 / 2;
@@ -115,6 +118,7 @@ pub struct Registry {
     store: Arc<dyn KvStore>,
     catalog: Arc<Catalog>,
     caches: Arc<cache::Caches>,
+    generate_name: fn(&str) -> String,
 }
 
 impl std::fmt::Debug for Registry {
@@ -146,7 +150,9 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value> {
 /// storage version; without conversion webhooks only `apiVersion` differs).
 pub(crate) fn decode_as(rt: &ResourceType, kv: &KeyValue) -> Result<Value> {
     let mut obj = decode(kv)?;
-    crate::crd::convert(rt, &mut obj);
+    if rt.converts() {
+        rt.to_served(&mut obj);
+    }
     Ok(obj)
 }
 
@@ -155,7 +161,9 @@ fn encode(rt: &ResourceType, obj: &Value) -> Result<Bytes> {
     if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
-    if let Some(custom) = &rt.custom
+    if let Some(conversion) = rt.conversion {
+        (conversion.to_storage)(&mut stored);
+    } else if let Some(custom) = &rt.custom
         && custom.storage_version != rt.version
     {
         stored["apiVersion"] = json!(format!("{}/{}", rt.group, custom.storage_version));
@@ -192,6 +200,7 @@ impl Registry {
             store,
             catalog,
             caches,
+            generate_name: meta::generate_name,
         }
     }
 
@@ -351,6 +360,18 @@ impl Registry {
         Ok(body)
     }
 
+    /// Decodes a request body that is answered rather than stored (a review): wrong types are
+    /// refused, unknown fields handled as `fieldValidation` says.
+    pub fn decode_request(
+        &self,
+        rt: &ResourceType,
+        body: Value,
+        validation: FieldValidation,
+    ) -> Result<Value> {
+        let mut warnings = Vec::new();
+        self.decode_body(rt, body, validation, &mut warnings, true)
+    }
+
     fn validate(&self, rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<()> {
         let name = meta::meta_str(obj, "name").unwrap_or("");
         let mut causes = Vec::new();
@@ -395,8 +416,31 @@ impl Registry {
         Ok(())
     }
 
-    /// Creates an object.
+    /// Creates an object. A name made from `generateName` that is taken already is made again,
+    /// a few times, before the create fails (kube-apiserver's RetryGenerateName).
     pub async fn create(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Written> {
+        let generated = meta::meta_str(&body, "name").is_none_or(str::is_empty)
+            && meta::meta_str(&body, "generateName").is_some_and(|g| !g.is_empty());
+        if !generated {
+            return self.create_once(rt, ns, body, opts).await;
+        }
+        let mut attempts = NAME_GENERATION_ATTEMPTS;
+        loop {
+            attempts -= 1;
+            match self.create_once(rt, ns, body.clone(), opts).await {
+                Err(e) if e.reason == Reason::AlreadyExists && attempts > 0 => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn create_once(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
@@ -445,7 +489,7 @@ impl Registry {
         if !has_name {
             match &generate {
                 Some(prefix) => {
-                    md.insert("name".into(), json!(meta::generate_name(prefix)));
+                    md.insert("name".into(), json!((self.generate_name)(prefix)));
                 }
                 None => {
                     return Err(ApiError::invalid(
@@ -546,46 +590,37 @@ impl Registry {
             Some(rv) => Some(parse_rv(rv)?),
             None => None,
         };
-        for _ in 0..MAX_RETRIES {
-            let Some(current_kv) = self.read(rt, ns, name).await? else {
-                if rt.create_on_update && subresource.is_none() && expected.is_none() {
-                    let mut created = new.clone();
-                    meta::metadata_mut(&mut created).insert("name".into(), json!(name));
-                    let mut written = self.create(rt, ns, created, opts).await?;
-                    written.warnings.extend(warnings);
-                    return Ok(written);
+        let outcome = self
+            .guaranteed_update(rt, ns, name, opts.dry_run, |current_kv, current| {
+                if let Some(expected) = expected
+                    && expected != current_kv.mod_revision
+                {
+                    return Err(ApiError::modified(target(rt, name)));
                 }
-                return Err(ApiError::not_found(target(rt, name)));
-            };
-            if let Some(expected) = expected
-                && expected != current_kv.mod_revision
+                let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
+                self.prepare_update(rt, &current, merged, subresource, opts)
+            })
+            .await;
+        match outcome {
+            Err(e)
+                if e.reason == Reason::NotFound
+                    && rt.create_on_update
+                    && subresource.is_none()
+                    && expected.is_none() =>
             {
-                return Err(ApiError::modified(target(rt, name)));
+                let mut created = new;
+                meta::metadata_mut(&mut created).insert("name".into(), json!(name));
+                let mut written = self.create(rt, ns, created, opts).await?;
+                written.warnings.extend(warnings);
+                Ok(written)
             }
-            let current = decode_as(rt, &current_kv)?;
-            let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
-            match self
-                .commit_update(
-                    rt,
-                    ns,
-                    name,
-                    &current_kv,
-                    &current,
-                    merged,
-                    subresource,
-                    opts,
-                )
-                .await
-            {
-                Err(e) if e.reason == "Conflict" && expected.is_none() => continue,
-                Err(e) => return Err(e),
-                Ok(mut written) => {
-                    written.warnings.extend(warnings);
-                    return Ok(written);
-                }
-            }
+            Err(e) => Err(e),
+            Ok((object, _)) => Ok(Written {
+                object,
+                created: false,
+                warnings,
+            }),
         }
-        Err(ApiError::modified(target(rt, name)))
     }
 
     /// Applies `patch` to the current object (retrying when the object changes underneath)
@@ -599,57 +634,42 @@ impl Registry {
         opts: &WriteOptions,
         apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
     ) -> Result<Written> {
-        for _ in 0..MAX_RETRIES {
-            let Some(current_kv) = self.read(rt, ns, name).await? else {
-                return Err(ApiError::not_found(target(rt, name)));
-            };
-            let current = decode_as(rt, &current_kv)?;
-            let patched = apply(&current)?;
-            // A resourceVersion in the patch is a precondition; otherwise the patch applies to
-            // whatever is current.
-            if let Some(rv) =
-                meta::meta_str(&patched, "resourceVersion").filter(|rv| !rv.is_empty())
-                && parse_rv(rv)? != current_kv.mod_revision
-            {
-                return Err(ApiError::modified(target(rt, name)));
-            }
-            let mut warnings = Vec::new();
-            let new = self.decode_body(rt, patched, opts.field_validation, &mut warnings, false)?;
-            if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
-                return Err(ApiError::invalid(
-                    &rt.kind,
-                    &rt.group,
-                    name,
-                    vec![Cause::invalid(
-                        "metadata.name",
-                        &json!(meta::meta_str(&new, "name")),
-                        "field is immutable",
-                    )],
-                ));
-            }
-            let merged = self.merge_update(rt, &current, new, subresource)?;
-            match self
-                .commit_update(
-                    rt,
-                    ns,
-                    name,
-                    &current_kv,
-                    &current,
-                    merged,
-                    subresource,
-                    opts,
-                )
-                .await
-            {
-                Err(e) if e.reason == "Conflict" => continue,
-                Err(e) => return Err(e),
-                Ok(mut written) => {
-                    written.warnings.extend(warnings);
-                    return Ok(written);
+        let mut warnings = Vec::new();
+        let (object, _) = self
+            .guaranteed_update(rt, ns, name, opts.dry_run, |current_kv, current| {
+                let patched = apply(&current)?;
+                // A resourceVersion in the patch is a precondition; otherwise the patch
+                // applies to whatever is current.
+                if let Some(rv) =
+                    meta::meta_str(&patched, "resourceVersion").filter(|rv| !rv.is_empty())
+                    && parse_rv(rv)? != current_kv.mod_revision
+                {
+                    return Err(ApiError::modified(target(rt, name)));
                 }
-            }
-        }
-        Err(ApiError::modified(target(rt, name)))
+                warnings.clear();
+                let new =
+                    self.decode_body(rt, patched, opts.field_validation, &mut warnings, false)?;
+                if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
+                    return Err(ApiError::invalid(
+                        &rt.kind,
+                        &rt.group,
+                        name,
+                        vec![Cause::invalid(
+                            "metadata.name",
+                            &json!(meta::meta_str(&new, "name")),
+                            "field is immutable",
+                        )],
+                    ));
+                }
+                let merged = self.merge_update(rt, &current, new, subresource)?;
+                self.prepare_update(rt, &current, merged, subresource, opts)
+            })
+            .await?;
+        Ok(Written {
+            object,
+            created: false,
+            warnings,
+        })
     }
 
     /// The object an update stores: `new` with what the client may not change taken from
@@ -663,9 +683,9 @@ impl Registry {
     ) -> Result<Value> {
         let name = meta::meta_str(current, "name").unwrap_or("");
         let mut merged = match subresource {
-            Some("status") => {
-                // The status subresource changes status and nothing else (but who manages
-                // what, which the write records).
+            Some("status") if rt.custom.is_some() => {
+                // A custom resource's status subresource changes status and nothing else (but
+                // who manages what, which the write records).
                 let mut merged = current.clone();
                 match new.get("status") {
                     Some(status) => merged["status"] = status.clone(),
@@ -675,9 +695,81 @@ impl Registry {
                         }
                     }
                 }
-                if let Some(managed) = new.pointer("/metadata/managedFields") {
-                    meta::metadata_mut(&mut merged).insert("managedFields".into(), managed.clone());
+                keep_managed_fields(&mut merged, &new);
+                merged
+            }
+            Some("status") => {
+                // Built-in status strategies keep everything but the status from the current
+                // object, except metadata: changes to it are kept, but for the fields the
+                // resource's strategy resets.
+                let mut merged = new;
+                let (Some(into), Some(from)) = (merged.as_object_mut(), current.as_object()) else {
+                    return Err(ApiError::bad_request("the object must be a JSON object"));
+                };
+                into.retain(|k, _| {
+                    matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                });
+                for (k, v) in from {
+                    if !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
+                        into.insert(k.clone(), v.clone());
+                    }
                 }
+                reset_metadata(&mut merged, current, rt.status_resets);
+                merged
+            }
+            Some("ephemeralcontainers") => {
+                // Only the pod's ephemeral containers change.
+                let mut merged = current.clone();
+                merged["spec"]["ephemeralContainers"] = new
+                    .pointer("/spec/ephemeralContainers")
+                    .cloned()
+                    .unwrap_or_else(|| json!([]));
+                keep_managed_fields(&mut merged, &new);
+                merged
+            }
+            Some("resize") => {
+                // Only the containers' resources and resize policies change.
+                let mut merged = current.clone();
+                for list in ["containers", "initContainers"] {
+                    let wanted = new
+                        .pointer(&format!("/spec/{list}"))
+                        .and_then(Value::as_array);
+                    let (Some(wanted), Some(have)) = (
+                        wanted,
+                        merged
+                            .pointer_mut(&format!("/spec/{list}"))
+                            .and_then(Value::as_array_mut),
+                    ) else {
+                        continue;
+                    };
+                    for container in have.iter_mut() {
+                        let Some(update) = wanted.iter().find(|c| c["name"] == container["name"])
+                        else {
+                            continue;
+                        };
+                        for field in ["resources", "resizePolicy"] {
+                            match update.get(field) {
+                                Some(v) => container[field] = v.clone(),
+                                None => {
+                                    if let Some(c) = container.as_object_mut() {
+                                        c.remove(field);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                keep_managed_fields(&mut merged, &new);
+                merged
+            }
+            Some("approval") => {
+                // A signing request's approval changes its conditions and nothing else.
+                let mut merged = current.clone();
+                merged["status"]["conditions"] = new
+                    .pointer("/status/conditions")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                keep_managed_fields(&mut merged, &new);
                 merged
             }
             Some("finalize") if is_namespace(rt) => {
@@ -779,68 +871,33 @@ impl Registry {
         Ok(merged)
     }
 
-    /// Stores `merged` over `current` unless nothing changed; deletes the object instead when
-    /// its deletion was waiting for the finalizers that this update removes.
-    #[allow(clippy::too_many_arguments)]
-    async fn commit_update(
+    /// What an update of `current` to `merged` stores: nothing when nothing changed (a no-op
+    /// update writes nothing and keeps the resourceVersion, so controllers that write back
+    /// what they read do not wake themselves up), a deletion when the update removes the last
+    /// finalizer a deletion was waiting for, or the validated object.
+    fn prepare_update(
         &self,
         rt: &ResourceType,
-        ns: Option<&str>,
-        name: &str,
-        current_kv: &KeyValue,
         current: &Value,
         merged: Value,
         subresource: Option<&str>,
         opts: &WriteOptions,
-    ) -> Result<Written> {
-        let mut merged = crate::apply::record_update(rt, Some(current), merged, subresource, opts)?;
+    ) -> Result<Change> {
+        let merged = crate::apply::record_update(rt, Some(current), merged, subresource, opts)?;
         self.validate(rt, &merged, Some(current))?;
-        let key = Bytes::from(rt.key(ns, name));
         let mut unchanged = merged.clone();
-        set_rv(&mut unchanged, current_kv.mod_revision);
+        if let Some(rv) = current.pointer("/metadata/resourceVersion") {
+            meta::metadata_mut(&mut unchanged).insert("resourceVersion".into(), rv.clone());
+        }
         if &unchanged == current {
-            // A no-op update writes nothing and keeps the resourceVersion: controllers that
-            // write back what they read do not wake themselves up.
-            return Ok(Written {
-                object: unchanged,
-                created: false,
-                warnings: Vec::new(),
-            });
+            return Ok(Change::Unchanged(unchanged));
         }
-        let finalized = merged.pointer("/metadata/deletionTimestamp").is_some()
-            && meta::pending_finalizers(&merged, is_namespace(rt)).is_empty();
-        if opts.dry_run {
-            set_rv(&mut merged, current_kv.mod_revision);
-            return Ok(Written {
-                object: merged,
-                created: false,
-                warnings: Vec::new(),
-            });
+        if merged.pointer("/metadata/deletionTimestamp").is_some()
+            && meta::pending_finalizers(&merged, is_namespace(rt)).is_empty()
+        {
+            return Ok(Change::Delete(merged));
         }
-        if finalized {
-            self.store
-                .delete_if(key, current_kv.mod_revision)
-                .await
-                .map_err(|e| ApiError::from_store(e, target(rt, name)))?;
-            set_rv(&mut merged, current_kv.mod_revision);
-            return Ok(Written {
-                object: merged,
-                created: false,
-                warnings: Vec::new(),
-            });
-        }
-        let value = encode(rt, &merged)?;
-        let rev = self
-            .store
-            .update(key, value, current_kv.mod_revision)
-            .await
-            .map_err(|e| ApiError::from_store(e, target(rt, name)))?;
-        set_rv(&mut merged, rev);
-        Ok(Written {
-            object: merged,
-            created: false,
-            warnings: Vec::new(),
-        })
+        Ok(Change::Store(merged))
     }
 
     /// Deletes an object, or marks it for deletion while finalizers remain.
@@ -851,104 +908,37 @@ impl Registry {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Deleted> {
-        for _ in 0..MAX_RETRIES {
-            let Some(kv) = self.read(rt, ns, name).await? else {
-                return Err(ApiError::not_found(target(rt, name)));
-            };
-            let current = decode_as(rt, &kv)?;
-            if let Some(uid) = &opts.precondition_uid {
-                let actual = meta::meta_str(&current, "uid").unwrap_or("");
-                if actual != uid {
+        let (object, outcome) = self
+            .guaranteed_update(rt, ns, name, opts.dry_run, |kv, current| {
+                if let Some(uid) = &opts.precondition_uid {
+                    let actual = meta::meta_str(&current, "uid").unwrap_or("");
+                    if actual != uid {
+                        return Err(ApiError::conflict(
+                            target(rt, name),
+                            format!(
+                                "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                            ),
+                        ));
+                    }
+                }
+                if let Some(rv) = &opts.precondition_resource_version
+                    && parse_rv(rv)? != kv.mod_revision
+                {
                     return Err(ApiError::conflict(
                         target(rt, name),
                         format!(
-                            "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                            kv.mod_revision
                         ),
                     ));
                 }
-            }
-            if let Some(rv) = &opts.precondition_resource_version
-                && parse_rv(rv)? != kv.mod_revision
-            {
-                return Err(ApiError::conflict(
-                    target(rt, name),
-                    format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        kv.mod_revision
-                    ),
-                ));
-            }
-            let mut finalizers = meta::finalizers(&current);
-            let held_by_spec = !meta::pending_finalizers(&current, is_namespace(rt))
-                .iter()
-                .all(|f| finalizers.contains(f));
-            let extra = match opts.propagation {
-                Some(Propagation::Foreground) => Some("foregroundDeletion"),
-                Some(Propagation::Orphan) => Some("orphan"),
-                _ => None,
-            };
-            let mut marked = current.clone();
-            if let Some(extra) = extra
-                && !finalizers.iter().any(|f| f == extra)
-            {
-                finalizers.push(extra.to_string());
-            }
-            if finalizers.is_empty() && !held_by_spec {
-                if opts.dry_run {
-                    return Ok(Deleted::Gone(current));
-                }
-                match self
-                    .store
-                    .delete_if(Bytes::from(rt.key(ns, name)), kv.mod_revision)
-                    .await
-                {
-                    Ok(_) => return Ok(Deleted::Gone(current)),
-                    Err(konverge_store::Error::Conflict { .. }) => continue,
-                    Err(e) => return Err(ApiError::from_store(e, target(rt, name))),
-                }
-            }
-            if is_namespace(rt) {
-                marked["status"] = json!({"phase": "Terminating"});
-            }
-            let md = meta::metadata_mut(&mut marked);
-            if !finalizers.is_empty() {
-                md.insert("finalizers".into(), json!(finalizers));
-            }
-            if !md.contains_key("deletionTimestamp") {
-                md.insert("deletionTimestamp".into(), json!(meta::now()));
-                md.insert("deletionGracePeriodSeconds".into(), json!(0));
-                // As kube-apiserver: the first mark for deletion changes what the object's
-                // controllers must do, so it counts as a new generation (when it has one).
-                if let Some(generation) = md.get("generation").and_then(Value::as_i64)
-                    && generation > 0
-                {
-                    md.insert("generation".into(), json!(generation + 1));
-                }
-            }
-            if marked == current {
-                return Ok(Deleted::Pending(current));
-            }
-            if opts.dry_run {
-                return Ok(Deleted::Pending(marked));
-            }
-            match self
-                .store
-                .update(
-                    Bytes::from(rt.key(ns, name)),
-                    encode(rt, &marked)?,
-                    kv.mod_revision,
-                )
-                .await
-            {
-                Ok(rev) => {
-                    set_rv(&mut marked, rev);
-                    return Ok(Deleted::Pending(marked));
-                }
-                Err(konverge_store::Error::Conflict { .. }) => continue,
-                Err(e) => return Err(ApiError::from_store(e, target(rt, name))),
-            }
-        }
-        Err(ApiError::modified(target(rt, name)))
+                Ok(mark_deleted(rt, current, opts.propagation))
+            })
+            .await?;
+        Ok(match outcome {
+            Outcome::Deleted => Deleted::Gone(object),
+            Outcome::Stored | Outcome::Unchanged => Deleted::Pending(object),
+        })
     }
 
     /// Deletes every object a list with `list` options returns.
@@ -976,7 +966,7 @@ impl Registry {
             let obj_ns = meta::meta_str(&obj, "namespace").map(String::from);
             match self.delete(rt, obj_ns.as_deref(), &name, opts).await {
                 Ok(Deleted::Gone(o) | Deleted::Pending(o)) => deleted.push(o),
-                Err(e) if e.reason == "NotFound" => {}
+                Err(e) if e.reason == Reason::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
@@ -1037,6 +1027,28 @@ fn generation_part(rt: &ResourceType, obj: &Value) -> Value {
     part
 }
 
+/// Keeps the managed fields the write recorded on `new`.
+fn keep_managed_fields(merged: &mut Value, new: &Value) {
+    if let Some(managed) = new.pointer("/metadata/managedFields") {
+        meta::metadata_mut(merged).insert("managedFields".into(), managed.clone());
+    }
+}
+
+/// Takes the metadata fields a status strategy resets from `current`.
+fn reset_metadata(merged: &mut Value, current: &Value, fields: &[&str]) {
+    let old = current
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let md = meta::metadata_mut(merged);
+    for field in fields {
+        match old.get(*field) {
+            Some(v) => md.insert((*field).into(), v.clone()),
+            None => md.remove(*field),
+        };
+    }
+}
+
 fn is_namespace(rt: &ResourceType) -> bool {
     rt.group.is_empty() && rt.plural == "namespaces"
 }
@@ -1069,5 +1081,61 @@ impl ApiError {
     pub fn with_message(mut self, message: String) -> Self {
         self.message = message;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name generator that hands out `-aaaaa` first and `-bbbbb` after.
+    fn colliding(prefix: &str) -> String {
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        format!("{prefix}{}", if n == 0 { "aaaaa" } else { "bbbbb" })
+    }
+
+    #[tokio::test]
+    async fn generated_names_that_are_taken_are_generated_again() {
+        let store: Arc<dyn KvStore> = Arc::new(konverge_store::MemStore::new());
+        let mut registry = Registry::new(store, Arc::new(Catalog::builtin()));
+        registry.generate_name = colliding;
+        let config_maps = registry.catalog().get("", "v1", "configmaps").unwrap();
+        let namespaces = registry.catalog().get("", "v1", "namespaces").unwrap();
+        let opts = WriteOptions::default();
+        registry
+            .create(&namespaces, None, json!({"metadata": {"name": "d"}}), &opts)
+            .await
+            .unwrap();
+        registry
+            .create(
+                &config_maps,
+                Some("d"),
+                json!({"metadata": {"name": "web-aaaaa"}}),
+                &opts,
+            )
+            .await
+            .unwrap();
+        let made = registry
+            .create(
+                &config_maps,
+                Some("d"),
+                json!({"metadata": {"generateName": "web-"}}),
+                &opts,
+            )
+            .await
+            .expect("a second name is generated");
+        assert_eq!(made.object["metadata"]["name"], "web-bbbbb");
+        // A name given by the client is never replaced.
+        let taken = registry
+            .create(
+                &config_maps,
+                Some("d"),
+                json!({"metadata": {"name": "web-aaaaa"}}),
+                &opts,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(taken.reason, Reason::AlreadyExists);
     }
 }

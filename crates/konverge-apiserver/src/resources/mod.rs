@@ -90,6 +90,135 @@ pub type Codec = fn(Value) -> Result<(Value, Vec<String>), String>;
 /// Per-resource validation and defaulting.
 pub type Validator = fn(&Value, Option<&Value>) -> Vec<Cause>;
 
+/// The verbs of a resource or subresource, in the order discovery lists them.
+pub type Verbs = &'static [&'static str];
+
+/// Every verb of a stored collection.
+pub const ALL_VERBS: Verbs = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// The verbs of `status`, `scale` and the other subresources that read and write the object.
+pub const SUBRESOURCE_VERBS: Verbs = &["get", "patch", "update"];
+
+/// A subresource as discovery lists it (`pods/eviction`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subresource {
+    /// The name after the object's name: `eviction`.
+    pub name: &'static str,
+    /// The group, version and kind it takes and answers with, when they are not the parent's
+    /// (`policy/v1` `Eviction`).
+    pub kind: Option<(&'static str, &'static str, &'static str)>,
+    /// Its verbs.
+    pub verbs: Verbs,
+}
+
+/// An answer computed from a request body instead of stored (the review resources:
+/// `TokenReview`, `SubjectAccessReview`, ...). Takes the decoded body (`apiVersion` and `kind`
+/// set), the namespace of the path and who is asking; answers with the object to return.
+pub type Review = fn(&Requester, Option<&str>, Value) -> Result<Value, ApiError>;
+
+/// Who sent a request, as the review resources see it.
+#[derive(Debug, Clone)]
+pub struct Requester {
+    /// The user name.
+    pub username: String,
+    /// The user's groups.
+    pub groups: Vec<String>,
+    /// The bearer token the server accepts, if it requires one (what a `TokenReview` checks).
+    pub server_token: Option<String>,
+    /// The key ServiceAccount tokens are signed with (what a `TokenReview` verifies).
+    pub tokens: Arc<crate::tokens::ServiceAccountTokens>,
+}
+
+/// How a resource is served.
+#[derive(Debug, Clone, Copy)]
+pub enum Serving {
+    /// Objects are stored, read, watched and deleted.
+    Stored,
+    /// `create` only: the answer is computed from the body and nothing is stored.
+    Review(Review),
+    /// `get` and `list` only: the health of the server's parts (`componentstatuses`).
+    ComponentStatus,
+    /// `create` only: binds the pod named in the body to a node (`bindings`).
+    Binding,
+}
+
+/// How objects of a resource served in several versions convert between the stored version
+/// and this one (autoscaling/v1 HorizontalPodAutoscalers stored as autoscaling/v2).
+#[derive(Debug, Clone, Copy)]
+pub struct Conversion {
+    /// From the stored form to this version.
+    pub to_served: fn(&mut Value),
+    /// From this version to the stored form.
+    pub to_storage: fn(&mut Value),
+}
+
+/// A field selector label, and how its value is read from a stored object.
+#[derive(Debug, Clone)]
+pub struct SelectableField {
+    /// The label clients select on (`spec.nodeName`).
+    pub label: String,
+    /// Its value.
+    pub value: FieldValue,
+}
+
+/// How a selectable field's value is read.
+#[derive(Clone)]
+pub enum FieldValue {
+    /// Computed (built-in resources).
+    Fn(fn(&Value) -> String),
+    /// A JSON path (custom resources' `selectableFields`).
+    Path(crate::jsonpath::JsonPath),
+}
+
+impl std::fmt::Debug for FieldValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FieldValue::Fn(_) => f.write_str("Fn"),
+            FieldValue::Path(_) => f.write_str("Path"),
+        }
+    }
+}
+
+impl SelectableField {
+    /// The field's value in `obj`: empty when absent, as kube-apiserver compares it.
+    pub fn value_of(&self, obj: &Value) -> String {
+        match &self.value {
+            FieldValue::Fn(f) => f(obj),
+            FieldValue::Path(path) => match path.cell(obj, "string") {
+                Value::String(s) => s,
+                Value::Null => String::new(),
+                other => other.to_string(),
+            },
+        }
+    }
+}
+
+/// How a resource answers field selector labels it does not know (kube-apiserver's field
+/// label conversion functions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldLabels {
+    /// No conversion function: `metadata.name` and `metadata.namespace` only, others
+    /// refused with `"x" is not a known field selector: only "metadata.name", "metadata.namespace"`.
+    #[default]
+    MetadataOnly,
+    /// A conversion function: the selectable fields, `metadata.name`, and
+    /// `metadata.namespace` on namespaced resources; others refused with
+    /// `field label not supported: x`.
+    Converted,
+    /// batch/v1 Jobs' conversion function, which words its refusal
+    /// `field label "x" not supported for batchv1.Job`.
+    Job,
+}
+
 /// A resource the server serves.
 #[derive(Debug, Clone)]
 pub struct ResourceType {
@@ -130,12 +259,47 @@ pub struct ResourceType {
     /// Columns for `kubectl get`, after NAME and before AGE.
     pub columns: Vec<Column>,
     /// Fields usable in field selectors besides `metadata.name` and `metadata.namespace`.
-    pub selectable_fields: Vec<&'static str>,
+    pub selectable_fields: Vec<SelectableField>,
+    /// Which field selector labels the resource accepts besides its selectable fields, and
+    /// how it refuses the others.
+    pub field_labels: FieldLabels,
     /// Whether `PUT` of an object that does not exist creates it.
     pub create_on_update: bool,
     /// What a custom resource's definition says (schema, storage version, printer columns);
     /// `None` for built-in resources.
     pub custom: Option<Arc<crate::crd::CustomResource>>,
+    /// The verbs discovery lists (and the server serves).
+    pub verbs: Verbs,
+    /// Subresources besides `status` and `scale`.
+    pub subresources: Vec<Subresource>,
+    /// `storageVersionHash`: a hash of the group, version and kind objects are stored as, by
+    /// which clients notice a storage migration; `None` for resources that store nothing.
+    pub storage_version_hash: Option<String>,
+    /// Stored, or answered without storage.
+    pub serving: Serving,
+    /// Where objects are stored when not under this resource's own group and plural
+    /// (events.k8s.io Events are core Events): `(group, plural)`.
+    pub stored_under: Option<(&'static str, &'static str)>,
+    /// How built-in objects convert from and to the stored version, when it differs.
+    pub conversion: Option<Conversion>,
+    /// The metadata fields a `status` write cannot change (its status strategy takes them
+    /// from the current object); other metadata changes are kept. Custom resources' status
+    /// writes change the status only.
+    pub status_resets: &'static [&'static str],
+}
+
+/// The metadata `ResetObjectMetaForStatus` resets.
+pub const STATUS_RESETS_ALL: &[&str] = &["labels", "annotations", "finalizers", "ownerReferences"];
+
+/// kube-apiserver's `storageVersionHash`: the first 8 bytes of the SHA-256 of
+/// `group/version/kind`, base64.
+pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
+    use base64::Engine;
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{group}/{version}/{kind}").as_bytes(),
+    );
+    base64::engine::general_purpose::STANDARD.encode(&digest.as_ref()[..8])
 }
 
 impl ResourceType {
@@ -156,10 +320,64 @@ impl ResourceType {
     /// The storage prefix of all objects: `/registry/configmaps/` or
     /// `/registry/apps/deployments/`.
     pub fn storage_prefix(&self) -> String {
-        if self.group.is_empty() {
-            format!("/registry/{}/", self.plural)
+        let (group, plural) = match self.stored_under {
+            Some((group, plural)) => (group, plural),
+            None => (self.group.as_str(), self.plural.as_str()),
+        };
+        if group.is_empty() {
+            format!("/registry/{plural}/")
         } else {
-            format!("/registry/{}/{}/", self.group, self.plural)
+            format!("/registry/{group}/{plural}/")
+        }
+    }
+
+    /// Every subresource, by name, as discovery lists them: `status` and `scale` when the
+    /// resource has them, and the others.
+    pub fn all_subresources(&self) -> Vec<Subresource> {
+        let mut all = self.subresources.clone();
+        if self.status {
+            all.push(Subresource {
+                name: "status",
+                kind: None,
+                verbs: SUBRESOURCE_VERBS,
+            });
+        }
+        if self.scale.is_some() {
+            all.push(Subresource {
+                name: "scale",
+                kind: Some(("autoscaling", "v1", "Scale")),
+                verbs: SUBRESOURCE_VERBS,
+            });
+        }
+        all.sort_by_key(|s| s.name);
+        all
+    }
+
+    /// The subresource `name`, if served.
+    pub fn subresource(&self, name: &str) -> Option<Subresource> {
+        self.all_subresources().into_iter().find(|s| s.name == name)
+    }
+
+    /// Whether the resource serves `verb`.
+    pub fn serves(&self, verb: &str) -> bool {
+        self.verbs.contains(&verb)
+    }
+
+    /// Whether objects read from storage differ from what this resource serves.
+    pub fn converts(&self) -> bool {
+        self.conversion.is_some()
+            || self
+                .custom
+                .as_ref()
+                .is_some_and(|c| c.storage_version != self.version)
+    }
+
+    /// Turns a stored object into this resource's version.
+    pub fn to_served(&self, obj: &mut Value) {
+        if let Some(conversion) = self.conversion {
+            (conversion.to_served)(obj);
+        } else {
+            crate::crd::convert(self, obj);
         }
     }
 
@@ -251,11 +469,11 @@ impl Catalog {
     pub fn resolve_key(&self, key: &str) -> Option<(Arc<ResourceType>, Option<String>, String)> {
         let map = self.by_path.read().unwrap_or_else(|e| e.into_inner());
         // The longest matching prefix wins (`/registry/apps/...` over a core resource named
-        // `apps`).
+        // `apps`); of the resources sharing a prefix, the one serving the stored form.
         let rt = map
             .values()
             .filter(|rt| key.starts_with(&rt.storage_prefix()))
-            .max_by_key(|rt| rt.storage_prefix().len())?
+            .max_by_key(|rt| (rt.storage_prefix().len(), !rt.converts()))?
             .clone();
         let rest = &key[rt.storage_prefix().len()..];
         if rt.namespaced {
@@ -264,6 +482,15 @@ impl Catalog {
         } else {
             Some((rt.clone(), None, rest.to_string()))
         }
+    }
+
+    /// One resource per storage prefix, the one serving the stored form: what to walk to
+    /// visit every stored object once.
+    pub fn stored(&self) -> Vec<Arc<ResourceType>> {
+        self.all()
+            .into_iter()
+            .filter(|rt| matches!(rt.serving, Serving::Stored) && !rt.converts())
+            .collect()
     }
 
     /// Removes a resource (a custom resource whose definition is gone or stopped serving a

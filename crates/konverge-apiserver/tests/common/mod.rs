@@ -15,13 +15,27 @@ pub(crate) enum Backend {
 
 pub(crate) struct TestServer {
     pub(crate) client: kube::Client,
+    #[allow(dead_code)]
     pub(crate) store: Arc<dyn KvStore>,
+    /// The server's router, to call in-process (no client retries in between).
+    #[allow(dead_code)]
+    pub(crate) router: axum::Router,
     _dir: Option<tempfile::TempDir>,
     _task: tokio::task::JoinHandle<()>,
 }
 
 impl TestServer {
     pub(crate) async fn start(backend: Backend) -> TestServer {
+        Self::start_with(backend, |b| b).await
+    }
+
+    /// A server whose builder `configure` adjusts.
+    pub(crate) async fn start_with(
+        backend: Backend,
+        configure: impl FnOnce(
+            konverge_apiserver::ApiServerBuilder,
+        ) -> konverge_apiserver::ApiServerBuilder,
+    ) -> TestServer {
         let (store, dir): (Arc<dyn KvStore>, _) = match backend {
             Backend::Memory => (Arc::new(MemStore::new()), None),
             Backend::Disk => {
@@ -30,7 +44,7 @@ impl TestServer {
                 (Arc::new(store), Some(dir))
             }
         };
-        let server = ApiServer::builder(store.clone())
+        let server = configure(ApiServer::builder(store.clone()))
             .build()
             .await
             .expect("server");
@@ -40,6 +54,7 @@ impl TestServer {
         let addr = listener.local_addr().expect("addr");
         server.set_address(addr.to_string());
         let router = server.router();
+        let in_process = router.clone();
         let task = tokio::spawn(async move {
             axum::serve(listener, router).await.expect("serve");
         });
@@ -48,10 +63,40 @@ impl TestServer {
         let client = kube::Client::try_from(config).expect("client");
         TestServer {
             client,
+            router: in_process,
             store,
             _dir: dir,
             _task: task,
         }
+    }
+
+    /// A request to the router in-process: what the server answers, with no client in
+    /// between (kube::Client retries 429s).
+    #[allow(dead_code)]
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        use tower::ServiceExt;
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(
+                serde_json::to_vec(&body).expect("json"),
+            ))
+            .expect("request");
+        let response = self.router.clone().oneshot(req).await.expect("infallible");
+        let code = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        (
+            code,
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        )
     }
 
     /// A raw HTTP request, for what kube::Client cannot send (wrong methods, bad bodies).

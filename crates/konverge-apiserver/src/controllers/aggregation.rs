@@ -1,0 +1,126 @@
+//! ClusterRole aggregation, as kube-controller-manager does it: a ClusterRole with an
+//! `aggregationRule` gets the rules of every ClusterRole its selectors match, selector by
+//! selector, matching roles by name, each rule once (the first time it appears).
+
+use serde_json::{Value, json};
+
+use crate::registry::{ListOptions, Registry};
+
+const MANAGER: &str = "clusterrole-aggregation-controller";
+
+/// One pass over every aggregated ClusterRole.
+pub async fn pass(registry: &Registry) {
+    let Some(roles) = registry
+        .catalog()
+        .get("rbac.authorization.k8s.io", "v1", "clusterroles")
+    else {
+        return;
+    };
+    let listed = match registry.list(&roles, None, &ListOptions::default()).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing ClusterRoles for aggregation failed");
+            return;
+        }
+    };
+    let mut all: Vec<&Value> = listed.items.iter().map(|r| &**r).collect();
+    all.sort_by_key(|r| name_of(r).to_string());
+    for role in &all {
+        let Some(selectors) = role
+            .pointer("/aggregationRule/clusterRoleSelectors")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        let wanted = aggregate(role, selectors, &all);
+        let current = role.get("rules").cloned().unwrap_or_else(|| json!([]));
+        if current == wanted || (current.is_null() && wanted == json!([])) {
+            continue;
+        }
+        let name = name_of(role).to_string();
+        let set_rules = |current: &Value| -> crate::error::Result<Value> {
+            let mut next = current.clone();
+            next["rules"] = wanted.clone();
+            Ok(next)
+        };
+        let opts = crate::registry::WriteOptions {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        if let Err(e) = registry
+            .patch(&roles, None, &name, None, &opts, &set_rules)
+            .await
+        {
+            tracing::warn!(error = %e, role = %name, "aggregating a ClusterRole failed");
+        }
+    }
+}
+
+fn name_of(role: &Value) -> &str {
+    role.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The rules `role` aggregates from `all` (sorted by name).
+fn aggregate(role: &Value, selectors: &[Value], all: &[&Value]) -> Value {
+    let mut rules: Vec<Value> = Vec::new();
+    for selector in selectors {
+        let Ok(selector) = konverge_apimachinery::selector::LabelSelector::from_json(selector)
+        else {
+            continue;
+        };
+        for other in all {
+            if name_of(other) == name_of(role) {
+                continue;
+            }
+            let labels = other
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if selector.matches_nothing() || !selector.matches(&labels) {
+                continue;
+            }
+            for rule in other
+                .get("rules")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if !rules.contains(rule) {
+                    rules.push(rule.clone());
+                }
+            }
+        }
+    }
+    Value::Array(rules)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aggregation_takes_matching_roles_by_name_and_each_rule_once() {
+        let rule = |r: &str| json!({"apiGroups": [""], "resources": [r], "verbs": ["get"]});
+        let view = json!({"metadata": {"name": "view", "labels": {"agg": "edit"}},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": "view"}}]},
+            "rules": [rule("pods")]});
+        let b = json!({"metadata": {"name": "b-extra", "labels": {"agg": "edit"}}, "rules": [rule("secrets"), rule("pods")]});
+        let edit = json!({"metadata": {"name": "edit"},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": "edit"}}]}});
+        let all = vec![&b, &edit, &view];
+        let selectors = edit["aggregationRule"]["clusterRoleSelectors"]
+            .as_array()
+            .unwrap();
+        assert_eq!(
+            aggregate(&edit, selectors, &all),
+            json!([rule("secrets"), rule("pods")])
+        );
+    }
+}

@@ -1,0 +1,675 @@
+//! The built-in resources of Kubernetes 1.33, each declared once: its group, version, kind,
+//! plural and scope come from `k8s-openapi`'s [`Resource`](k8s_openapi::Resource) metadata;
+//! the declaration adds what discovery says besides (short names, categories, verbs,
+//! subresources) and what is special about the resource (its strategy: defaults, validation,
+//! initial state, columns, field selectors).
+//!
+//! - `columns.rs`: `kubectl get` tables, as kube-apiserver's printers compute them.
+//! - `strategy.rs`: defaults, validation and preparation on create.
+//! - `convert.rs`: resources served in a version other than the stored one.
+//! - `fields.rs`: field selectors.
+
+mod columns;
+mod convert;
+mod fields;
+mod strategy;
+
+use std::any::TypeId;
+
+use k8s_openapi::api::{
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
+    coordination, core, discovery, events, flowcontrol, networking, node, policy, rbac, scheduling,
+    storage,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde_json::Value;
+
+pub(crate) use convert::{events_to_core, hpa_to_v2};
+
+use super::{
+    ALL_VERBS, Column, Conversion, FieldLabels, NameRule, ResourceType, Review, STATUS_RESETS_ALL,
+    SUBRESOURCE_VERBS, ScalePaths, SelectableField, Serving, Subresource, Verbs,
+    storage_version_hash,
+};
+use crate::error::Cause;
+
+/// Decodes `value` as `T` (wrong types fail with the field path), re-encodes it, and lists
+/// the fields `T` does not have (which the re-encoding dropped).
+fn typed<T>(value: Value) -> Result<(Value, Vec<String>), String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let decoded: T = serde_path_to_error::deserialize(&value).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })?;
+    let encoded = serde_json::to_value(&decoded).map_err(|e| e.to_string())?;
+    let mut unknown = Vec::new();
+    dropped_fields(&value, &encoded, "", &mut unknown);
+    Ok((encoded, unknown))
+}
+
+/// Paths present in `before` but absent from `after` (null values do not count: they mean
+/// "unset" to the API).
+fn dropped_fields(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (key, value) in b {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match a.get(key) {
+                    Some(next) => dropped_fields(value, next, &child, out),
+                    None if value.is_null() => {}
+                    None => out.push(child),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if a.len() == b.len() => {
+            for (i, (value, next)) in b.iter().zip(a).enumerate() {
+                dropped_fields(value, next, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A resource declared from its `k8s-openapi` type: every verb, no subresource, stored under
+/// its own group and plural.
+fn declare<T>() -> ResourceType
+where
+    T: k8s_openapi::Resource + serde::de::DeserializeOwned + serde::Serialize + 'static,
+{
+    let namespaced =
+        TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+    ResourceType {
+        group: T::GROUP.into(),
+        version: T::VERSION.into(),
+        kind: T::KIND.into(),
+        plural: T::URL_PATH_SEGMENT.into(),
+        singular: T::KIND.to_lowercase(),
+        namespaced,
+        short_names: Vec::new(),
+        categories: Vec::new(),
+        status: false,
+        scale: None,
+        generation: false,
+        name_rule: NameRule::Subdomain,
+        codec: Some(typed::<T>),
+        validate: None,
+        default: None,
+        prepare_create: None,
+        columns: columns::default_table(),
+        selectable_fields: Vec::new(),
+        field_labels: FieldLabels::MetadataOnly,
+        create_on_update: false,
+        custom: None,
+        verbs: ALL_VERBS,
+        subresources: Vec::new(),
+        storage_version_hash: Some(storage_version_hash(T::GROUP, T::VERSION, T::KIND)),
+        serving: Serving::Stored,
+        stored_under: None,
+        conversion: None,
+        status_resets: &[],
+    }
+}
+
+/// The declaration builder: each method sets one thing discovery or the strategy says.
+impl ResourceType {
+    fn short(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    fn in_all(mut self) -> Self {
+        self.categories = vec!["all".into()];
+        self
+    }
+    fn in_api_extensions(mut self) -> Self {
+        self.categories = vec!["api-extensions".into()];
+        self
+    }
+    fn with_status(mut self) -> Self {
+        self.status = true;
+        self
+    }
+    fn with_scale(mut self) -> Self {
+        self.scale = Some(ScalePaths {
+            spec_replicas: "spec.replicas".into(),
+            status_replicas: "status.replicas".into(),
+            selector: Some("spec.selector".into()),
+            selector_is_string: false,
+        });
+        self
+    }
+    fn with_generation(mut self) -> Self {
+        self.generation = true;
+        self
+    }
+    fn names(mut self, rule: NameRule) -> Self {
+        self.name_rule = rule;
+        self
+    }
+    fn verbs(mut self, verbs: Verbs) -> Self {
+        self.verbs = verbs;
+        self
+    }
+    fn sub(mut self, name: &'static str, verbs: Verbs) -> Self {
+        self.subresources.push(Subresource {
+            name,
+            kind: None,
+            verbs,
+        });
+        self
+    }
+    fn sub_of<S: k8s_openapi::Resource>(mut self, verbs: Verbs) -> Self {
+        self.subresources.push(Subresource {
+            name: S::URL_PATH_SEGMENT,
+            kind: Some((S::GROUP, S::VERSION, S::KIND)),
+            verbs,
+        });
+        self
+    }
+    /// A subresource whose kind is named by Kubernetes but has no `Resource` type of its own
+    /// (`PodExecOptions`).
+    fn sub_kind(mut self, name: &'static str, kind: &'static str, verbs: Verbs) -> Self {
+        self.subresources.push(Subresource {
+            name,
+            kind: Some(("", "v1", kind)),
+            verbs,
+        });
+        self
+    }
+    fn columns(mut self, columns: Vec<Column>) -> Self {
+        self.columns = columns;
+        self
+    }
+    fn validate(mut self, validate: fn(&Value, Option<&Value>) -> Vec<Cause>) -> Self {
+        self.validate = Some(validate);
+        self
+    }
+    fn defaults(mut self, default: fn(&mut Value)) -> Self {
+        self.default = Some(default);
+        self
+    }
+    fn on_create(mut self, prepare: fn(&mut Value)) -> Self {
+        self.prepare_create = Some(prepare);
+        self
+    }
+    fn fields(mut self, labels: FieldLabels, fields: Vec<SelectableField>) -> Self {
+        self.field_labels = labels;
+        self.selectable_fields = fields;
+        self
+    }
+    fn status_resets(mut self, fields: &'static [&'static str]) -> Self {
+        self.status_resets = fields;
+        self
+    }
+    fn create_on_update(mut self) -> Self {
+        self.create_on_update = true;
+        self
+    }
+    /// Objects are stored as `S` (another version, or another group's kind).
+    fn stored_as<S: k8s_openapi::Resource>(mut self, conversion: Conversion) -> Self {
+        self.storage_version_hash = Some(storage_version_hash(S::GROUP, S::VERSION, S::KIND));
+        self.stored_under = Some((S::GROUP, S::URL_PATH_SEGMENT));
+        self.conversion = Some(conversion);
+        self
+    }
+    /// Objects are stored under another version's hash (kube-apiserver 1.33 still stores
+    /// them as that version; only the hash shows it).
+    fn storage_version(mut self, version: &str) -> Self {
+        self.storage_version_hash = Some(storage_version_hash(&self.group, version, &self.kind));
+        self
+    }
+    fn review(mut self, review: Review) -> Self {
+        self.verbs = &["create"];
+        self.serving = Serving::Review(review);
+        self.storage_version_hash = None;
+        self.columns = Vec::new();
+        self
+    }
+}
+
+const CREATE: Verbs = &["create"];
+const CREATE_GET: Verbs = &["create", "get"];
+const PROXY: Verbs = &["create", "delete", "get", "patch", "update"];
+const NAMESPACE_VERBS: Verbs = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+
+/// Every built-in resource kube-apiserver 1.33 serves by default.
+pub fn catalog() -> Vec<ResourceType> {
+    use NameRule::*;
+    use fields::*;
+    vec![
+        // core/v1
+        declare::<core::v1::Binding>()
+            .verbs(CREATE)
+            .columns(Vec::new())
+            .no_storage(Serving::Binding),
+        declare::<core::v1::ComponentStatus>()
+            .short(&["cs"])
+            .verbs(&["get", "list"])
+            .columns(columns::component_statuses())
+            .no_storage(Serving::ComponentStatus),
+        declare::<core::v1::ConfigMap>()
+            .short(&["cm"])
+            .columns(columns::config_maps()),
+        declare::<core::v1::Endpoints>()
+            .short(&["ep"])
+            .create_on_update()
+            .columns(columns::endpoints()),
+        declare::<core::v1::Event>()
+            .short(&["ev"])
+            .create_on_update()
+            .columns(columns::events())
+            .fields(FieldLabels::Converted, core_event_fields()),
+        declare::<core::v1::LimitRange>()
+            .short(&["limits"])
+            .create_on_update(),
+        declare::<core::v1::Namespace>()
+            .short(&["ns"])
+            .with_status()
+            .names(Label)
+            .verbs(NAMESPACE_VERBS)
+            .sub("finalize", &["update"])
+            .on_create(strategy::prepare_namespace)
+            .columns(columns::namespaces())
+            .fields(FieldLabels::Converted, namespace_fields()),
+        declare::<core::v1::Node>()
+            .short(&["no"])
+            .with_status()
+            .sub_kind("proxy", "NodeProxyOptions", PROXY)
+            .columns(columns::nodes())
+            .fields(FieldLabels::Converted, node_fields()),
+        declare::<core::v1::PersistentVolumeClaim>()
+            .short(&["pvc"])
+            .with_status()
+            .on_create(strategy::prepare_pending)
+            .columns(columns::persistent_volume_claims()),
+        declare::<core::v1::PersistentVolume>()
+            .short(&["pv"])
+            .with_status()
+            .on_create(strategy::prepare_pending)
+            .columns(columns::persistent_volumes()),
+        declare::<core::v1::Pod>()
+            .status_resets(&["ownerReferences"])
+            .short(&["po"])
+            .in_all()
+            .with_status()
+            .with_generation()
+            .sub_kind("attach", "PodAttachOptions", CREATE_GET)
+            .sub_kind("binding", "Binding", CREATE)
+            .sub("ephemeralcontainers", SUBRESOURCE_VERBS)
+            .sub_of::<policy::v1::Eviction>(CREATE)
+            .sub_kind("exec", "PodExecOptions", CREATE_GET)
+            .sub("log", &["get"])
+            .sub_kind("portforward", "PodPortForwardOptions", CREATE_GET)
+            .sub_kind("proxy", "PodProxyOptions", PROXY)
+            .sub("resize", SUBRESOURCE_VERBS)
+            .on_create(strategy::prepare_pod)
+            .validate(strategy::validate_pod)
+            .columns(columns::pods())
+            .fields(FieldLabels::Converted, pod_fields()),
+        declare::<core::v1::PodTemplate>()
+            .with_generation()
+            .columns(columns::pod_templates()),
+        declare::<core::v1::ReplicationController>()
+            .short(&["rc"])
+            .in_all()
+            .with_status()
+            .with_scale()
+            .with_generation()
+            .defaults(strategy::default_replicas)
+            .columns(columns::replication_controllers())
+            .fields(FieldLabels::Converted, replication_controller_fields()),
+        declare::<core::v1::ResourceQuota>()
+            .short(&["quota"])
+            .with_status()
+            .columns(columns::resource_quotas()),
+        declare::<core::v1::Secret>()
+            .defaults(strategy::default_secret)
+            .columns(columns::secrets())
+            .fields(FieldLabels::Converted, secret_fields()),
+        declare::<core::v1::ServiceAccount>()
+            .short(&["sa"])
+            .sub_of::<authentication::v1::TokenRequest>(CREATE)
+            .columns(columns::service_accounts()),
+        declare::<core::v1::Service>()
+            .short(&["svc"])
+            .in_all()
+            .with_status()
+            .names(Rfc1035Label)
+            .create_on_update()
+            .sub_kind("proxy", "ServiceProxyOptions", PROXY)
+            .defaults(strategy::default_service)
+            .columns(columns::services())
+            .fields(FieldLabels::Converted, service_fields()),
+        // admissionregistration.k8s.io/v1
+        declare::<admissionregistration::v1::MutatingWebhookConfiguration>()
+            .in_api_extensions()
+            .with_generation()
+            .columns(columns::webhook_configurations()),
+        declare::<admissionregistration::v1::ValidatingAdmissionPolicy>()
+            .status_resets(STATUS_RESETS_ALL)
+            .in_api_extensions()
+            .with_status()
+            .with_generation()
+            .columns(columns::validating_admission_policies()),
+        declare::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
+            .in_api_extensions()
+            .with_generation()
+            .columns(columns::validating_admission_policy_bindings()),
+        declare::<admissionregistration::v1::ValidatingWebhookConfiguration>()
+            .in_api_extensions()
+            .with_generation()
+            .columns(columns::webhook_configurations()),
+        // apiextensions.k8s.io/v1
+        declare::<CustomResourceDefinition>()
+            .short(&["crd", "crds"])
+            .in_api_extensions()
+            .with_status()
+            .with_generation()
+            .storage_version("v1beta1")
+            .defaults(crate::crd::default_definition)
+            .on_create(crate::crd::prepare_definition)
+            .validate(crate::crd::validate_definition)
+            .columns(crate::crd::definition_columns()),
+        // apiregistration.k8s.io/v1
+        declare::<APIService>()
+            .names(PathSegment)
+            .on_create(crate::controllers::bootstrap::prepare_api_service)
+            .status_resets(STATUS_RESETS_ALL)
+            .in_api_extensions()
+            .with_status()
+            .columns(columns::api_services()),
+        // apps/v1
+        declare::<apps::v1::ControllerRevision>().columns(columns::controller_revisions()),
+        declare::<apps::v1::DaemonSet>()
+            .short(&["ds"])
+            .in_all()
+            .with_status()
+            .with_generation()
+            .validate(strategy::validate_workload)
+            .columns(columns::daemon_sets()),
+        declare::<apps::v1::Deployment>()
+            .status_resets(&["labels"])
+            .short(&["deploy"])
+            .in_all()
+            .with_status()
+            .with_scale()
+            .with_generation()
+            .defaults(strategy::default_replicas)
+            .validate(strategy::validate_workload)
+            .columns(columns::deployments()),
+        declare::<apps::v1::ReplicaSet>()
+            .short(&["rs"])
+            .in_all()
+            .with_status()
+            .with_scale()
+            .with_generation()
+            .defaults(strategy::default_replicas)
+            .validate(strategy::validate_workload)
+            .columns(columns::replica_sets()),
+        declare::<apps::v1::StatefulSet>()
+            .short(&["sts"])
+            .in_all()
+            .with_status()
+            .with_scale()
+            .with_generation()
+            .defaults(strategy::default_replicas)
+            .validate(strategy::validate_workload)
+            .columns(columns::stateful_sets()),
+        // authentication.k8s.io/v1
+        declare::<authentication::v1::SelfSubjectReview>().review(crate::reviews::self_subject),
+        declare::<authentication::v1::TokenReview>().review(crate::reviews::token),
+        // authorization.k8s.io/v1
+        declare::<authorization::v1::LocalSubjectAccessReview>()
+            .review(crate::reviews::subject_access),
+        declare::<authorization::v1::SelfSubjectAccessReview>()
+            .review(crate::reviews::self_subject_access),
+        declare::<authorization::v1::SelfSubjectRulesReview>()
+            .review(crate::reviews::self_subject_rules),
+        declare::<authorization::v1::SubjectAccessReview>().review(crate::reviews::subject_access),
+        // autoscaling/v1 and v2, stored as v2
+        declare::<autoscaling::v1::HorizontalPodAutoscaler>()
+            .short(&["hpa"])
+            .in_all()
+            .with_status()
+            .stored_as::<autoscaling::v2::HorizontalPodAutoscaler>(Conversion {
+                to_served: convert::hpa_to_v1,
+                to_storage: convert::hpa_to_v2,
+            })
+            .columns(columns::horizontal_pod_autoscalers()),
+        declare::<autoscaling::v2::HorizontalPodAutoscaler>()
+            .short(&["hpa"])
+            .in_all()
+            .with_status()
+            .columns(columns::horizontal_pod_autoscalers()),
+        // batch/v1
+        declare::<batch::v1::CronJob>()
+            .short(&["cj"])
+            .in_all()
+            .with_status()
+            .with_generation()
+            .columns(columns::cron_jobs()),
+        declare::<batch::v1::Job>()
+            .in_all()
+            .with_status()
+            .with_generation()
+            .columns(columns::jobs())
+            .fields(FieldLabels::Job, job_fields()),
+        // certificates.k8s.io/v1
+        declare::<certificates::v1::CertificateSigningRequest>()
+            .short(&["csr"])
+            .with_status()
+            .sub("approval", SUBRESOURCE_VERBS)
+            .columns(columns::certificate_signing_requests())
+            .fields(FieldLabels::Converted, csr_fields()),
+        // coordination.k8s.io/v1
+        declare::<coordination::v1::Lease>()
+            .create_on_update()
+            .columns(columns::leases()),
+        // discovery.k8s.io/v1
+        declare::<discovery::v1::EndpointSlice>()
+            .with_generation()
+            .columns(columns::endpoint_slices()),
+        // events.k8s.io/v1: core Events, converted
+        declare::<events::v1::Event>()
+            .short(&["ev"])
+            .create_on_update()
+            .stored_as::<core::v1::Event>(Conversion {
+                to_served: convert::events_from_core,
+                to_storage: convert::events_to_core,
+            })
+            .columns(columns::events())
+            .fields(FieldLabels::Converted, events_v1_fields()),
+        // flowcontrol.apiserver.k8s.io/v1
+        declare::<flowcontrol::v1::FlowSchema>()
+            .status_resets(STATUS_RESETS_ALL)
+            .with_status()
+            .with_generation()
+            .columns(columns::flow_schemas()),
+        declare::<flowcontrol::v1::PriorityLevelConfiguration>()
+            .status_resets(STATUS_RESETS_ALL)
+            .with_status()
+            .with_generation()
+            .columns(columns::priority_level_configurations()),
+        // networking.k8s.io/v1
+        declare::<networking::v1::IngressClass>()
+            .with_generation()
+            .columns(columns::ingress_classes()),
+        declare::<networking::v1::Ingress>()
+            .short(&["ing"])
+            .with_status()
+            .with_generation()
+            .columns(columns::ingresses()),
+        declare::<networking::v1::IPAddress>()
+            .short(&["ip"])
+            .storage_version("v1beta1")
+            .columns(columns::ip_addresses()),
+        declare::<networking::v1::NetworkPolicy>()
+            .short(&["netpol"])
+            .with_generation()
+            .columns(columns::network_policies()),
+        declare::<networking::v1::ServiceCIDR>()
+            .status_resets(STATUS_RESETS_ALL)
+            .with_status()
+            .storage_version("v1beta1")
+            .columns(columns::service_cidrs()),
+        // node.k8s.io/v1
+        declare::<node::v1::RuntimeClass>()
+            .names(Subdomain)
+            .columns(columns::runtime_classes()),
+        // policy/v1
+        declare::<policy::v1::PodDisruptionBudget>()
+            .short(&["pdb"])
+            .with_status()
+            .with_generation()
+            .columns(columns::pod_disruption_budgets()),
+        // rbac.authorization.k8s.io/v1
+        declare::<rbac::v1::ClusterRoleBinding>()
+            .names(PathSegment)
+            .create_on_update()
+            .columns(columns::role_bindings()),
+        declare::<rbac::v1::ClusterRole>()
+            .names(PathSegment)
+            .create_on_update(),
+        declare::<rbac::v1::RoleBinding>()
+            .names(PathSegment)
+            .create_on_update()
+            .columns(columns::role_bindings()),
+        declare::<rbac::v1::Role>()
+            .names(PathSegment)
+            .create_on_update(),
+        // scheduling.k8s.io/v1
+        declare::<scheduling::v1::PriorityClass>()
+            .short(&["pc"])
+            .columns(columns::priority_classes()),
+        // storage.k8s.io/v1
+        declare::<storage::v1::CSIDriver>()
+            .with_generation()
+            .columns(columns::csi_drivers()),
+        declare::<storage::v1::CSINode>().columns(columns::csi_nodes()),
+        declare::<storage::v1::CSIStorageCapacity>().columns(columns::csi_storage_capacities()),
+        declare::<storage::v1::StorageClass>()
+            .short(&["sc"])
+            .columns(columns::storage_classes()),
+        declare::<storage::v1::VolumeAttachment>()
+            .status_resets(STATUS_RESETS_ALL)
+            .with_status()
+            .columns(columns::volume_attachments()),
+    ]
+}
+
+impl ResourceType {
+    /// Served without storage: nothing to hash, nothing to watch.
+    fn no_storage(mut self, serving: Serving) -> Self {
+        self.serving = serving;
+        self.storage_version_hash = None;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn typed_codec_reports_wrong_types_with_paths_and_drops_unknown_fields() {
+        let err = typed::<apps::v1::Deployment>(json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": "three"}
+        }))
+        .expect_err("a string is no replica count");
+        assert!(
+            err.starts_with("spec.replicas: invalid type: string"),
+            "{err}"
+        );
+
+        let (out, unknown) = typed::<core::v1::ConfigMap>(json!({
+            "metadata": {"name": "x", "labels": null, "bogus": 1},
+            "data": {"a": "1"},
+            "extra": {"nested": true}
+        }))
+        .expect("decodes");
+        assert_eq!(
+            unknown,
+            vec!["extra".to_string(), "metadata.bogus".to_string()]
+        );
+        assert_eq!(out["data"]["a"], "1");
+        assert!(out.get("extra").is_none());
+        assert_eq!(out["kind"], "ConfigMap");
+    }
+
+    #[test]
+    fn catalog_has_unique_paths() {
+        let all = catalog();
+        let mut paths: Vec<_> = all
+            .iter()
+            .map(|r| (&r.group, &r.version, &r.plural))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), all.len());
+    }
+
+    /// Hashes kube-apiserver 1.33 publishes, including the resources stored as another
+    /// version or kind.
+    #[test]
+    fn storage_version_hashes_match_kube_apiserver() {
+        let all = catalog();
+        let hash = |group: &str, version: &str, plural: &str| {
+            all.iter()
+                .find(|r| r.group == group && r.version == version && r.plural == plural)
+                .and_then(|r| r.storage_version_hash.clone())
+        };
+        for (group, version, plural, want) in [
+            ("", "v1", "configmaps", "qFsyl6wFWjQ="),
+            ("", "v1", "pods", "xPOwRZ+Yhw8="),
+            ("events.k8s.io", "v1", "events", "r2yiGXH7wu8="),
+            (
+                "autoscaling",
+                "v1",
+                "horizontalpodautoscalers",
+                "qwQve8ut294=",
+            ),
+            (
+                "autoscaling",
+                "v2",
+                "horizontalpodautoscalers",
+                "qwQve8ut294=",
+            ),
+            (
+                "apiextensions.k8s.io",
+                "v1",
+                "customresourcedefinitions",
+                "jfWCUB31mvA=",
+            ),
+            ("networking.k8s.io", "v1", "servicecidrs", "8ufAXOnr3Yg="),
+            ("networking.k8s.io", "v1", "ipaddresses", "O4H8VxQhW5Y="),
+            ("discovery.k8s.io", "v1", "endpointslices", "qgS0xkrxYAI="),
+            (
+                "apiregistration.k8s.io",
+                "v1",
+                "apiservices",
+                "InPBPD7+PqM=",
+            ),
+        ] {
+            assert_eq!(
+                hash(group, version, plural).as_deref(),
+                Some(want),
+                "{group}/{version}/{plural}"
+            );
+        }
+        assert_eq!(hash("authentication.k8s.io", "v1", "tokenreviews"), None);
+    }
+}

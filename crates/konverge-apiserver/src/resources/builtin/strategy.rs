@@ -1,0 +1,147 @@
+//! What is special about some built-in kinds on write: kube-apiserver's defaults and
+//! validation for the kinds operators write, and their initial state on create.
+
+use serde_json::{Value, json};
+
+use crate::error::Cause;
+use crate::resources::NameRule;
+
+/// Namespaces start Active and carry the namespace controller's finalizer.
+pub(super) fn prepare_namespace(obj: &mut Value) {
+    if obj.pointer("/status/phase").is_none() {
+        obj["status"] = json!({"phase": "Active"});
+    }
+    if !obj.get("spec").is_some_and(Value::is_object) {
+        obj["spec"] = json!({});
+    }
+    let finalizers = obj["spec"]
+        .as_object_mut()
+        .map(|spec| spec.entry("finalizers").or_insert_with(|| json!([])));
+    if let Some(Value::Array(list)) = finalizers
+        && !list.iter().any(|f| f == "kubernetes")
+    {
+        list.push(json!("kubernetes"));
+    }
+}
+
+/// Pods start Pending.
+pub(super) fn prepare_pod(obj: &mut Value) {
+    if obj.pointer("/status/phase").is_none() {
+        obj["status"] = json!({"phase": "Pending"});
+    }
+}
+
+/// PersistentVolumes and claims start Pending.
+pub(super) fn prepare_pending(obj: &mut Value) {
+    obj["status"] = json!({"phase": "Pending"});
+}
+
+/// Secrets without a type are Opaque.
+pub(super) fn default_secret(obj: &mut Value) {
+    if obj.get("type").is_none_or(Value::is_null) {
+        obj["type"] = json!("Opaque");
+    }
+}
+
+pub(super) fn default_replicas(obj: &mut Value) {
+    if obj.pointer("/spec/replicas").is_none_or(Value::is_null)
+        && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.insert("replicas".into(), json!(1));
+    }
+}
+
+pub(super) fn default_service(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.entry("type").or_insert_with(|| json!("ClusterIP"));
+    spec.entry("sessionAffinity")
+        .or_insert_with(|| json!("None"));
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for port in ports {
+            let Some(port) = port.as_object_mut() else {
+                continue;
+            };
+            port.entry("protocol").or_insert_with(|| json!("TCP"));
+            let unset = match port.get("targetPort") {
+                None | Some(Value::Null) => true,
+                Some(Value::Number(n)) => n.as_i64() == Some(0),
+                Some(Value::String(s)) => s.is_empty(),
+                Some(_) => false,
+            };
+            if unset && let Some(number) = port.get("port").cloned() {
+                port.insert("targetPort".into(), number);
+            }
+        }
+    }
+}
+
+pub(super) fn validate_pod(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    match obj.pointer("/spec/containers").and_then(Value::as_array) {
+        None => causes.push(Cause::required("spec.containers")),
+        Some(cs) if cs.is_empty() => causes.push(Cause::required("spec.containers")),
+        Some(cs) => containers(cs, "spec.containers", &mut causes),
+    }
+    causes
+}
+
+pub(super) fn containers(cs: &[Value], field: &str, causes: &mut Vec<Cause>) {
+    for (i, c) in cs.iter().enumerate() {
+        match c.get("name").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(format!("{field}[{i}].name"))),
+            Some(name) => {
+                if let Some(cause) =
+                    crate::meta::check_name(NameRule::Label, name, &format!("{field}[{i}].name"))
+                {
+                    causes.push(cause);
+                }
+            }
+        }
+        if c.get("image")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(Cause::required(format!("{field}[{i}].image")));
+        }
+    }
+}
+
+pub(super) fn validate_workload(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if let Some(replicas) = obj.pointer("/spec/replicas").and_then(Value::as_i64)
+        && replicas < 0
+    {
+        causes.push(Cause::invalid(
+            "spec.replicas",
+            &json!(replicas),
+            "must be greater than or equal to 0",
+        ));
+    }
+    let selector = obj.pointer("/spec/selector");
+    if selector.is_none_or(Value::is_null) {
+        causes.push(Cause::required("spec.selector"));
+    } else if let (Some(match_labels), Some(labels)) = (
+        obj.pointer("/spec/selector/matchLabels")
+            .and_then(Value::as_object),
+        obj.pointer("/spec/template/metadata/labels")
+            .and_then(Value::as_object),
+    ) && match_labels.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        causes.push(Cause::invalid(
+            "spec.template.metadata.labels",
+            &Value::Object(labels.clone()),
+            "`selector` does not match template `labels`",
+        ));
+    }
+    match obj
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+    {
+        None => causes.push(Cause::required("spec.template.spec.containers")),
+        Some(cs) if cs.is_empty() => causes.push(Cause::required("spec.template.spec.containers")),
+        Some(cs) => containers(cs, "spec.template.spec.containers", &mut causes),
+    }
+    causes
+}

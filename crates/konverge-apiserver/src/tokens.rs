@@ -1,0 +1,234 @@
+//! ServiceAccount tokens: the signed JWTs `serviceaccounts/{name}/token` issues (the
+//! TokenRequest API) and `TokenReview` verifies, with kube-apiserver's claims.
+//!
+//! Tokens are signed with ES256 by one key per server; its key id is kube-apiserver's: the
+//! base64url SHA-256 of the public key's PKIX encoding.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::rand::SystemRandom;
+use ring::signature::{
+    ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair,
+    UnparsedPublicKey,
+};
+use serde_json::{Value, json};
+
+/// The issuer and default audience of the tokens, as kube-apiserver's default
+/// `--service-account-issuer` of kubeadm clusters.
+pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// Why a signing key cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("not an ECDSA P-256 private key in PKCS#8: {0}")]
+pub struct KeyError(String);
+
+/// The key tokens are signed with.
+pub struct ServiceAccountTokens {
+    key: EcdsaKeyPair,
+    key_id: String,
+}
+
+impl std::fmt::Debug for ServiceAccountTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceAccountTokens")
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The PKIX (`SubjectPublicKeyInfo`) prefix of an uncompressed P-256 public key.
+const P256_SPKI_PREFIX: [u8; 26] = [
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+
+/// The claims of a verified token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claims {
+    /// The ServiceAccount's namespace.
+    pub namespace: String,
+    /// The ServiceAccount's name.
+    pub name: String,
+    /// The ServiceAccount's uid.
+    pub uid: String,
+    /// The audiences the token is for.
+    pub audiences: Vec<String>,
+    /// The token's id (`jti`).
+    pub id: String,
+    /// The pod it is bound to: name and uid.
+    pub pod: Option<(String, String)>,
+}
+
+impl ServiceAccountTokens {
+    /// Tokens signed with a new random key (valid until the server stops).
+    pub fn generate() -> Self {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .expect("the system random generator works");
+        Self::from_pkcs8(pkcs8.as_ref()).expect("a key ring just made")
+    }
+
+    /// Tokens signed with an ECDSA P-256 key in PKCS#8 DER (what `konverge up` keeps in
+    /// its data directory, so tokens outlive restarts).
+    pub fn from_pkcs8(der: &[u8]) -> Result<Self, KeyError> {
+        let key =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der, &SystemRandom::new())
+                .map_err(|e| KeyError(e.to_string()))?;
+        let mut spki = P256_SPKI_PREFIX.to_vec();
+        spki.extend_from_slice(key.public_key().as_ref());
+        let digest = ring::digest::digest(&ring::digest::SHA256, &spki);
+        Ok(ServiceAccountTokens {
+            key,
+            key_id: URL_SAFE_NO_PAD.encode(digest.as_ref()),
+        })
+    }
+
+    /// A token for the ServiceAccount `namespace/name` (uid `uid`), for `audiences`, valid
+    /// from `now` for `seconds`, optionally bound to a pod (name, uid).
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        audiences: &[String],
+        now: i64,
+        seconds: i64,
+        pod: Option<(&str, &str)>,
+    ) -> String {
+        let mut kubernetes = json!({
+            "namespace": namespace,
+            "serviceaccount": {"name": name, "uid": uid},
+        });
+        if let Some((pod, pod_uid)) = pod {
+            kubernetes["pod"] = json!({"name": pod, "uid": pod_uid});
+        }
+        let claims = json!({
+            "aud": audiences,
+            "exp": now + seconds,
+            "iat": now,
+            "iss": ISSUER,
+            "jti": uuid::Uuid::new_v4().to_string(),
+            "kubernetes.io": kubernetes,
+            "nbf": now,
+            "sub": format!("system:serviceaccount:{namespace}:{name}"),
+        });
+        let header = json!({"alg": "ES256", "kid": self.key_id});
+        let signing_input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header.to_string()),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        );
+        let signature = self
+            .key
+            .sign(&SystemRandom::new(), signing_input.as_bytes())
+            .expect("signing with a valid key");
+        format!(
+            "{signing_input}.{}",
+            URL_SAFE_NO_PAD.encode(signature.as_ref())
+        )
+    }
+
+    /// The claims of `token` if this server signed it, it is valid at `now`, and it is for
+    /// one of `audiences`; `None` otherwise.
+    pub fn verify(&self, token: &str, audiences: &[String], now: i64) -> Option<Claims> {
+        let mut parts = token.split('.');
+        let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref())
+            .verify(format!("{header}.{claims}").as_bytes(), &signature)
+            .ok()?;
+        let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?;
+        if claims["iss"] != ISSUER
+            || claims["exp"].as_i64()? < now
+            || claims["nbf"].as_i64().unwrap_or(0) > now
+        {
+            return None;
+        }
+        let token_audiences: Vec<String> = claims["aud"]
+            .as_array()?
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        let matched: Vec<String> = audiences
+            .iter()
+            .filter(|a| token_audiences.contains(a))
+            .cloned()
+            .collect();
+        if matched.is_empty() {
+            return None;
+        }
+        let k = &claims["kubernetes.io"];
+        let pod = k["pod"]["name"].as_str().map(|name| {
+            (
+                name.to_string(),
+                k["pod"]["uid"].as_str().unwrap_or("").to_string(),
+            )
+        });
+        Some(Claims {
+            namespace: k["namespace"].as_str()?.to_string(),
+            name: k["serviceaccount"]["name"].as_str()?.to_string(),
+            uid: k["serviceaccount"]["uid"].as_str()?.to_string(),
+            audiences: matched,
+            id: claims["jti"].as_str().unwrap_or("").to_string(),
+            pod,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_verify_only_as_issued() {
+        let tokens = ServiceAccountTokens::generate();
+        let aud = vec![ISSUER.to_string()];
+        let token = tokens.issue(
+            "d",
+            "builder",
+            "u-1",
+            &aud,
+            1_000,
+            3_600,
+            Some(("web", "p-1")),
+        );
+        let claims = tokens.verify(&token, &aud, 2_000).expect("valid");
+        assert_eq!(
+            (
+                claims.namespace.as_str(),
+                claims.name.as_str(),
+                claims.uid.as_str()
+            ),
+            ("d", "builder", "u-1")
+        );
+        assert_eq!(claims.pod, Some(("web".into(), "p-1".into())));
+        // Expired, for another audience, from another key, or tampered with: refused.
+        assert!(tokens.verify(&token, &aud, 10_000).is_none());
+        assert!(
+            tokens
+                .verify(&token, &["vault".to_string()], 2_000)
+                .is_none()
+        );
+        assert!(
+            ServiceAccountTokens::generate()
+                .verify(&token, &aud, 2_000)
+                .is_none()
+        );
+        let mut tampered = token.clone();
+        tampered.insert(token.find('.').unwrap() + 3, 'x');
+        assert!(tokens.verify(&tampered, &aud, 2_000).is_none());
+        // The header names the key as kube-apiserver does.
+        let header: Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(token.split('.').next().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(header["alg"], "ES256");
+        assert_eq!(header["kid"].as_str().unwrap().len(), 43);
+    }
+}

@@ -1,0 +1,916 @@
+//! The built-in resources of Kubernetes 1.33, through a real `kube::Client`: discovery as
+//! kube-apiserver lists it, the objects a new cluster starts with, field selectors, the
+//! resources served in two forms, the review resources and the subresources that act.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Backend, TestServer};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+/// Every resource and subresource kube-apiserver 1.33 lists in discovery, as it lists them:
+/// (group, version, name, kind, namespaced, singularName, shortNames, categories, verbs,
+/// storageVersionHash, subresource group, subresource version).
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
+
+#[rustfmt::skip]
+const KUBE_APISERVER_1_33: &[Row] = &[
+    ("", "v1", "bindings", "Binding", true, "binding", "", "", "create", "", "", ""),
+    ("", "v1", "componentstatuses", "ComponentStatus", false, "componentstatus", "cs", "", "get,list", "", "", ""),
+    ("", "v1", "configmaps", "ConfigMap", true, "configmap", "cm", "", "create,delete,deletecollection,get,list,patch,update,watch", "qFsyl6wFWjQ=", "", ""),
+    ("", "v1", "endpoints", "Endpoints", true, "endpoints", "ep", "", "create,delete,deletecollection,get,list,patch,update,watch", "fWeeMqaN/OA=", "", ""),
+    ("", "v1", "events", "Event", true, "event", "ev", "", "create,delete,deletecollection,get,list,patch,update,watch", "r2yiGXH7wu8=", "", ""),
+    ("", "v1", "limitranges", "LimitRange", true, "limitrange", "limits", "", "create,delete,deletecollection,get,list,patch,update,watch", "EBKMFVe6cwo=", "", ""),
+    ("", "v1", "namespaces", "Namespace", false, "namespace", "ns", "", "create,delete,get,list,patch,update,watch", "Q3oi5N2YM8M=", "", ""),
+    ("", "v1", "namespaces/finalize", "Namespace", false, "", "", "", "update", "", "", ""),
+    ("", "v1", "namespaces/status", "Namespace", false, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "nodes", "Node", false, "node", "no", "", "create,delete,deletecollection,get,list,patch,update,watch", "XwShjMxG9Fs=", "", ""),
+    ("", "v1", "nodes/proxy", "NodeProxyOptions", false, "", "", "", "create,delete,get,patch,update", "", "", ""),
+    ("", "v1", "nodes/status", "Node", false, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, "persistentvolumeclaim", "pvc", "", "create,delete,deletecollection,get,list,patch,update,watch", "QWTyNDq0dC4=", "", ""),
+    ("", "v1", "persistentvolumeclaims/status", "PersistentVolumeClaim", true, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "persistentvolumes", "PersistentVolume", false, "persistentvolume", "pv", "", "create,delete,deletecollection,get,list,patch,update,watch", "HN/zwEC+JgM=", "", ""),
+    ("", "v1", "persistentvolumes/status", "PersistentVolume", false, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "pods", "Pod", true, "pod", "po", "all", "create,delete,deletecollection,get,list,patch,update,watch", "xPOwRZ+Yhw8=", "", ""),
+    ("", "v1", "pods/attach", "PodAttachOptions", true, "", "", "", "create,get", "", "", ""),
+    ("", "v1", "pods/binding", "Binding", true, "", "", "", "create", "", "", ""),
+    ("", "v1", "pods/ephemeralcontainers", "Pod", true, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "pods/eviction", "Eviction", true, "", "", "", "create", "", "policy", "v1"),
+    ("", "v1", "pods/exec", "PodExecOptions", true, "", "", "", "create,get", "", "", ""),
+    ("", "v1", "pods/log", "Pod", true, "", "", "", "get", "", "", ""),
+    ("", "v1", "pods/portforward", "PodPortForwardOptions", true, "", "", "", "create,get", "", "", ""),
+    ("", "v1", "pods/proxy", "PodProxyOptions", true, "", "", "", "create,delete,get,patch,update", "", "", ""),
+    ("", "v1", "pods/resize", "Pod", true, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "pods/status", "Pod", true, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "podtemplates", "PodTemplate", true, "podtemplate", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "LIXB2x4IFpk=", "", ""),
+    ("", "v1", "replicationcontrollers", "ReplicationController", true, "replicationcontroller", "rc", "all", "create,delete,deletecollection,get,list,patch,update,watch", "Jond2If31h0=", "", ""),
+    ("", "v1", "replicationcontrollers/scale", "Scale", true, "", "", "", "get,patch,update", "", "autoscaling", "v1"),
+    ("", "v1", "replicationcontrollers/status", "ReplicationController", true, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "resourcequotas", "ResourceQuota", true, "resourcequota", "quota", "", "create,delete,deletecollection,get,list,patch,update,watch", "8uhSgffRX6w=", "", ""),
+    ("", "v1", "resourcequotas/status", "ResourceQuota", true, "", "", "", "get,patch,update", "", "", ""),
+    ("", "v1", "secrets", "Secret", true, "secret", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "S6u1pOWzb84=", "", ""),
+    ("", "v1", "serviceaccounts", "ServiceAccount", true, "serviceaccount", "sa", "", "create,delete,deletecollection,get,list,patch,update,watch", "pbx9ZvyFpBE=", "", ""),
+    ("", "v1", "serviceaccounts/token", "TokenRequest", true, "", "", "", "create", "", "authentication.k8s.io", "v1"),
+    ("", "v1", "services", "Service", true, "service", "svc", "all", "create,delete,deletecollection,get,list,patch,update,watch", "0/CO1lhkEBI=", "", ""),
+    ("", "v1", "services/proxy", "ServiceProxyOptions", true, "", "", "", "create,delete,get,patch,update", "", "", ""),
+    ("", "v1", "services/status", "Service", true, "", "", "", "get,patch,update", "", "", ""),
+    ("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", false, "mutatingwebhookconfiguration", "", "api-extensions", "create,delete,deletecollection,get,list,patch,update,watch", "Sqi0GUgDaX0=", "", ""),
+    ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", false, "validatingadmissionpolicy", "", "api-extensions", "create,delete,deletecollection,get,list,patch,update,watch", "6OxvlMmQ6is=", "", ""),
+    ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies/status", "ValidatingAdmissionPolicy", false, "", "", "", "get,patch,update", "", "", ""),
+    ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", false, "validatingadmissionpolicybinding", "", "api-extensions", "create,delete,deletecollection,get,list,patch,update,watch", "v9715VZqakg=", "", ""),
+    ("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", false, "validatingwebhookconfiguration", "", "api-extensions", "create,delete,deletecollection,get,list,patch,update,watch", "B0wHjQmsGNk=", "", ""),
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, "customresourcedefinition", "crd,crds", "api-extensions", "create,delete,deletecollection,get,list,patch,update,watch", "jfWCUB31mvA=", "", ""),
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions/status", "CustomResourceDefinition", false, "", "", "", "get,patch,update", "", "", ""),
+    ("apiregistration.k8s.io", "v1", "apiservices", "APIService", false, "apiservice", "", "api-extensions", "create,delete,deletecollection,get,list,patch,update,watch", "InPBPD7+PqM=", "", ""),
+    ("apiregistration.k8s.io", "v1", "apiservices/status", "APIService", false, "", "", "", "get,patch,update", "", "", ""),
+    ("apps", "v1", "controllerrevisions", "ControllerRevision", true, "controllerrevision", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "85nkx63pcBU=", "", ""),
+    ("apps", "v1", "daemonsets", "DaemonSet", true, "daemonset", "ds", "all", "create,delete,deletecollection,get,list,patch,update,watch", "dd7pWHUlMKQ=", "", ""),
+    ("apps", "v1", "daemonsets/status", "DaemonSet", true, "", "", "", "get,patch,update", "", "", ""),
+    ("apps", "v1", "deployments", "Deployment", true, "deployment", "deploy", "all", "create,delete,deletecollection,get,list,patch,update,watch", "8aSe+NMegvE=", "", ""),
+    ("apps", "v1", "deployments/scale", "Scale", true, "", "", "", "get,patch,update", "", "autoscaling", "v1"),
+    ("apps", "v1", "deployments/status", "Deployment", true, "", "", "", "get,patch,update", "", "", ""),
+    ("apps", "v1", "replicasets", "ReplicaSet", true, "replicaset", "rs", "all", "create,delete,deletecollection,get,list,patch,update,watch", "P1RzHs8/mWQ=", "", ""),
+    ("apps", "v1", "replicasets/scale", "Scale", true, "", "", "", "get,patch,update", "", "autoscaling", "v1"),
+    ("apps", "v1", "replicasets/status", "ReplicaSet", true, "", "", "", "get,patch,update", "", "", ""),
+    ("apps", "v1", "statefulsets", "StatefulSet", true, "statefulset", "sts", "all", "create,delete,deletecollection,get,list,patch,update,watch", "H+vl74LkKdo=", "", ""),
+    ("apps", "v1", "statefulsets/scale", "Scale", true, "", "", "", "get,patch,update", "", "autoscaling", "v1"),
+    ("apps", "v1", "statefulsets/status", "StatefulSet", true, "", "", "", "get,patch,update", "", "", ""),
+    ("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", false, "selfsubjectreview", "", "", "create", "", "", ""),
+    ("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", false, "tokenreview", "", "", "create", "", "", ""),
+    ("authorization.k8s.io", "v1", "localsubjectaccessreviews", "LocalSubjectAccessReview", true, "localsubjectaccessreview", "", "", "create", "", "", ""),
+    ("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", false, "selfsubjectaccessreview", "", "", "create", "", "", ""),
+    ("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", false, "selfsubjectrulesreview", "", "", "create", "", "", ""),
+    ("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", false, "subjectaccessreview", "", "", "create", "", "", ""),
+    ("autoscaling", "v1", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, "horizontalpodautoscaler", "hpa", "all", "create,delete,deletecollection,get,list,patch,update,watch", "qwQve8ut294=", "", ""),
+    ("autoscaling", "v1", "horizontalpodautoscalers/status", "HorizontalPodAutoscaler", true, "", "", "", "get,patch,update", "", "", ""),
+    ("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", true, "horizontalpodautoscaler", "hpa", "all", "create,delete,deletecollection,get,list,patch,update,watch", "qwQve8ut294=", "", ""),
+    ("autoscaling", "v2", "horizontalpodautoscalers/status", "HorizontalPodAutoscaler", true, "", "", "", "get,patch,update", "", "", ""),
+    ("batch", "v1", "cronjobs", "CronJob", true, "cronjob", "cj", "all", "create,delete,deletecollection,get,list,patch,update,watch", "sd5LIXh4Fjs=", "", ""),
+    ("batch", "v1", "cronjobs/status", "CronJob", true, "", "", "", "get,patch,update", "", "", ""),
+    ("batch", "v1", "jobs", "Job", true, "job", "", "all", "create,delete,deletecollection,get,list,patch,update,watch", "mudhfqk/qZY=", "", ""),
+    ("batch", "v1", "jobs/status", "Job", true, "", "", "", "get,patch,update", "", "", ""),
+    ("certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", false, "certificatesigningrequest", "csr", "", "create,delete,deletecollection,get,list,patch,update,watch", "95fRKMXA+00=", "", ""),
+    ("certificates.k8s.io", "v1", "certificatesigningrequests/approval", "CertificateSigningRequest", false, "", "", "", "get,patch,update", "", "", ""),
+    ("certificates.k8s.io", "v1", "certificatesigningrequests/status", "CertificateSigningRequest", false, "", "", "", "get,patch,update", "", "", ""),
+    ("coordination.k8s.io", "v1", "leases", "Lease", true, "lease", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "gqkMMb/YqFM=", "", ""),
+    ("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", true, "endpointslice", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "qgS0xkrxYAI=", "", ""),
+    ("events.k8s.io", "v1", "events", "Event", true, "event", "ev", "", "create,delete,deletecollection,get,list,patch,update,watch", "r2yiGXH7wu8=", "", ""),
+    ("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", "FlowSchema", false, "flowschema", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "GJVAJZSZBIw=", "", ""),
+    ("flowcontrol.apiserver.k8s.io", "v1", "flowschemas/status", "FlowSchema", false, "", "", "", "get,patch,update", "", "", ""),
+    ("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations", "PriorityLevelConfiguration", false, "prioritylevelconfiguration", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "Kir5PVfvNeI=", "", ""),
+    ("flowcontrol.apiserver.k8s.io", "v1", "prioritylevelconfigurations/status", "PriorityLevelConfiguration", false, "", "", "", "get,patch,update", "", "", ""),
+    ("networking.k8s.io", "v1", "ingressclasses", "IngressClass", false, "ingressclass", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "l/iqIbDgFyQ=", "", ""),
+    ("networking.k8s.io", "v1", "ingresses", "Ingress", true, "ingress", "ing", "", "create,delete,deletecollection,get,list,patch,update,watch", "39NQlfNR+bo=", "", ""),
+    ("networking.k8s.io", "v1", "ingresses/status", "Ingress", true, "", "", "", "get,patch,update", "", "", ""),
+    ("networking.k8s.io", "v1", "ipaddresses", "IPAddress", false, "ipaddress", "ip", "", "create,delete,deletecollection,get,list,patch,update,watch", "O4H8VxQhW5Y=", "", ""),
+    ("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true, "networkpolicy", "netpol", "", "create,delete,deletecollection,get,list,patch,update,watch", "YpfwF18m1G8=", "", ""),
+    ("networking.k8s.io", "v1", "servicecidrs", "ServiceCIDR", false, "servicecidr", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "8ufAXOnr3Yg=", "", ""),
+    ("networking.k8s.io", "v1", "servicecidrs/status", "ServiceCIDR", false, "", "", "", "get,patch,update", "", "", ""),
+    ("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", false, "runtimeclass", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "WQTu1GL3T2Q=", "", ""),
+    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, "poddisruptionbudget", "pdb", "", "create,delete,deletecollection,get,list,patch,update,watch", "EVWiDmWqyJw=", "", ""),
+    ("policy", "v1", "poddisruptionbudgets/status", "PodDisruptionBudget", true, "", "", "", "get,patch,update", "", "", ""),
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", false, "clusterrolebinding", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "48tpQ8gZHFc=", "", ""),
+    ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, "clusterrole", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "bYE5ZWDrJ44=", "", ""),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, "rolebinding", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "eGsCzGH6b1g=", "", ""),
+    ("rbac.authorization.k8s.io", "v1", "roles", "Role", true, "role", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "7FuwZcIIItM=", "", ""),
+    ("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false, "priorityclass", "pc", "", "create,delete,deletecollection,get,list,patch,update,watch", "1QwjyaZjj3Y=", "", ""),
+    ("storage.k8s.io", "v1", "csidrivers", "CSIDriver", false, "csidriver", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "hL6j/rwBV5w=", "", ""),
+    ("storage.k8s.io", "v1", "csinodes", "CSINode", false, "csinode", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "Pe62DkZtjuo=", "", ""),
+    ("storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", true, "csistoragecapacity", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "xeVl+2Ly1kE=", "", ""),
+    ("storage.k8s.io", "v1", "storageclasses", "StorageClass", false, "storageclass", "sc", "", "create,delete,deletecollection,get,list,patch,update,watch", "K+m6uJwbjGY=", "", ""),
+    ("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", false, "volumeattachment", "", "", "create,delete,deletecollection,get,list,patch,update,watch", "tJx/ezt6UDU=", "", ""),
+    ("storage.k8s.io", "v1", "volumeattachments/status", "VolumeAttachment", false, "", "", "", "get,patch,update", "", "", ""),
+];
+
+async fn get(t: &TestServer, path: &str) -> Value {
+    let (code, body) = t.raw("GET", path, None, Vec::new()).await;
+    assert_eq!(code, 200, "GET {path}: {body}");
+    body
+}
+
+async fn send(t: &TestServer, method: &str, path: &str, body: Value) -> (u16, Value) {
+    t.raw(
+        method,
+        path,
+        Some("application/json"),
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await
+}
+
+fn csv(list: &Value) -> String {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| v.as_str().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
+/// `kubectl api-resources` reads these lists: every resource and subresource must be there,
+/// with kube-apiserver's names, kinds, scope, short names, categories, verbs and hashes, and
+/// nothing else.
+#[tokio::test]
+async fn discovery_lists_what_kube_apiserver_lists() {
+    let t = TestServer::start(Backend::Memory).await;
+    let mut group_versions: Vec<(&str, &str)> = KUBE_APISERVER_1_33
+        .iter()
+        .map(|row| (row.0, row.1))
+        .collect();
+    group_versions.dedup();
+    let mut seen = 0;
+    for (group, version) in group_versions {
+        let path = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let list = get(&t, &path).await;
+        let served: Vec<&Value> = list["resources"].as_array().unwrap().iter().collect();
+        let expected: Vec<_> = KUBE_APISERVER_1_33
+            .iter()
+            .filter(|row| row.0 == group && row.1 == version)
+            .collect();
+        let served_names: Vec<&str> = served.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        let expected_names: Vec<&str> = expected.iter().map(|r| r.2).collect();
+        assert_eq!(served_names, expected_names, "{path}");
+        for (row, entry) in expected.iter().zip(&served) {
+            let (
+                _,
+                _,
+                name,
+                kind,
+                namespaced,
+                singular,
+                short,
+                categories,
+                verbs,
+                hash,
+                sub_group,
+                sub_version,
+            ) = **row;
+            assert_eq!(entry["kind"], kind, "{path} {name}");
+            assert_eq!(entry["namespaced"], namespaced, "{path} {name}");
+            assert_eq!(entry["singularName"], singular, "{path} {name}");
+            assert_eq!(csv(&entry["shortNames"]), short, "{path} {name}");
+            assert_eq!(csv(&entry["categories"]), categories, "{path} {name}");
+            assert_eq!(csv(&entry["verbs"]), verbs, "{path} {name}");
+            assert_eq!(
+                entry["storageVersionHash"].as_str().unwrap_or(""),
+                hash,
+                "{path} {name}"
+            );
+            assert_eq!(
+                entry["group"].as_str().unwrap_or(""),
+                sub_group,
+                "{path} {name}"
+            );
+            assert_eq!(
+                entry["version"].as_str().unwrap_or(""),
+                sub_version,
+                "{path} {name}"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, KUBE_APISERVER_1_33.len());
+    // /apis lists the groups in kube-apiserver's order, autoscaling preferring v2.
+    let groups = get(&t, "/apis").await;
+    let names: Vec<&str> = groups["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "apiregistration.k8s.io",
+            "apps",
+            "events.k8s.io",
+            "authentication.k8s.io",
+            "authorization.k8s.io",
+            "autoscaling",
+            "batch",
+            "certificates.k8s.io",
+            "networking.k8s.io",
+            "policy",
+            "rbac.authorization.k8s.io",
+            "storage.k8s.io",
+            "admissionregistration.k8s.io",
+            "apiextensions.k8s.io",
+            "scheduling.k8s.io",
+            "coordination.k8s.io",
+            "node.k8s.io",
+            "discovery.k8s.io",
+            "flowcontrol.apiserver.k8s.io",
+        ]
+    );
+    let autoscaling = get(&t, "/apis/autoscaling").await;
+    assert_eq!(autoscaling["preferredVersion"]["version"], "v2");
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..200 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn api(t: &TestServer, group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    let _ = t;
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// What a new cluster has: kube-apiserver's bootstrap objects, and what
+/// kube-controller-manager puts in every namespace.
+#[tokio::test]
+async fn a_new_cluster_has_what_kubernetes_bootstraps() {
+    let t = TestServer::start_with(Backend::Memory, |b| {
+        b.root_ca("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    })
+    .await;
+    let client = t.client.clone();
+    // Every namespace, old and new, gets a default ServiceAccount and the root CA.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    for ns in ["default", "kube-system", "team"] {
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        eventually(&format!("the {ns} namespace's defaults"), || async {
+            accounts.get_opt("default").await.unwrap().is_some()
+                && maps.get_opt("kube-root-ca.crt").await.unwrap().is_some()
+        })
+        .await;
+        let ca = maps.get("kube-root-ca.crt").await.unwrap();
+        assert!(ca.data.unwrap()["ca.crt"].starts_with("-----BEGIN CERTIFICATE-----"));
+        assert!(
+            ca.metadata.annotations.unwrap()["kubernetes.io/description"]
+                .starts_with("Contains a CA bundle")
+        );
+    }
+    // Deleted, the default ServiceAccount comes back.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");
+    accounts
+        .delete("default", &Default::default())
+        .await
+        .unwrap();
+    eventually("the default ServiceAccount to come back", || async {
+        accounts.get_opt("default").await.unwrap().is_some()
+    })
+    .await;
+
+    // Bootstrap RBAC, with admin, edit and view aggregated from their parts.
+    let roles = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &api(
+            &t,
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+            "clusterroles",
+        ),
+    );
+    let admin = roles.get("cluster-admin").await.unwrap();
+    assert_eq!(
+        admin.data["rules"][0],
+        json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]})
+    );
+    for name in ["view", "edit", "admin"] {
+        eventually(&format!("{name} to aggregate"), || async {
+            let role = roles.get(name).await.unwrap();
+            role.data["rules"].as_array().is_some_and(|r| !r.is_empty())
+        })
+        .await;
+    }
+    let view = roles.get("view").await.unwrap();
+    let edit = roles.get("edit").await.unwrap();
+    let view_rules = view.data["rules"].as_array().unwrap();
+    let edit_rules = edit.data["rules"].as_array().unwrap();
+    eventually("edit to include view", || async {
+        let edit = roles.get("edit").await.unwrap();
+        let edit_rules = edit.data["rules"].as_array().unwrap().clone();
+        view_rules.iter().all(|r| edit_rules.contains(r))
+    })
+    .await;
+    assert!(edit_rules.len() > 1);
+    let bindings = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &api(
+            &t,
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+        ),
+    );
+    let binding = bindings.get("cluster-admin").await.unwrap();
+    assert_eq!(binding.data["subjects"][0]["name"], "system:masters");
+    assert!(bindings.get("system:public-info-viewer").await.is_ok());
+
+    // The system priority classes, defaulted.
+    let classes = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &api(
+            &t,
+            "scheduling.k8s.io",
+            "v1",
+            "PriorityClass",
+            "priorityclasses",
+        ),
+    );
+    let critical = classes.get("system-node-critical").await.unwrap();
+    assert_eq!(critical.data["value"], 2000001000);
+    assert!(classes.get("system-cluster-critical").await.is_ok());
+
+    // The kubernetes Service's EndpointSlice, and an APIService per built-in group-version.
+    let slices = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        "default",
+        &api(
+            &t,
+            "discovery.k8s.io",
+            "v1",
+            "EndpointSlice",
+            "endpointslices",
+        ),
+    );
+    let slice = slices.get("kubernetes").await.unwrap();
+    assert_eq!(
+        slice.metadata.labels.unwrap()["kubernetes.io/service-name"],
+        "kubernetes"
+    );
+    let services = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &api(
+            &t,
+            "apiregistration.k8s.io",
+            "v1",
+            "APIService",
+            "apiservices",
+        ),
+    );
+    let listed = services.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 20);
+    let apps = services.get("v1.apps").await.unwrap();
+    assert_eq!(apps.data["spec"]["groupPriorityMinimum"], 17800);
+    assert_eq!(apps.data["status"]["conditions"][0]["reason"], "Local");
+    assert!(services.get("v1.").await.is_ok());
+}
+
+/// Field selectors accept what kube-apiserver's conversion functions accept, and refuse the
+/// rest with its words.
+#[tokio::test]
+async fn field_selectors_follow_each_kind() {
+    let t = TestServer::start(Backend::Memory).await;
+    let pods: Api<Pod> = Api::namespaced(t.client.clone(), "default");
+    for (name, node, host_network) in [("a", "n1", false), ("b", "n2", true)] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "hostNetwork": host_network, "containers": [{"name": "c", "image": "busybox"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let names = |list: kube::core::ObjectList<Pod>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect()
+    };
+    let by = |s: &str| ListParams::default().fields(s);
+    assert_eq!(
+        names(pods.list(&by("spec.nodeName=n2")).await.unwrap()),
+        ["b"]
+    );
+    assert_eq!(names(pods.list(&by("spec.host=n1")).await.unwrap()), ["a"]);
+    assert_eq!(
+        names(pods.list(&by("spec.hostNetwork=false")).await.unwrap()),
+        ["a"]
+    );
+    assert_eq!(
+        names(
+            pods.list(&by("status.phase=Pending,spec.nodeName!=n1"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+
+    let refused = |path: &'static str| {
+        let t = &t;
+        async move {
+            let (code, status) = t.raw("GET", path, None, Vec::new()).await;
+            assert_eq!(
+                (code, status["reason"].as_str()),
+                (400, Some("BadRequest")),
+                "{path}"
+            );
+            status["message"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(
+        refused("/api/v1/pods?fieldSelector=spec.bogus%3Dx").await,
+        "field label not supported: spec.bogus"
+    );
+    assert_eq!(
+        refused("/apis/apps/v1/deployments?fieldSelector=status.replicas%3D1").await,
+        r#""status.replicas" is not a known field selector: only "metadata.name", "metadata.namespace""#
+    );
+    assert_eq!(
+        refused("/apis/batch/v1/jobs?fieldSelector=status.succeeded%3D1").await,
+        r#"field label "status.succeeded" not supported for batchv1.Job"#
+    );
+    // Nodes are cluster-scoped and have a conversion function: no metadata.namespace.
+    assert_eq!(
+        refused("/api/v1/nodes?fieldSelector=metadata.namespace%3Dx").await,
+        "field label not supported: metadata.namespace"
+    );
+    let (code, _) = t
+        .raw(
+            "GET",
+            "/api/v1/nodes?fieldSelector=spec.unschedulable%3Dfalse",
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(code, 200);
+}
+
+/// events.k8s.io Events are core Events: one object, two views, and selectors in each
+/// view's names.
+#[tokio::test]
+async fn events_are_one_object_in_two_groups() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, created) = send(
+        &t,
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "pulled"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "regarding": {"kind": "Pod", "name": "web", "namespace": "default"},
+            "note": "Pulled the image", "reason": "Pulled", "type": "Normal", "action": "Pull",
+            "reportingController": "kubelet", "reportingInstance": "node-1",
+        }),
+    )
+    .await;
+    assert_eq!(code, 200, "{created}");
+    assert_eq!(created["regarding"]["name"], "web");
+    let core = get(&t, "/api/v1/namespaces/default/events/pulled").await;
+    assert_eq!(core["apiVersion"], "v1");
+    assert_eq!(core["involvedObject"]["name"], "web");
+    assert_eq!(core["message"], "Pulled the image");
+    assert_eq!(core["reportingComponent"], "kubelet");
+    let selected = get(
+        &t,
+        "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=regarding.name%3Dweb,reportingController%3Dkubelet",
+    )
+    .await;
+    assert_eq!(selected["items"].as_array().unwrap().len(), 1);
+    assert_eq!(selected["items"][0]["note"], "Pulled the image");
+    let core_selected = get(&t, "/api/v1/events?fieldSelector=involvedObject.name%3Dweb").await;
+    assert_eq!(core_selected["items"].as_array().unwrap().len(), 1);
+    let (code, status) = t
+        .raw(
+            "GET",
+            "/apis/events.k8s.io/v1/events?fieldSelector=involvedObject.name%3Dweb",
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("field label not supported: involvedObject.name"))
+    );
+}
+
+/// HorizontalPodAutoscalers are served as autoscaling/v1 and v2 from one stored object.
+#[tokio::test]
+async fn autoscalers_are_served_in_both_versions() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, created) = send(
+        &t,
+        "POST",
+        "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers",
+        json!({
+            "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "minReplicas": 1, "maxReplicas": 5, "targetCPUUtilizationPercentage": 70},
+        }),
+    )
+    .await;
+    assert_eq!(code, 200, "{created}");
+    assert_eq!(created["apiVersion"], "autoscaling/v1");
+    assert_eq!(created["spec"]["targetCPUUtilizationPercentage"], 70);
+    let v2 = get(
+        &t,
+        "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers/web",
+    )
+    .await;
+    assert_eq!(v2["apiVersion"], "autoscaling/v2");
+    assert_eq!(
+        v2["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        70
+    );
+    // A v2-only metric survives a v1 round trip.
+    let mut with_pods = v2.clone();
+    with_pods["spec"]["metrics"].as_array_mut().unwrap().push(json!(
+        {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "10"}}}
+    ));
+    let (code, _) = send(
+        &t,
+        "PUT",
+        "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers/web",
+        with_pods,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let v1 = get(
+        &t,
+        "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/web",
+    )
+    .await;
+    let (code, _) = send(
+        &t,
+        "PUT",
+        "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers/web",
+        v1,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let v2 = get(
+        &t,
+        "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers/web",
+    )
+    .await;
+    assert_eq!(v2["spec"]["metrics"].as_array().unwrap().len(), 2);
+    assert!(v2["metadata"].get("annotations").is_none(), "{v2}");
+}
+
+/// The review resources answer and store nothing; other verbs are not served.
+#[tokio::test]
+async fn reviews_answer_without_storing() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, review) = send(
+        &t,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+    )
+    .await;
+    assert_eq!(code, 200, "{review}");
+    assert_eq!(review["status"]["userInfo"]["username"], "kubernetes-admin");
+    let (code, review) = send(
+        &t,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+               "spec": {"resourceAttributes": {"verb": "list", "resource": "pods"}}}),
+    )
+    .await;
+    assert_eq!((code, &review["status"]["allowed"]), (200, &json!(true)));
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {}}),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")));
+    let (code, status) = t
+        .raw(
+            "GET",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (405, Some("MethodNotAllowed"))
+    );
+    let statuses = get(&t, "/api/v1/componentstatuses").await;
+    let names: Vec<&str> = statuses["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["controller-manager", "etcd-0"]);
+    assert_eq!(
+        get(&t, "/api/v1/componentstatuses/etcd-0").await["conditions"][0]["status"],
+        "True"
+    );
+}
+
+/// Binding assigns a pod once; eviction honours a PodDisruptionBudget; the kubelet
+/// subresources say why they cannot answer.
+#[tokio::test]
+async fn pods_bind_evict_and_need_a_kubelet() {
+    let t = TestServer::start(Backend::Memory).await;
+    let pods: Api<Pod> = Api::namespaced(t.client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let (code, status) = t
+        .raw(
+            "GET",
+            "/api/v1/namespaces/default/pods/web/log",
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("pod web does not have a host assigned"))
+    );
+
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web"},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}});
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods/web/binding",
+        binding.clone(),
+    )
+    .await;
+    assert_eq!(
+        (code, status["status"].as_str()),
+        (200, Some("Success")),
+        "{status}"
+    );
+    assert_eq!(
+        pods.get("web")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .node_name
+            .as_deref(),
+        Some("node-1")
+    );
+    let (code, status) = send(&t, "POST", "/api/v1/namespaces/default/bindings", binding).await;
+    assert_eq!(code, 409, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"Operation cannot be fulfilled on pods/binding "web": pod web is already assigned to node "node-1""#
+    );
+
+    // Running pods are guarded by their budget.
+    let mut running = pods.get_status("web").await.unwrap();
+    running.status.as_mut().unwrap().phase = Some("Running".into());
+    pods.replace_status("web", &PostParams::default(), &running)
+        .await
+        .unwrap();
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "web"},
+               "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web", "namespace": "default"}});
+    let (code, status) = t
+        .call(
+            "POST",
+            "/api/v1/namespaces/default/pods/web/eviction",
+            eviction.clone(),
+        )
+        .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (429, Some("TooManyRequests")),
+        "{status}"
+    );
+    assert_eq!(
+        status["details"]["causes"][0]["message"],
+        "The disruption budget web needs 0 healthy pods and has 0 currently"
+    );
+    assert_eq!(
+        status["message"],
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
+    assert!(pods.get_opt("web").await.unwrap().is_some());
+    let mut budget = get(
+        &t,
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web",
+    )
+    .await;
+    budget["status"] = json!({"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1});
+    let (code, _) = send(
+        &t,
+        "PUT",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets/web/status",
+        budget,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods/web/eviction",
+        eviction,
+    )
+    .await;
+    assert_eq!(code, 200, "{status}");
+    assert!(pods.get_opt("web").await.unwrap().is_none());
+}
+
+/// A built-in status write keeps the metadata it changes (a custom resource's would not).
+#[tokio::test]
+async fn status_writes_keep_metadata_changes() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/apis/batch/v1/namespaces/default/cronjobs",
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick"},
+               "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                   "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let mut cron = get(&t, "/apis/batch/v1/namespaces/default/cronjobs/tick").await;
+    cron["metadata"]["annotations"] = json!({"seen": "yes"});
+    cron["status"] = json!({"lastScheduleTime": "2026-01-01T00:00:00Z"});
+    cron["spec"]["schedule"] = json!("@hourly");
+    let (code, written) = send(
+        &t,
+        "PUT",
+        "/apis/batch/v1/namespaces/default/cronjobs/tick/status",
+        cron,
+    )
+    .await;
+    assert_eq!(code, 200, "{written}");
+    assert_eq!(written["metadata"]["annotations"]["seen"], "yes");
+    assert_eq!(
+        written["status"]["lastScheduleTime"],
+        "2026-01-01T00:00:00Z"
+    );
+    assert_eq!(written["spec"]["schedule"], "*/5 * * * *");
+}
+
+/// A TokenRequest issues a token that a TokenReview accepts as the ServiceAccount.
+#[tokio::test]
+async fn service_account_tokens_are_issued_and_reviewed() {
+    let t = TestServer::start(Backend::Memory).await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(t.client.clone(), "default");
+    let account = accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "builder"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let (code, issued) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/builder/token",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"audiences": ["vault"], "expirationSeconds": 1200}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{issued}");
+    assert_eq!(issued["kind"], "TokenRequest");
+    assert_eq!(issued["metadata"]["name"], "builder");
+    let token = issued["status"]["token"].as_str().unwrap().to_string();
+    assert!(
+        issued["status"]["expirationTimestamp"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
+    let review = |audience: &'static str| {
+        let t = &t;
+        let token = token.clone();
+        async move {
+            let (code, review) = send(
+                t,
+                "POST",
+                "/apis/authentication.k8s.io/v1/tokenreviews",
+                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                       "spec": {"token": token, "audiences": [audience]}}),
+            )
+            .await;
+            assert_eq!(code, 200, "{review}");
+            review["status"].clone()
+        }
+    };
+    let status = review("vault").await;
+    assert_eq!(status["authenticated"], true);
+    assert_eq!(
+        status["user"]["username"],
+        "system:serviceaccount:default:builder"
+    );
+    assert_eq!(
+        status["user"]["uid"],
+        account.metadata.uid.unwrap().as_str()
+    );
+    assert_eq!(status["audiences"], json!(["vault"]));
+    assert_eq!(review("elsewhere").await, json!({"user": {}}));
+
+    // Bad requests: too short a lifetime, an unknown account.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/builder/token",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 60}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"TokenRequest.authentication.k8s.io "builder" is invalid: spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"#
+    );
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/nobody/token",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest"}),
+    )
+    .await;
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (404, Some(r#"serviceaccounts "nobody" not found"#))
+    );
+}
