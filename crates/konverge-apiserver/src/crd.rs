@@ -533,6 +533,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                 stored_under: None,
                 conversion: None,
                 status_resets: crate::resources::STATUS_RESETS_ALL,
+                allocates_addresses: false,
                 custom: Some(Arc::new(CustomResource {
                     crd_name: crd_name.clone(),
                     storage_version: storage.clone(),

@@ -26,6 +26,15 @@ impl Cause {
         let field = field.into();
         let shown = match value {
             Value::String(s) => format!("{s:?}"),
+            // Go prints a []string value with %#v.
+            Value::Array(items) if items.iter().all(Value::is_string) => format!(
+                "[]string{{{}}}",
+                items
+                    .iter()
+                    .map(|i| format!("{:?}", i.as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             other => other.to_string(),
         };
         Cause {

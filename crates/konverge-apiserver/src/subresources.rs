@@ -246,8 +246,8 @@ pub async fn needs_kubelet(
     err
 }
 
-/// `componentstatuses`: the store (as `etcd-0`) and the control loops (as
-/// `controller-manager`), which is what this server has of kube-apiserver's components.
+/// `componentstatuses`: the components kube-apiserver reports on, as this server has them:
+/// the store (as `etcd-0`), the control loops (as `controller-manager`), and no scheduler.
 pub async fn component_statuses(server: &ApiServer) -> Vec<Value> {
     let store = server.registry().store().current_revision().await;
     let condition = |healthy: bool, message: &str, error: Option<String>| {
@@ -261,9 +261,15 @@ pub async fn component_statuses(server: &ApiServer) -> Vec<Value> {
         Ok(_) => condition(true, "ok", None),
         Err(e) => condition(false, "", Some(e.to_string())),
     };
+    let scheduler = condition(
+        false,
+        "",
+        Some("this server runs no scheduler: pods are placed by bindings".into()),
+    );
     [
         ("controller-manager", condition(true, "ok", None)),
         ("etcd-0", etcd),
+        ("scheduler", scheduler),
     ]
     .into_iter()
     .map(|(name, c)| {

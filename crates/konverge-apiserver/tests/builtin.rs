@@ -671,7 +671,7 @@ async fn reviews_answer_without_storing() {
         .iter()
         .map(|s| s["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["controller-manager", "etcd-0"]);
+    assert_eq!(names, ["controller-manager", "etcd-0", "scheduler"]);
     assert_eq!(
         get(&t, "/api/v1/componentstatuses/etcd-0").await["conditions"][0]["status"],
         "True"
@@ -913,4 +913,135 @@ async fn service_account_tokens_are_issued_and_reviewed() {
         (code, status["message"].as_str()),
         (404, Some(r#"serviceaccounts "nobody" not found"#))
     );
+}
+
+/// Services get a cluster IP (an IPAddress object each) and node ports; taken ones are
+/// refused with kube-apiserver's words; a delete gives the IP back.
+#[tokio::test]
+async fn services_get_addresses_allocated() {
+    let t = TestServer::start(Backend::Memory).await;
+    let service = |name: &str, spec: Value| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec});
+    let (code, web) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        service("web", json!({"ports": [{"port": 80}]})),
+    )
+    .await;
+    assert_eq!(code, 200, "{web}");
+    let ip = web["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(ip.starts_with("10."), "{ip}");
+    assert_eq!(web["spec"]["clusterIPs"], json!([ip]));
+    assert_eq!(web["spec"]["ipFamilies"], json!(["IPv4"]));
+    let address = get(&t, &format!("/apis/networking.k8s.io/v1/ipaddresses/{ip}")).await;
+    assert_eq!(address["spec"]["parentRef"]["name"], "web");
+
+    let (code, taken) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        service("again", json!({"clusterIP": ip, "ports": [{"port": 80}]})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        taken["message"],
+        format!(
+            r#"Service "again" is invalid: spec.clusterIPs: Invalid value: []string{{"{ip}"}}: failed to allocate IP {ip}: provided IP is already allocated"#
+        )
+    );
+    let (code, np) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        service("np", json!({"type": "NodePort", "ports": [{"port": 80}]})),
+    )
+    .await;
+    assert_eq!(code, 200, "{np}");
+    let node_port = np["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&node_port));
+    assert_eq!(np["spec"]["externalTrafficPolicy"], "Cluster");
+    let (code, clash) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        service(
+            "np2",
+            json!({"type": "NodePort", "ports": [{"port": 81, "nodePort": node_port}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        clash["message"],
+        format!(
+            r#"Service "np2" is invalid: spec.ports[0].nodePort: Invalid value: {node_port}: provided port is already allocated"#
+        )
+    );
+    let (code, headless) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        service(
+            "headless",
+            json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (code, &headless["spec"]["clusterIP"]),
+        (200, &json!("None"))
+    );
+
+    // A PUT without the addresses keeps them; one that changes the IP is refused.
+    let (code, replaced) = send(
+        &t,
+        "PUT",
+        "/api/v1/namespaces/default/services/web",
+        service(
+            "web",
+            json!({"ports": [{"port": 80}], "selector": {"app": "web"}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 200, "{replaced}");
+    assert_eq!(replaced["spec"]["clusterIP"], ip.as_str());
+    let (code, moved) = send(
+        &t,
+        "PUT",
+        "/api/v1/namespaces/default/services/web",
+        service(
+            "web",
+            json!({"clusterIP": "10.96.7.7", "ports": [{"port": 80}]}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 422, "{moved}");
+    assert!(
+        moved["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("spec.clusterIPs[0]: Invalid value: \"10.96.7.7\": may not change once set"),
+        "{moved}"
+    );
+
+    // Deleted, the Service gives its IP back.
+    let (code, _) = t
+        .raw(
+            "DELETE",
+            "/api/v1/namespaces/default/services/web",
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (code, _) = t
+        .raw(
+            "GET",
+            &format!("/apis/networking.k8s.io/v1/ipaddresses/{ip}"),
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(code, 404);
 }

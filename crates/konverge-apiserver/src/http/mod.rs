@@ -4,6 +4,7 @@
 //! Everything a response can be — an object, a list, a `Table`, a watch stream, a `Status`
 //! failure — is produced here; the registry never sees HTTP.
 
+mod order;
 mod request;
 pub mod route;
 
@@ -34,12 +35,16 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn json_response(
-    code: StatusCode,
-    body: &impl serde::Serialize,
-    content_type: Option<&str>,
-) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+/// A response whose body is an API object, list or `Status`, keys in kube-apiserver's order.
+fn json_response(code: StatusCode, body: &Value, content_type: Option<&str>) -> Response {
+    bytes_response(
+        code,
+        serde_json::to_vec(&order::GoOrder(body)).unwrap_or_default(),
+        content_type,
+    )
+}
+
+fn bytes_response(code: StatusCode, bytes: Vec<u8>, content_type: Option<&str>) -> Response {
     let mut response = (code, bytes).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -307,13 +312,24 @@ async fn resource(
                 ));
             }
             // Serialized straight from the (cache-shared) objects, without a copy.
-            #[derive(serde::Serialize)]
             struct List<'a> {
                 kind: String,
-                #[serde(rename = "apiVersion")]
                 api_version: String,
                 metadata: Value,
                 items: Vec<&'a Value>,
+            }
+            impl serde::Serialize for List<'_> {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    use serde::ser::SerializeMap;
+                    let items: Vec<order::GoOrder<'_>> =
+                        self.items.iter().map(|i| order::GoOrder(i)).collect();
+                    let mut map = s.serialize_map(Some(4))?;
+                    map.serialize_entry("kind", &self.kind)?;
+                    map.serialize_entry("apiVersion", &self.api_version)?;
+                    map.serialize_entry("metadata", &order::GoOrder(&self.metadata))?;
+                    map.serialize_entry("items", &items)?;
+                    map.end()
+                }
             }
             let list = List {
                 kind: rt.list_kind(),
@@ -321,7 +337,8 @@ async fn resource(
                 metadata: meta,
                 items: listed.items.iter().map(|o| &**o).collect(),
             };
-            Ok(json_response(StatusCode::OK, &list, None))
+            let bytes = serde_json::to_vec(&list).unwrap_or_default();
+            Ok(bytes_response(StatusCode::OK, bytes, None))
         }
         ("GET", Some(name)) => {
             let obj = registry
@@ -481,6 +498,24 @@ fn written_response(
     )
 }
 
+/// One watch event as a line of JSON: `type`, then the object in kube-apiserver's order.
+fn watch_line(event: &WatchEvent) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        object: order::GoOrder<'a>,
+    }
+    let (kind, object) = event.parts();
+    let mut line = serde_json::to_vec(&Line {
+        kind,
+        object: order::GoOrder(object),
+    })
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 fn watch_response(
     stream: impl futures::Stream<Item = WatchEvent> + Send + 'static,
     rt: &Arc<crate::resources::ResourceType>,
@@ -515,7 +550,7 @@ event.with_object(m)
             }
             _ => event,
         };
-        Ok::<Bytes, std::convert::Infallible>(Bytes::from(event.to_json_line()))
+        Ok::<Bytes, std::convert::Infallible>(Bytes::from(watch_line(&event)))
     });
     let content_type = if table {
         Accept::TABLE

@@ -11,6 +11,7 @@
 //! per resource (`cache.rs`: one store watch per resource, objects decoded once, a bounded ring
 //! of events shared by every watcher), as kube-apiserver's cacher serves them.
 
+mod allocate;
 mod cache;
 mod list;
 mod update;
@@ -534,8 +535,8 @@ impl Registry {
         if let (true, Some(ns)) = (rt.namespaced, ns) {
             self.check_namespace(rt, ns, &name).await?;
         }
-        let value = encode(rt, &obj)?;
         if opts.dry_run {
+            encode(rt, &obj)?;
             if self.read(rt, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(target(rt, &name)));
             }
@@ -545,11 +546,26 @@ impl Registry {
                 warnings,
             });
         }
-        let rev = self
-            .store
-            .create(Bytes::from(rt.key(ns, &name)), value)
-            .await
-            .map_err(|e| ApiError::from_store(e, target(rt, &name)))?;
+        let allocated = if rt.allocates_addresses {
+            self.allocate_service(rt, ns, &mut obj).await?
+        } else {
+            allocate::Allocated::default()
+        };
+        let created = match encode(rt, &obj) {
+            Ok(value) => self
+                .store
+                .create(Bytes::from(rt.key(ns, &name)), value)
+                .await
+                .map_err(|e| ApiError::from_store(e, target(rt, &name))),
+            Err(e) => Err(e),
+        };
+        let rev = match created {
+            Ok(rev) => rev,
+            Err(e) => {
+                self.release_allocated(allocated).await;
+                return Err(e);
+            }
+        };
         set_rv(&mut obj, rev);
         Ok(Written {
             object: obj,
@@ -789,6 +805,9 @@ impl Registry {
             }
             None => {
                 let mut merged = new;
+                if rt.allocates_addresses {
+                    allocate::carry_service_addresses(&mut merged, current);
+                }
                 if is_namespace(rt) {
                     // Only `/finalize` changes a namespace's finalizers.
                     merged["spec"]["finalizers"] = current
@@ -935,6 +954,9 @@ impl Registry {
                 Ok(mark_deleted(rt, current, opts.propagation))
             })
             .await?;
+        if outcome == Outcome::Deleted && rt.allocates_addresses && !opts.dry_run {
+            self.release_service(&object).await;
+        }
         Ok(match outcome {
             Outcome::Deleted => Deleted::Gone(object),
             Outcome::Stored | Outcome::Unchanged => Deleted::Pending(object),

@@ -64,7 +64,8 @@ pub enum WatchEvent {
 }
 
 impl WatchEvent {
-    fn parts(&self) -> (&'static str, &Arc<Value>) {
+    /// The event's type (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`) and object.
+    pub fn parts(&self) -> (&'static str, &Arc<Value>) {
         match self {
             WatchEvent::Added(o) => ("ADDED", o),
             WatchEvent::Modified(o) => ("MODIFIED", o),
@@ -78,21 +79,6 @@ impl WatchEvent {
     pub fn to_json(&self) -> Value {
         let (kind, object) = self.parts();
         json!({"type": kind, "object": Value::clone(object)})
-    }
-
-    /// The event as one line of a JSON watch stream (with its newline), written without
-    /// copying the object.
-    pub fn to_json_line(&self) -> Vec<u8> {
-        #[derive(serde::Serialize)]
-        struct Line<'a> {
-            #[serde(rename = "type")]
-            kind: &'static str,
-            object: &'a Value,
-        }
-        let (kind, object) = self.parts();
-        let mut line = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
-        line.push(b'\n');
-        line
     }
 
     /// The object the event carries.

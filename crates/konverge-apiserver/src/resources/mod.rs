@@ -286,6 +286,8 @@ pub struct ResourceType {
     /// from the current object); other metadata changes are kept. Custom resources' status
     /// writes change the status only.
     pub status_resets: &'static [&'static str],
+    /// Whether objects get cluster IPs and node ports allocated (Services).
+    pub allocates_addresses: bool,
 }
 
 /// The metadata `ResetObjectMetaForStatus` resets.

@@ -1128,29 +1128,28 @@ pub(super) fn persistent_volume_claims() -> Vec<Column> {
     ]
 }
 
+/// A ComponentStatus's first `Healthy` condition (its conditions are not under `status`).
+fn healthy(o: &Value) -> Option<&Value> {
+    o.get("conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Healthy"))
+}
+
 pub(super) fn component_statuses() -> Vec<Column> {
     vec![
         name(),
         col("Status", "string", |o| {
-            json!(match condition(o, "Healthy") {
+            json!(match healthy(o) {
                 Some(c) if c["status"] == "True" => "Healthy",
                 Some(_) => "Unhealthy",
                 None => "Unknown",
             })
         }),
         col("Message", "string", |o| {
-            json!(
-                condition(o, "Healthy")
-                    .and_then(|c| c["message"].as_str())
-                    .unwrap_or("")
-            )
+            json!(healthy(o).and_then(|c| c["message"].as_str()).unwrap_or(""))
         }),
         col("Error", "string", |o| {
-            json!(
-                condition(o, "Healthy")
-                    .and_then(|c| c["error"].as_str())
-                    .unwrap_or("")
-            )
+            json!(healthy(o).and_then(|c| c["error"].as_str()).unwrap_or(""))
         }),
     ]
 }

@@ -11,6 +11,7 @@
 
 mod columns;
 mod convert;
+mod defaults;
 mod fields;
 mod strategy;
 
@@ -118,6 +119,7 @@ where
         stored_under: None,
         conversion: None,
         status_resets: &[],
+        allocates_addresses: false,
     }
 }
 
@@ -211,6 +213,11 @@ impl ResourceType {
         self.status_resets = fields;
         self
     }
+    fn allocates_addresses(mut self) -> Self {
+        self.allocates_addresses = true;
+        self.validate = Some(strategy::validate_service);
+        self
+    }
     fn create_on_update(mut self) -> Self {
         self.create_on_update = true;
         self
@@ -265,6 +272,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<core::v1::Endpoints>()
             .short(&["ep"])
             .create_on_update()
+            .defaults(defaults::endpoints)
             .columns(columns::endpoints()),
         declare::<core::v1::Event>()
             .short(&["ev"])
@@ -292,11 +300,13 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<core::v1::PersistentVolumeClaim>()
             .short(&["pvc"])
             .with_status()
+            .defaults(strategy::default_persistent_volume_claim)
             .on_create(strategy::prepare_pending)
             .columns(columns::persistent_volume_claims()),
         declare::<core::v1::PersistentVolume>()
             .short(&["pv"])
             .with_status()
+            .defaults(strategy::default_persistent_volume)
             .on_create(strategy::prepare_pending)
             .columns(columns::persistent_volumes()),
         declare::<core::v1::Pod>()
@@ -314,12 +324,14 @@ pub fn catalog() -> Vec<ResourceType> {
             .sub_kind("portforward", "PodPortForwardOptions", CREATE_GET)
             .sub_kind("proxy", "PodProxyOptions", PROXY)
             .sub("resize", SUBRESOURCE_VERBS)
-            .on_create(strategy::prepare_pod)
+            .defaults(defaults::pod)
+            .on_create(defaults::prepare_pod)
             .validate(strategy::validate_pod)
             .columns(columns::pods())
             .fields(FieldLabels::Converted, pod_fields()),
         declare::<core::v1::PodTemplate>()
             .with_generation()
+            .defaults(defaults::pod_template)
             .columns(columns::pod_templates()),
         declare::<core::v1::ReplicationController>()
             .short(&["rc"])
@@ -327,7 +339,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .with_scale()
             .with_generation()
-            .defaults(strategy::default_replicas)
+            .defaults(defaults::replication_controller)
             .columns(columns::replication_controllers())
             .fields(FieldLabels::Converted, replication_controller_fields()),
         declare::<core::v1::ResourceQuota>()
@@ -349,6 +361,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .names(Rfc1035Label)
             .create_on_update()
             .sub_kind("proxy", "ServiceProxyOptions", PROXY)
+            .allocates_addresses()
             .defaults(strategy::default_service)
             .columns(columns::services())
             .fields(FieldLabels::Converted, service_fields()),
@@ -397,6 +410,8 @@ pub fn catalog() -> Vec<ResourceType> {
             .in_all()
             .with_status()
             .with_generation()
+            .defaults(defaults::daemon_set)
+            .on_create(defaults::prepare_daemon_set)
             .validate(strategy::validate_workload)
             .columns(columns::daemon_sets()),
         declare::<apps::v1::Deployment>()
@@ -406,7 +421,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .with_scale()
             .with_generation()
-            .defaults(strategy::default_replicas)
+            .defaults(defaults::deployment)
             .validate(strategy::validate_workload)
             .columns(columns::deployments()),
         declare::<apps::v1::ReplicaSet>()
@@ -415,7 +430,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .with_scale()
             .with_generation()
-            .defaults(strategy::default_replicas)
+            .defaults(defaults::replica_set)
             .validate(strategy::validate_workload)
             .columns(columns::replica_sets()),
         declare::<apps::v1::StatefulSet>()
@@ -424,7 +439,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .with_scale()
             .with_generation()
-            .defaults(strategy::default_replicas)
+            .defaults(defaults::stateful_set)
             .validate(strategy::validate_workload)
             .columns(columns::stateful_sets()),
         // authentication.k8s.io/v1
@@ -447,11 +462,13 @@ pub fn catalog() -> Vec<ResourceType> {
                 to_served: convert::hpa_to_v1,
                 to_storage: convert::hpa_to_v2,
             })
+            .defaults(defaults::horizontal_pod_autoscaler)
             .columns(columns::horizontal_pod_autoscalers()),
         declare::<autoscaling::v2::HorizontalPodAutoscaler>()
             .short(&["hpa"])
             .in_all()
             .with_status()
+            .defaults(defaults::horizontal_pod_autoscaler)
             .columns(columns::horizontal_pod_autoscalers()),
         // batch/v1
         declare::<batch::v1::CronJob>()
@@ -459,11 +476,14 @@ pub fn catalog() -> Vec<ResourceType> {
             .in_all()
             .with_status()
             .with_generation()
+            .defaults(defaults::cron_job)
             .columns(columns::cron_jobs()),
         declare::<batch::v1::Job>()
             .in_all()
             .with_status()
             .with_generation()
+            .defaults(defaults::job)
+            .on_create(defaults::prepare_job)
             .columns(columns::jobs())
             .fields(FieldLabels::Job, job_fields()),
         // certificates.k8s.io/v1
@@ -471,6 +491,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .short(&["csr"])
             .with_status()
             .sub("approval", SUBRESOURCE_VERBS)
+            .on_create(strategy::prepare_certificate_signing_request)
             .columns(columns::certificate_signing_requests())
             .fields(FieldLabels::Converted, csr_fields()),
         // coordination.k8s.io/v1
@@ -480,6 +501,7 @@ pub fn catalog() -> Vec<ResourceType> {
         // discovery.k8s.io/v1
         declare::<discovery::v1::EndpointSlice>()
             .with_generation()
+            .defaults(defaults::endpoint_slice)
             .columns(columns::endpoint_slices()),
         // events.k8s.io/v1: core Events, converted
         declare::<events::v1::Event>()
@@ -518,6 +540,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<networking::v1::NetworkPolicy>()
             .short(&["netpol"])
             .with_generation()
+            .defaults(defaults::network_policy)
             .columns(columns::network_policies()),
         declare::<networking::v1::ServiceCIDR>()
             .status_resets(STATUS_RESETS_ALL)
@@ -538,6 +561,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<rbac::v1::ClusterRoleBinding>()
             .names(PathSegment)
             .create_on_update()
+            .defaults(defaults::role_binding)
             .columns(columns::role_bindings()),
         declare::<rbac::v1::ClusterRole>()
             .names(PathSegment)
@@ -545,6 +569,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<rbac::v1::RoleBinding>()
             .names(PathSegment)
             .create_on_update()
+            .defaults(defaults::role_binding)
             .columns(columns::role_bindings()),
         declare::<rbac::v1::Role>()
             .names(PathSegment)
@@ -552,15 +577,18 @@ pub fn catalog() -> Vec<ResourceType> {
         // scheduling.k8s.io/v1
         declare::<scheduling::v1::PriorityClass>()
             .short(&["pc"])
+            .defaults(defaults::priority_class)
             .columns(columns::priority_classes()),
         // storage.k8s.io/v1
         declare::<storage::v1::CSIDriver>()
             .with_generation()
+            .defaults(defaults::csi_driver)
             .columns(columns::csi_drivers()),
         declare::<storage::v1::CSINode>().columns(columns::csi_nodes()),
         declare::<storage::v1::CSIStorageCapacity>().columns(columns::csi_storage_capacities()),
         declare::<storage::v1::StorageClass>()
             .short(&["sc"])
+            .defaults(defaults::storage_class)
             .columns(columns::storage_classes()),
         declare::<storage::v1::VolumeAttachment>()
             .status_resets(STATUS_RESETS_ALL)

@@ -24,31 +24,66 @@ pub(super) fn prepare_namespace(obj: &mut Value) {
     }
 }
 
-/// Pods start Pending.
-pub(super) fn prepare_pod(obj: &mut Value) {
-    if obj.pointer("/status/phase").is_none() {
-        obj["status"] = json!({"phase": "Pending"});
-    }
-}
-
 /// PersistentVolumes and claims start Pending.
 pub(super) fn prepare_pending(obj: &mut Value) {
     obj["status"] = json!({"phase": "Pending"});
 }
 
-/// Secrets without a type are Opaque.
+/// Secrets without a type are Opaque; `stringData` is written into `data` (base64), where
+/// it wins over a key of the same name, and is not kept.
 pub(super) fn default_secret(obj: &mut Value) {
+    use base64::Engine;
     if obj.get("type").is_none_or(Value::is_null) {
         obj["type"] = json!("Opaque");
     }
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    if !map.get("data").is_some_and(Value::is_object) {
+        map.insert("data".into(), json!({}));
+    }
+    if let Some(data) = map.get_mut("data").and_then(Value::as_object_mut) {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            data.insert(
+                key,
+                json!(base64::engine::general_purpose::STANDARD.encode(text)),
+            );
+        }
+    }
 }
 
-pub(super) fn default_replicas(obj: &mut Value) {
-    if obj.pointer("/spec/replicas").is_none_or(Value::is_null)
-        && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
-    {
-        spec.insert("replicas".into(), json!(1));
+/// Manually made PersistentVolumes are retained when released; volumes are filesystems.
+pub(super) fn default_persistent_volume(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("persistentVolumeReclaimPolicy")
+            .or_insert_with(|| json!("Retain"));
+        spec.entry("volumeMode")
+            .or_insert_with(|| json!("Filesystem"));
     }
+}
+
+/// Claims are for filesystems unless they say otherwise.
+pub(super) fn default_persistent_volume_claim(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("volumeMode")
+            .or_insert_with(|| json!("Filesystem"));
+    }
+}
+
+/// A signing request records who asked (the only identity the server knows is the admin's)
+/// and starts with no conditions.
+pub(super) fn prepare_certificate_signing_request(obj: &mut Value) {
+    obj["spec"]["username"] = json!(crate::ADMIN_USER);
+    obj["spec"]["groups"] = json!(crate::ADMIN_GROUPS);
+    if let Some(spec) = obj["spec"].as_object_mut() {
+        spec.remove("uid");
+        spec.remove("extra");
+    }
+    obj["status"] = json!({});
 }
 
 pub(super) fn default_service(obj: &mut Value) {
@@ -58,6 +93,23 @@ pub(super) fn default_service(obj: &mut Value) {
     spec.entry("type").or_insert_with(|| json!("ClusterIP"));
     spec.entry("sessionAffinity")
         .or_insert_with(|| json!("None"));
+    let kind = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if kind != "ExternalName" {
+        spec.entry("internalTrafficPolicy")
+            .or_insert_with(|| json!("Cluster"));
+    }
+    if kind == "NodePort" || kind == "LoadBalancer" {
+        spec.entry("externalTrafficPolicy")
+            .or_insert_with(|| json!("Cluster"));
+    }
+    if kind == "LoadBalancer" {
+        spec.entry("allocateLoadBalancerNodePorts")
+            .or_insert_with(|| json!(true));
+    }
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports {
             let Some(port) = port.as_object_mut() else {
@@ -142,6 +194,32 @@ pub(super) fn validate_workload(obj: &Value, _old: Option<&Value>) -> Vec<Cause>
         None => causes.push(Cause::required("spec.template.spec.containers")),
         Some(cs) if cs.is_empty() => causes.push(Cause::required("spec.template.spec.containers")),
         Some(cs) => containers(cs, "spec.template.spec.containers", &mut causes),
+    }
+    causes
+}
+
+/// A Service keeps the addresses it was given: an update that leaves them out keeps them
+/// (see [`carry_service_addresses`]), one that changes them is refused.
+pub(super) fn validate_service(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let Some(old) = old else {
+        return causes;
+    };
+    let before = old
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let after = obj
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let external_name = obj.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
+    if !before.is_empty() && before != after && !external_name {
+        causes.push(Cause::invalid(
+            "spec.clusterIPs[0]",
+            &json!(after),
+            "may not change once set",
+        ));
     }
     causes
 }
