@@ -52,9 +52,13 @@ fn root<T: k8s_openapi::Resource + JsonSchema>(generator: &mut SchemaGenerator) 
 /// generator (its Go facts need `--go-src` if it brings new messages).
 pub(crate) fn roots(generator: &mut SchemaGenerator) -> Vec<Root> {
     use k8s_openapi::api::{
-        apps::v1 as apps, authentication::v1 as authn, authorization::v1 as authz,
-        autoscaling::v1 as autoscaling, batch::v1 as batch, coordination::v1 as coordination,
-        core::v1 as core, events::v1 as events, policy::v1 as policy, rbac::v1 as rbac,
+        admissionregistration::v1 as admission, apps::v1 as apps, authentication::v1 as authn,
+        authorization::v1 as authz, autoscaling::v1 as autoscaling,
+        autoscaling::v2 as autoscaling2, batch::v1 as batch, certificates::v1 as certificates,
+        coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+        events::v1 as events, flowcontrol::v1 as flowcontrol, networking::v1 as networking,
+        node::v1 as node, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+        storage::v1 as storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -83,9 +87,8 @@ pub(crate) fn roots(generator: &mut SchemaGenerator) -> Vec<Root> {
         root::<rbac::ClusterRoleBinding>(g),
         root::<autoscaling::Scale>(g),
         root::<apiextensions::CustomResourceDefinition>(g),
-        // Sent by kubectl or controllers for endpoints konverge may add (pods/binding,
-        // pods/eviction, serviceaccounts/token, `kubectl auth can-i`, cronjobs,
-        // controller revisions, persistent volume claims).
+        // Subresource and review bodies (pods/binding, pods/eviction,
+        // serviceaccounts/token, `kubectl auth can-i`), and more kinds.
         root::<core::Binding>(g),
         root::<core::PersistentVolumeClaim>(g),
         root::<policy::Eviction>(g),
@@ -94,6 +97,39 @@ pub(crate) fn roots(generator: &mut SchemaGenerator) -> Vec<Root> {
         root::<authz::SelfSubjectRulesReview>(g),
         root::<batch::CronJob>(g),
         root::<apps::ControllerRevision>(g),
+        // The rest of Kubernetes 1.33's built-in kinds.
+        root::<core::LimitRange>(g),
+        root::<core::PersistentVolume>(g),
+        root::<core::PodTemplate>(g),
+        root::<core::ReplicationController>(g),
+        root::<core::ResourceQuota>(g),
+        root::<admission::MutatingWebhookConfiguration>(g),
+        root::<admission::ValidatingWebhookConfiguration>(g),
+        root::<admission::ValidatingAdmissionPolicy>(g),
+        root::<admission::ValidatingAdmissionPolicyBinding>(g),
+        root::<authn::TokenReview>(g),
+        root::<authn::SelfSubjectReview>(g),
+        root::<authz::SubjectAccessReview>(g),
+        root::<authz::LocalSubjectAccessReview>(g),
+        root::<autoscaling::HorizontalPodAutoscaler>(g),
+        root::<autoscaling2::HorizontalPodAutoscaler>(g),
+        root::<certificates::CertificateSigningRequest>(g),
+        root::<discovery::EndpointSlice>(g),
+        root::<flowcontrol::FlowSchema>(g),
+        root::<flowcontrol::PriorityLevelConfiguration>(g),
+        root::<networking::Ingress>(g),
+        root::<networking::IngressClass>(g),
+        root::<networking::NetworkPolicy>(g),
+        root::<networking::ServiceCIDR>(g),
+        root::<networking::IPAddress>(g),
+        root::<node::RuntimeClass>(g),
+        root::<policy::PodDisruptionBudget>(g),
+        root::<scheduling::PriorityClass>(g),
+        root::<storage::CSIDriver>(g),
+        root::<storage::CSINode>(g),
+        root::<storage::CSIStorageCapacity>(g),
+        root::<storage::StorageClass>(g),
+        root::<storage::VolumeAttachment>(g),
     ];
     g.subschema_for::<meta::DeleteOptions>();
     roots.push(Root {

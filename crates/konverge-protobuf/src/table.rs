@@ -10,6 +10,7 @@
 //! - k8s.io.api.core.v1.PodStatus.resources (20)
 //! - k8s.io.api.core.v1.NodeStatus.declared_features (14)
 //! - k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus.observed_generation (4)
+//! - k8s.io.api.storage.v1.CSIDriverSpec.service_account_token_in_secrets (10)
 //! - k8s.io.api.core.v1.Container.restart_policy_rules (25)
 //! - k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionCondition.observed_generation (6)
 //! - k8s.io.api.core.v1.EphemeralContainerCommon.restart_policy_rules (25)
@@ -50,12 +51,67 @@ pub(crate) static KINDS: &[KindEntry] = &[
     KindEntry { api_version: Some("authorization.k8s.io/v1"), kind: "SelfSubjectRulesReview", message: &api_authorization_v1_SelfSubjectRulesReview },
     KindEntry { api_version: Some("batch/v1"), kind: "CronJob", message: &api_batch_v1_CronJob },
     KindEntry { api_version: Some("apps/v1"), kind: "ControllerRevision", message: &api_apps_v1_ControllerRevision },
+    KindEntry { api_version: Some("v1"), kind: "LimitRange", message: &api_core_v1_LimitRange },
+    KindEntry { api_version: Some("v1"), kind: "PersistentVolume", message: &api_core_v1_PersistentVolume },
+    KindEntry { api_version: Some("v1"), kind: "PodTemplate", message: &api_core_v1_PodTemplate },
+    KindEntry { api_version: Some("v1"), kind: "ReplicationController", message: &api_core_v1_ReplicationController },
+    KindEntry { api_version: Some("v1"), kind: "ResourceQuota", message: &api_core_v1_ResourceQuota },
+    KindEntry { api_version: Some("admissionregistration.k8s.io/v1"), kind: "MutatingWebhookConfiguration", message: &api_admissionregistration_v1_MutatingWebhookConfiguration },
+    KindEntry { api_version: Some("admissionregistration.k8s.io/v1"), kind: "ValidatingWebhookConfiguration", message: &api_admissionregistration_v1_ValidatingWebhookConfiguration },
+    KindEntry { api_version: Some("admissionregistration.k8s.io/v1"), kind: "ValidatingAdmissionPolicy", message: &api_admissionregistration_v1_ValidatingAdmissionPolicy },
+    KindEntry { api_version: Some("admissionregistration.k8s.io/v1"), kind: "ValidatingAdmissionPolicyBinding", message: &api_admissionregistration_v1_ValidatingAdmissionPolicyBinding },
+    KindEntry { api_version: Some("authentication.k8s.io/v1"), kind: "TokenReview", message: &api_authentication_v1_TokenReview },
+    KindEntry { api_version: Some("authentication.k8s.io/v1"), kind: "SelfSubjectReview", message: &api_authentication_v1_SelfSubjectReview },
+    KindEntry { api_version: Some("authorization.k8s.io/v1"), kind: "SubjectAccessReview", message: &api_authorization_v1_SubjectAccessReview },
+    KindEntry { api_version: Some("authorization.k8s.io/v1"), kind: "LocalSubjectAccessReview", message: &api_authorization_v1_LocalSubjectAccessReview },
+    KindEntry { api_version: Some("autoscaling/v1"), kind: "HorizontalPodAutoscaler", message: &api_autoscaling_v1_HorizontalPodAutoscaler },
+    KindEntry { api_version: Some("autoscaling/v2"), kind: "HorizontalPodAutoscaler", message: &api_autoscaling_v2_HorizontalPodAutoscaler },
+    KindEntry { api_version: Some("certificates.k8s.io/v1"), kind: "CertificateSigningRequest", message: &api_certificates_v1_CertificateSigningRequest },
+    KindEntry { api_version: Some("discovery.k8s.io/v1"), kind: "EndpointSlice", message: &api_discovery_v1_EndpointSlice },
+    KindEntry { api_version: Some("flowcontrol.apiserver.k8s.io/v1"), kind: "FlowSchema", message: &api_flowcontrol_v1_FlowSchema },
+    KindEntry { api_version: Some("flowcontrol.apiserver.k8s.io/v1"), kind: "PriorityLevelConfiguration", message: &api_flowcontrol_v1_PriorityLevelConfiguration },
+    KindEntry { api_version: Some("networking.k8s.io/v1"), kind: "Ingress", message: &api_networking_v1_Ingress },
+    KindEntry { api_version: Some("networking.k8s.io/v1"), kind: "IngressClass", message: &api_networking_v1_IngressClass },
+    KindEntry { api_version: Some("networking.k8s.io/v1"), kind: "NetworkPolicy", message: &api_networking_v1_NetworkPolicy },
+    KindEntry { api_version: Some("networking.k8s.io/v1"), kind: "ServiceCIDR", message: &api_networking_v1_ServiceCIDR },
+    KindEntry { api_version: Some("networking.k8s.io/v1"), kind: "IPAddress", message: &api_networking_v1_IPAddress },
+    KindEntry { api_version: Some("node.k8s.io/v1"), kind: "RuntimeClass", message: &api_node_v1_RuntimeClass },
+    KindEntry { api_version: Some("policy/v1"), kind: "PodDisruptionBudget", message: &api_policy_v1_PodDisruptionBudget },
+    KindEntry { api_version: Some("scheduling.k8s.io/v1"), kind: "PriorityClass", message: &api_scheduling_v1_PriorityClass },
+    KindEntry { api_version: Some("storage.k8s.io/v1"), kind: "CSIDriver", message: &api_storage_v1_CSIDriver },
+    KindEntry { api_version: Some("storage.k8s.io/v1"), kind: "CSINode", message: &api_storage_v1_CSINode },
+    KindEntry { api_version: Some("storage.k8s.io/v1"), kind: "CSIStorageCapacity", message: &api_storage_v1_CSIStorageCapacity },
+    KindEntry { api_version: Some("storage.k8s.io/v1"), kind: "StorageClass", message: &api_storage_v1_StorageClass },
+    KindEntry { api_version: Some("storage.k8s.io/v1"), kind: "VolumeAttachment", message: &api_storage_v1_VolumeAttachment },
     KindEntry { api_version: None, kind: "DeleteOptions", message: &apimachinery_pkg_apis_meta_v1_DeleteOptions },
 ];
 
 /// Every message in the table.
 #[allow(dead_code)]
 pub(crate) static ALL: &[&Message] = &[
+    &api_admissionregistration_v1_AuditAnnotation,
+    &api_admissionregistration_v1_ExpressionWarning,
+    &api_admissionregistration_v1_MatchCondition,
+    &api_admissionregistration_v1_MatchResources,
+    &api_admissionregistration_v1_MutatingWebhook,
+    &api_admissionregistration_v1_MutatingWebhookConfiguration,
+    &api_admissionregistration_v1_NamedRuleWithOperations,
+    &api_admissionregistration_v1_ParamKind,
+    &api_admissionregistration_v1_ParamRef,
+    &api_admissionregistration_v1_Rule,
+    &api_admissionregistration_v1_RuleWithOperations,
+    &api_admissionregistration_v1_ServiceReference,
+    &api_admissionregistration_v1_TypeChecking,
+    &api_admissionregistration_v1_ValidatingAdmissionPolicy,
+    &api_admissionregistration_v1_ValidatingAdmissionPolicyBinding,
+    &api_admissionregistration_v1_ValidatingAdmissionPolicyBindingSpec,
+    &api_admissionregistration_v1_ValidatingAdmissionPolicySpec,
+    &api_admissionregistration_v1_ValidatingAdmissionPolicyStatus,
+    &api_admissionregistration_v1_ValidatingWebhook,
+    &api_admissionregistration_v1_ValidatingWebhookConfiguration,
+    &api_admissionregistration_v1_Validation,
+    &api_admissionregistration_v1_Variable,
+    &api_admissionregistration_v1_WebhookClientConfig,
     &api_apps_v1_ControllerRevision,
     &api_apps_v1_DaemonSet,
     &api_apps_v1_DaemonSetCondition,
@@ -82,11 +138,20 @@ pub(crate) static ALL: &[&Message] = &[
     &api_apps_v1_StatefulSetStatus,
     &api_apps_v1_StatefulSetUpdateStrategy,
     &api_authentication_v1_BoundObjectReference,
+    &api_authentication_v1_ExtraValue,
+    &api_authentication_v1_SelfSubjectReview,
+    &api_authentication_v1_SelfSubjectReviewStatus,
     &api_authentication_v1_TokenRequest,
     &api_authentication_v1_TokenRequestSpec,
     &api_authentication_v1_TokenRequestStatus,
+    &api_authentication_v1_TokenReview,
+    &api_authentication_v1_TokenReviewSpec,
+    &api_authentication_v1_TokenReviewStatus,
+    &api_authentication_v1_UserInfo,
+    &api_authorization_v1_ExtraValue,
     &api_authorization_v1_FieldSelectorAttributes,
     &api_authorization_v1_LabelSelectorAttributes,
+    &api_authorization_v1_LocalSubjectAccessReview,
     &api_authorization_v1_NonResourceAttributes,
     &api_authorization_v1_NonResourceRule,
     &api_authorization_v1_ResourceAttributes,
@@ -95,11 +160,40 @@ pub(crate) static ALL: &[&Message] = &[
     &api_authorization_v1_SelfSubjectAccessReviewSpec,
     &api_authorization_v1_SelfSubjectRulesReview,
     &api_authorization_v1_SelfSubjectRulesReviewSpec,
+    &api_authorization_v1_SubjectAccessReview,
+    &api_authorization_v1_SubjectAccessReviewSpec,
     &api_authorization_v1_SubjectAccessReviewStatus,
     &api_authorization_v1_SubjectRulesReviewStatus,
+    &api_autoscaling_v1_CrossVersionObjectReference,
+    &api_autoscaling_v1_HorizontalPodAutoscaler,
+    &api_autoscaling_v1_HorizontalPodAutoscalerSpec,
+    &api_autoscaling_v1_HorizontalPodAutoscalerStatus,
     &api_autoscaling_v1_Scale,
     &api_autoscaling_v1_ScaleSpec,
     &api_autoscaling_v1_ScaleStatus,
+    &api_autoscaling_v2_ContainerResourceMetricSource,
+    &api_autoscaling_v2_ContainerResourceMetricStatus,
+    &api_autoscaling_v2_CrossVersionObjectReference,
+    &api_autoscaling_v2_ExternalMetricSource,
+    &api_autoscaling_v2_ExternalMetricStatus,
+    &api_autoscaling_v2_HPAScalingPolicy,
+    &api_autoscaling_v2_HPAScalingRules,
+    &api_autoscaling_v2_HorizontalPodAutoscaler,
+    &api_autoscaling_v2_HorizontalPodAutoscalerBehavior,
+    &api_autoscaling_v2_HorizontalPodAutoscalerCondition,
+    &api_autoscaling_v2_HorizontalPodAutoscalerSpec,
+    &api_autoscaling_v2_HorizontalPodAutoscalerStatus,
+    &api_autoscaling_v2_MetricIdentifier,
+    &api_autoscaling_v2_MetricSpec,
+    &api_autoscaling_v2_MetricStatus,
+    &api_autoscaling_v2_MetricTarget,
+    &api_autoscaling_v2_MetricValueStatus,
+    &api_autoscaling_v2_ObjectMetricSource,
+    &api_autoscaling_v2_ObjectMetricStatus,
+    &api_autoscaling_v2_PodsMetricSource,
+    &api_autoscaling_v2_PodsMetricStatus,
+    &api_autoscaling_v2_ResourceMetricSource,
+    &api_autoscaling_v2_ResourceMetricStatus,
     &api_batch_v1_CronJob,
     &api_batch_v1_CronJobSpec,
     &api_batch_v1_CronJobStatus,
@@ -115,6 +209,11 @@ pub(crate) static ALL: &[&Message] = &[
     &api_batch_v1_SuccessPolicy,
     &api_batch_v1_SuccessPolicyRule,
     &api_batch_v1_UncountedTerminatedPods,
+    &api_certificates_v1_CertificateSigningRequest,
+    &api_certificates_v1_CertificateSigningRequestCondition,
+    &api_certificates_v1_CertificateSigningRequestSpec,
+    &api_certificates_v1_CertificateSigningRequestStatus,
+    &api_certificates_v1_ExtraValue,
     &api_coordination_v1_Lease,
     &api_coordination_v1_LeaseSpec,
     &api_core_v1_AWSElasticBlockStoreVolumeSource,
@@ -122,11 +221,15 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_AppArmorProfile,
     &api_core_v1_AttachedVolume,
     &api_core_v1_AzureDiskVolumeSource,
+    &api_core_v1_AzureFilePersistentVolumeSource,
     &api_core_v1_AzureFileVolumeSource,
     &api_core_v1_Binding,
+    &api_core_v1_CSIPersistentVolumeSource,
     &api_core_v1_CSIVolumeSource,
     &api_core_v1_Capabilities,
+    &api_core_v1_CephFSPersistentVolumeSource,
     &api_core_v1_CephFSVolumeSource,
+    &api_core_v1_CinderPersistentVolumeSource,
     &api_core_v1_CinderVolumeSource,
     &api_core_v1_ClientIPConfig,
     &api_core_v1_ClusterTrustBundleProjection,
@@ -166,26 +269,33 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_EventSource,
     &api_core_v1_ExecAction,
     &api_core_v1_FCVolumeSource,
+    &api_core_v1_FlexPersistentVolumeSource,
     &api_core_v1_FlexVolumeSource,
     &api_core_v1_FlockerVolumeSource,
     &api_core_v1_GCEPersistentDiskVolumeSource,
     &api_core_v1_GRPCAction,
     &api_core_v1_GitRepoVolumeSource,
+    &api_core_v1_GlusterfsPersistentVolumeSource,
     &api_core_v1_GlusterfsVolumeSource,
     &api_core_v1_HTTPGetAction,
     &api_core_v1_HTTPHeader,
     &api_core_v1_HostAlias,
     &api_core_v1_HostIP,
     &api_core_v1_HostPathVolumeSource,
+    &api_core_v1_ISCSIPersistentVolumeSource,
     &api_core_v1_ISCSIVolumeSource,
     &api_core_v1_ImageVolumeSource,
     &api_core_v1_KeyToPath,
     &api_core_v1_Lifecycle,
     &api_core_v1_LifecycleHandler,
+    &api_core_v1_LimitRange,
+    &api_core_v1_LimitRangeItem,
+    &api_core_v1_LimitRangeSpec,
     &api_core_v1_LinuxContainerUser,
     &api_core_v1_LoadBalancerIngress,
     &api_core_v1_LoadBalancerStatus,
     &api_core_v1_LocalObjectReference,
+    &api_core_v1_LocalVolumeSource,
     &api_core_v1_ModifyVolumeStatus,
     &api_core_v1_NFSVolumeSource,
     &api_core_v1_Namespace,
@@ -211,12 +321,16 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_NodeSystemInfo,
     &api_core_v1_ObjectFieldSelector,
     &api_core_v1_ObjectReference,
+    &api_core_v1_PersistentVolume,
     &api_core_v1_PersistentVolumeClaim,
     &api_core_v1_PersistentVolumeClaimCondition,
     &api_core_v1_PersistentVolumeClaimSpec,
     &api_core_v1_PersistentVolumeClaimStatus,
     &api_core_v1_PersistentVolumeClaimTemplate,
     &api_core_v1_PersistentVolumeClaimVolumeSource,
+    &api_core_v1_PersistentVolumeSource,
+    &api_core_v1_PersistentVolumeSpec,
+    &api_core_v1_PersistentVolumeStatus,
     &api_core_v1_PhotonPersistentDiskVolumeSource,
     &api_core_v1_Pod,
     &api_core_v1_PodAffinity,
@@ -234,6 +348,7 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_PodSecurityContext,
     &api_core_v1_PodSpec,
     &api_core_v1_PodStatus,
+    &api_core_v1_PodTemplate,
     &api_core_v1_PodTemplateSpec,
     &api_core_v1_PortStatus,
     &api_core_v1_PortworxVolumeSource,
@@ -242,19 +357,31 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_ProbeHandler,
     &api_core_v1_ProjectedVolumeSource,
     &api_core_v1_QuobyteVolumeSource,
+    &api_core_v1_RBDPersistentVolumeSource,
     &api_core_v1_RBDVolumeSource,
+    &api_core_v1_ReplicationController,
+    &api_core_v1_ReplicationControllerCondition,
+    &api_core_v1_ReplicationControllerSpec,
+    &api_core_v1_ReplicationControllerStatus,
     &api_core_v1_ResourceClaim,
     &api_core_v1_ResourceFieldSelector,
     &api_core_v1_ResourceHealth,
+    &api_core_v1_ResourceQuota,
+    &api_core_v1_ResourceQuotaSpec,
+    &api_core_v1_ResourceQuotaStatus,
     &api_core_v1_ResourceRequirements,
     &api_core_v1_ResourceStatus,
     &api_core_v1_SELinuxOptions,
+    &api_core_v1_ScaleIOPersistentVolumeSource,
     &api_core_v1_ScaleIOVolumeSource,
+    &api_core_v1_ScopeSelector,
+    &api_core_v1_ScopedResourceSelectorRequirement,
     &api_core_v1_SeccompProfile,
     &api_core_v1_Secret,
     &api_core_v1_SecretEnvSource,
     &api_core_v1_SecretKeySelector,
     &api_core_v1_SecretProjection,
+    &api_core_v1_SecretReference,
     &api_core_v1_SecretVolumeSource,
     &api_core_v1_SecurityContext,
     &api_core_v1_Service,
@@ -265,11 +392,14 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_ServiceStatus,
     &api_core_v1_SessionAffinityConfig,
     &api_core_v1_SleepAction,
+    &api_core_v1_StorageOSPersistentVolumeSource,
     &api_core_v1_StorageOSVolumeSource,
     &api_core_v1_Sysctl,
     &api_core_v1_TCPSocketAction,
     &api_core_v1_Taint,
     &api_core_v1_Toleration,
+    &api_core_v1_TopologySelectorLabelRequirement,
+    &api_core_v1_TopologySelectorTerm,
     &api_core_v1_TopologySpreadConstraint,
     &api_core_v1_TypedLocalObjectReference,
     &api_core_v1_TypedObjectReference,
@@ -277,15 +407,80 @@ pub(crate) static ALL: &[&Message] = &[
     &api_core_v1_VolumeDevice,
     &api_core_v1_VolumeMount,
     &api_core_v1_VolumeMountStatus,
+    &api_core_v1_VolumeNodeAffinity,
     &api_core_v1_VolumeProjection,
     &api_core_v1_VolumeResourceRequirements,
     &api_core_v1_VolumeSource,
     &api_core_v1_VsphereVirtualDiskVolumeSource,
     &api_core_v1_WeightedPodAffinityTerm,
     &api_core_v1_WindowsSecurityContextOptions,
+    &api_discovery_v1_Endpoint,
+    &api_discovery_v1_EndpointConditions,
+    &api_discovery_v1_EndpointHints,
+    &api_discovery_v1_EndpointPort,
+    &api_discovery_v1_EndpointSlice,
+    &api_discovery_v1_ForNode,
+    &api_discovery_v1_ForZone,
     &api_events_v1_Event,
     &api_events_v1_EventSeries,
+    &api_flowcontrol_v1_ExemptPriorityLevelConfiguration,
+    &api_flowcontrol_v1_FlowDistinguisherMethod,
+    &api_flowcontrol_v1_FlowSchema,
+    &api_flowcontrol_v1_FlowSchemaCondition,
+    &api_flowcontrol_v1_FlowSchemaSpec,
+    &api_flowcontrol_v1_FlowSchemaStatus,
+    &api_flowcontrol_v1_GroupSubject,
+    &api_flowcontrol_v1_LimitResponse,
+    &api_flowcontrol_v1_LimitedPriorityLevelConfiguration,
+    &api_flowcontrol_v1_NonResourcePolicyRule,
+    &api_flowcontrol_v1_PolicyRulesWithSubjects,
+    &api_flowcontrol_v1_PriorityLevelConfiguration,
+    &api_flowcontrol_v1_PriorityLevelConfigurationCondition,
+    &api_flowcontrol_v1_PriorityLevelConfigurationReference,
+    &api_flowcontrol_v1_PriorityLevelConfigurationSpec,
+    &api_flowcontrol_v1_PriorityLevelConfigurationStatus,
+    &api_flowcontrol_v1_QueuingConfiguration,
+    &api_flowcontrol_v1_ResourcePolicyRule,
+    &api_flowcontrol_v1_ServiceAccountSubject,
+    &api_flowcontrol_v1_Subject,
+    &api_flowcontrol_v1_UserSubject,
+    &api_networking_v1_HTTPIngressPath,
+    &api_networking_v1_HTTPIngressRuleValue,
+    &api_networking_v1_IPAddress,
+    &api_networking_v1_IPAddressSpec,
+    &api_networking_v1_IPBlock,
+    &api_networking_v1_Ingress,
+    &api_networking_v1_IngressBackend,
+    &api_networking_v1_IngressClass,
+    &api_networking_v1_IngressClassParametersReference,
+    &api_networking_v1_IngressClassSpec,
+    &api_networking_v1_IngressLoadBalancerIngress,
+    &api_networking_v1_IngressLoadBalancerStatus,
+    &api_networking_v1_IngressPortStatus,
+    &api_networking_v1_IngressRule,
+    &api_networking_v1_IngressRuleValue,
+    &api_networking_v1_IngressServiceBackend,
+    &api_networking_v1_IngressSpec,
+    &api_networking_v1_IngressStatus,
+    &api_networking_v1_IngressTLS,
+    &api_networking_v1_NetworkPolicy,
+    &api_networking_v1_NetworkPolicyEgressRule,
+    &api_networking_v1_NetworkPolicyIngressRule,
+    &api_networking_v1_NetworkPolicyPeer,
+    &api_networking_v1_NetworkPolicyPort,
+    &api_networking_v1_NetworkPolicySpec,
+    &api_networking_v1_ParentReference,
+    &api_networking_v1_ServiceBackendPort,
+    &api_networking_v1_ServiceCIDR,
+    &api_networking_v1_ServiceCIDRSpec,
+    &api_networking_v1_ServiceCIDRStatus,
+    &api_node_v1_Overhead,
+    &api_node_v1_RuntimeClass,
+    &api_node_v1_Scheduling,
     &api_policy_v1_Eviction,
+    &api_policy_v1_PodDisruptionBudget,
+    &api_policy_v1_PodDisruptionBudgetSpec,
+    &api_policy_v1_PodDisruptionBudgetStatus,
     &api_rbac_v1_AggregationRule,
     &api_rbac_v1_ClusterRole,
     &api_rbac_v1_ClusterRoleBinding,
@@ -294,6 +489,21 @@ pub(crate) static ALL: &[&Message] = &[
     &api_rbac_v1_RoleBinding,
     &api_rbac_v1_RoleRef,
     &api_rbac_v1_Subject,
+    &api_scheduling_v1_PriorityClass,
+    &api_storage_v1_CSIDriver,
+    &api_storage_v1_CSIDriverSpec,
+    &api_storage_v1_CSINode,
+    &api_storage_v1_CSINodeDriver,
+    &api_storage_v1_CSINodeSpec,
+    &api_storage_v1_CSIStorageCapacity,
+    &api_storage_v1_StorageClass,
+    &api_storage_v1_TokenRequest,
+    &api_storage_v1_VolumeAttachment,
+    &api_storage_v1_VolumeAttachmentSource,
+    &api_storage_v1_VolumeAttachmentSpec,
+    &api_storage_v1_VolumeAttachmentStatus,
+    &api_storage_v1_VolumeError,
+    &api_storage_v1_VolumeNodeResources,
     &apiextensions_apiserver_pkg_apis_apiextensions_v1_CustomResourceColumnDefinition,
     &apiextensions_apiserver_pkg_apis_apiextensions_v1_CustomResourceConversion,
     &apiextensions_apiserver_pkg_apis_apiextensions_v1_CustomResourceDefinition,
@@ -333,6 +543,252 @@ pub(crate) static ALL: &[&Message] = &[
     &apimachinery_pkg_runtime_RawExtension,
     &apimachinery_pkg_util_intstr_IntOrString,
 ];
+
+pub(crate) static api_admissionregistration_v1_AuditAnnotation: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.AuditAnnotation",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "key", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "valueExpression", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ExpressionWarning: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ExpressionWarning",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(2, "fieldRef", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "warning", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_MatchCondition: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.MatchCondition",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "expression", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_MatchResources: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.MatchResources",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "namespaceSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "objectSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "resourceRules", Ty::Message(&api_admissionregistration_v1_NamedRuleWithOperations), Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "excludeResourceRules", Ty::Message(&api_admissionregistration_v1_NamedRuleWithOperations), Card::Repeated, Absent::Omit, false, false),
+        Field::new(7, "matchPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_MutatingWebhook: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.MutatingWebhook",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "clientConfig", Ty::Message(&api_admissionregistration_v1_WebhookClientConfig), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "rules", Ty::Message(&api_admissionregistration_v1_RuleWithOperations), Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "failurePolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(5, "namespaceSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(6, "sideEffects", Ty::String, Card::Single, Absent::Null, false, false),
+        Field::new(7, "timeoutSeconds", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(8, "admissionReviewVersions", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(9, "matchPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(10, "reinvocationPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(11, "objectSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(12, "matchConditions", Ty::Message(&api_admissionregistration_v1_MatchCondition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_MutatingWebhookConfiguration: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.MutatingWebhookConfiguration",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "webhooks", Ty::Message(&api_admissionregistration_v1_MutatingWebhook), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_NamedRuleWithOperations: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.NamedRuleWithOperations",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "resourceNames", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "", Ty::Message(&api_admissionregistration_v1_RuleWithOperations), Card::Single, Absent::Zero, false, true),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ParamKind: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ParamKind",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "apiVersion", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "kind", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ParamRef: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ParamRef",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "namespace", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "selector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "parameterNotFoundAction", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_Rule: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.Rule",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "apiGroups", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "apiVersions", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(3, "resources", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "scope", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_RuleWithOperations: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.RuleWithOperations",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "operations", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "", Ty::Message(&api_admissionregistration_v1_Rule), Card::Single, Absent::Zero, false, true),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ServiceReference: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ServiceReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "namespace", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "path", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(4, "port", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_TypeChecking: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.TypeChecking",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "expressionWarnings", Ty::Message(&api_admissionregistration_v1_ExpressionWarning), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingAdmissionPolicy: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicy",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_admissionregistration_v1_ValidatingAdmissionPolicySpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_admissionregistration_v1_ValidatingAdmissionPolicyStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingAdmissionPolicyBinding: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_admissionregistration_v1_ValidatingAdmissionPolicyBindingSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingAdmissionPolicyBindingSpec: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "policyName", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "paramRef", Ty::Message(&api_admissionregistration_v1_ParamRef), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "matchResources", Ty::Message(&api_admissionregistration_v1_MatchResources), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "validationActions", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingAdmissionPolicySpec: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicySpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "paramKind", Ty::Message(&api_admissionregistration_v1_ParamKind), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "matchConstraints", Ty::Message(&api_admissionregistration_v1_MatchResources), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "validations", Ty::Message(&api_admissionregistration_v1_Validation), Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "failurePolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(5, "auditAnnotations", Ty::Message(&api_admissionregistration_v1_AuditAnnotation), Card::Repeated, Absent::Omit, false, false),
+        Field::new(6, "matchConditions", Ty::Message(&api_admissionregistration_v1_MatchCondition), Card::Repeated, Absent::Omit, false, false),
+        Field::new(7, "variables", Ty::Message(&api_admissionregistration_v1_Variable), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingAdmissionPolicyStatus: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "observedGeneration", Ty::Int64, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "typeChecking", Ty::Message(&api_admissionregistration_v1_TypeChecking), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "conditions", Ty::Message(&apimachinery_pkg_apis_meta_v1_Condition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingWebhook: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingWebhook",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "clientConfig", Ty::Message(&api_admissionregistration_v1_WebhookClientConfig), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "rules", Ty::Message(&api_admissionregistration_v1_RuleWithOperations), Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "failurePolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(5, "namespaceSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(6, "sideEffects", Ty::String, Card::Single, Absent::Null, false, false),
+        Field::new(7, "timeoutSeconds", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(8, "admissionReviewVersions", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(9, "matchPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(10, "objectSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(11, "matchConditions", Ty::Message(&api_admissionregistration_v1_MatchCondition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_ValidatingWebhookConfiguration: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.ValidatingWebhookConfiguration",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "webhooks", Ty::Message(&api_admissionregistration_v1_ValidatingWebhook), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_Validation: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.Validation",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "expression", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "reason", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(4, "messageExpression", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_Variable: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.Variable",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "expression", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_admissionregistration_v1_WebhookClientConfig: Message = Message {
+    name: "k8s.io.api.admissionregistration.v1.WebhookClientConfig",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "service", Ty::Message(&api_admissionregistration_v1_ServiceReference), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "caBundle", Ty::Bytes, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "url", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
 
 pub(crate) static api_apps_v1_ControllerRevision: Message = Message {
     name: "k8s.io.api.apps.v1.ControllerRevision",
@@ -635,6 +1091,31 @@ pub(crate) static api_authentication_v1_BoundObjectReference: Message = Message 
     ],
 };
 
+pub(crate) static api_authentication_v1_ExtraValue: Message = Message {
+    name: "k8s.io.api.authentication.v1.ExtraValue",
+    repr: Repr::StringList,
+    fields: &[
+        Field::new(1, "items", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_authentication_v1_SelfSubjectReview: Message = Message {
+    name: "k8s.io.api.authentication.v1.SelfSubjectReview",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "status", Ty::Message(&api_authentication_v1_SelfSubjectReviewStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_authentication_v1_SelfSubjectReviewStatus: Message = Message {
+    name: "k8s.io.api.authentication.v1.SelfSubjectReviewStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "userInfo", Ty::Message(&api_authentication_v1_UserInfo), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
 pub(crate) static api_authentication_v1_TokenRequest: Message = Message {
     name: "k8s.io.api.authentication.v1.TokenRequest",
     repr: Repr::Object,
@@ -664,6 +1145,55 @@ pub(crate) static api_authentication_v1_TokenRequestStatus: Message = Message {
     ],
 };
 
+pub(crate) static api_authentication_v1_TokenReview: Message = Message {
+    name: "k8s.io.api.authentication.v1.TokenReview",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_authentication_v1_TokenReviewSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_authentication_v1_TokenReviewStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_authentication_v1_TokenReviewSpec: Message = Message {
+    name: "k8s.io.api.authentication.v1.TokenReviewSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "token", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "audiences", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_authentication_v1_TokenReviewStatus: Message = Message {
+    name: "k8s.io.api.authentication.v1.TokenReviewStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "authenticated", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "user", Ty::Message(&api_authentication_v1_UserInfo), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "error", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "audiences", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_authentication_v1_UserInfo: Message = Message {
+    name: "k8s.io.api.authentication.v1.UserInfo",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "username", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "uid", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "groups", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "extra", Ty::Message(&api_authentication_v1_ExtraValue), Card::Map, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_authorization_v1_ExtraValue: Message = Message {
+    name: "k8s.io.api.authorization.v1.ExtraValue",
+    repr: Repr::StringList,
+    fields: &[
+        Field::new(1, "items", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
 pub(crate) static api_authorization_v1_FieldSelectorAttributes: Message = Message {
     name: "k8s.io.api.authorization.v1.FieldSelectorAttributes",
     repr: Repr::Object,
@@ -679,6 +1209,16 @@ pub(crate) static api_authorization_v1_LabelSelectorAttributes: Message = Messag
     fields: &[
         Field::new(1, "rawSelector", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(2, "requirements", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelectorRequirement), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_authorization_v1_LocalSubjectAccessReview: Message = Message {
+    name: "k8s.io.api.authorization.v1.LocalSubjectAccessReview",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_authorization_v1_SubjectAccessReviewSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_authorization_v1_SubjectAccessReviewStatus), Card::Single, Absent::Zero, false, false),
     ],
 };
 
@@ -764,6 +1304,29 @@ pub(crate) static api_authorization_v1_SelfSubjectRulesReviewSpec: Message = Mes
     ],
 };
 
+pub(crate) static api_authorization_v1_SubjectAccessReview: Message = Message {
+    name: "k8s.io.api.authorization.v1.SubjectAccessReview",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_authorization_v1_SubjectAccessReviewSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_authorization_v1_SubjectAccessReviewStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_authorization_v1_SubjectAccessReviewSpec: Message = Message {
+    name: "k8s.io.api.authorization.v1.SubjectAccessReviewSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "resourceAttributes", Ty::Message(&api_authorization_v1_ResourceAttributes), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "nonResourceAttributes", Ty::Message(&api_authorization_v1_NonResourceAttributes), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "user", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "groups", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(5, "extra", Ty::Message(&api_authorization_v1_ExtraValue), Card::Map, Absent::Omit, false, false),
+        Field::new(6, "uid", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
 pub(crate) static api_authorization_v1_SubjectAccessReviewStatus: Message = Message {
     name: "k8s.io.api.authorization.v1.SubjectAccessReviewStatus",
     repr: Repr::Object,
@@ -783,6 +1346,49 @@ pub(crate) static api_authorization_v1_SubjectRulesReviewStatus: Message = Messa
         Field::new(2, "nonResourceRules", Ty::Message(&api_authorization_v1_NonResourceRule), Card::Repeated, Absent::Null, false, false),
         Field::new(3, "incomplete", Ty::Bool, Card::Single, Absent::Zero, false, false),
         Field::new(4, "evaluationError", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v1_CrossVersionObjectReference: Message = Message {
+    name: "k8s.io.api.autoscaling.v1.CrossVersionObjectReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "kind", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "apiVersion", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v1_HorizontalPodAutoscaler: Message = Message {
+    name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscaler",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_autoscaling_v1_HorizontalPodAutoscalerSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_autoscaling_v1_HorizontalPodAutoscalerStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v1_HorizontalPodAutoscalerSpec: Message = Message {
+    name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "scaleTargetRef", Ty::Message(&api_autoscaling_v1_CrossVersionObjectReference), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "minReplicas", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(3, "maxReplicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "targetCPUUtilizationPercentage", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v1_HorizontalPodAutoscalerStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v1.HorizontalPodAutoscalerStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "observedGeneration", Ty::Int64, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "lastScaleTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "currentReplicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "desiredReplicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(5, "currentCPUUtilizationPercentage", Ty::Int32, Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -810,6 +1416,243 @@ pub(crate) static api_autoscaling_v1_ScaleStatus: Message = Message {
     fields: &[
         Field::new(1, "replicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
         Field::new(2, "selector", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ContainerResourceMetricSource: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "target", Ty::Message(&api_autoscaling_v2_MetricTarget), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "container", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ContainerResourceMetricStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ContainerResourceMetricStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "current", Ty::Message(&api_autoscaling_v2_MetricValueStatus), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "container", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_CrossVersionObjectReference: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.CrossVersionObjectReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "kind", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "apiVersion", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ExternalMetricSource: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ExternalMetricSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metric", Ty::Message(&api_autoscaling_v2_MetricIdentifier), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "target", Ty::Message(&api_autoscaling_v2_MetricTarget), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ExternalMetricStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ExternalMetricStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metric", Ty::Message(&api_autoscaling_v2_MetricIdentifier), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "current", Ty::Message(&api_autoscaling_v2_MetricValueStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HPAScalingPolicy: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HPAScalingPolicy",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "value", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "periodSeconds", Ty::Int32, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HPAScalingRules: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HPAScalingRules",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "selectPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "policies", Ty::Message(&api_autoscaling_v2_HPAScalingPolicy), Card::Repeated, Absent::Omit, false, false),
+        Field::new(3, "stabilizationWindowSeconds", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(4, "tolerance", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HorizontalPodAutoscaler: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscaler",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_autoscaling_v2_HorizontalPodAutoscalerSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_autoscaling_v2_HorizontalPodAutoscalerStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HorizontalPodAutoscalerBehavior: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerBehavior",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "scaleUp", Ty::Message(&api_autoscaling_v2_HPAScalingRules), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "scaleDown", Ty::Message(&api_autoscaling_v2_HPAScalingRules), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HorizontalPodAutoscalerCondition: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerCondition",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "status", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "lastTransitionTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(4, "reason", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HorizontalPodAutoscalerSpec: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "scaleTargetRef", Ty::Message(&api_autoscaling_v2_CrossVersionObjectReference), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "minReplicas", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(3, "maxReplicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "metrics", Ty::Message(&api_autoscaling_v2_MetricSpec), Card::Repeated, Absent::Omit, false, false),
+        Field::new(5, "behavior", Ty::Message(&api_autoscaling_v2_HorizontalPodAutoscalerBehavior), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_HorizontalPodAutoscalerStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.HorizontalPodAutoscalerStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "observedGeneration", Ty::Int64, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "lastScaleTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "currentReplicas", Ty::Int32, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "desiredReplicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(5, "currentMetrics", Ty::Message(&api_autoscaling_v2_MetricStatus), Card::Repeated, Absent::Null, false, false),
+        Field::new(6, "conditions", Ty::Message(&api_autoscaling_v2_HorizontalPodAutoscalerCondition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_MetricIdentifier: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.MetricIdentifier",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "selector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_MetricSpec: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.MetricSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "object", Ty::Message(&api_autoscaling_v2_ObjectMetricSource), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "pods", Ty::Message(&api_autoscaling_v2_PodsMetricSource), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "resource", Ty::Message(&api_autoscaling_v2_ResourceMetricSource), Card::Single, Absent::Omit, false, false),
+        Field::new(5, "external", Ty::Message(&api_autoscaling_v2_ExternalMetricSource), Card::Single, Absent::Omit, false, false),
+        Field::new(7, "containerResource", Ty::Message(&api_autoscaling_v2_ContainerResourceMetricSource), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_MetricStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.MetricStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "object", Ty::Message(&api_autoscaling_v2_ObjectMetricStatus), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "pods", Ty::Message(&api_autoscaling_v2_PodsMetricStatus), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "resource", Ty::Message(&api_autoscaling_v2_ResourceMetricStatus), Card::Single, Absent::Omit, false, false),
+        Field::new(5, "external", Ty::Message(&api_autoscaling_v2_ExternalMetricStatus), Card::Single, Absent::Omit, false, false),
+        Field::new(7, "containerResource", Ty::Message(&api_autoscaling_v2_ContainerResourceMetricStatus), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_MetricTarget: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.MetricTarget",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "value", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "averageValue", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "averageUtilization", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_MetricValueStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.MetricValueStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "value", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "averageValue", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "averageUtilization", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ObjectMetricSource: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ObjectMetricSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "describedObject", Ty::Message(&api_autoscaling_v2_CrossVersionObjectReference), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "target", Ty::Message(&api_autoscaling_v2_MetricTarget), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "metric", Ty::Message(&api_autoscaling_v2_MetricIdentifier), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ObjectMetricStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ObjectMetricStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metric", Ty::Message(&api_autoscaling_v2_MetricIdentifier), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "current", Ty::Message(&api_autoscaling_v2_MetricValueStatus), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "describedObject", Ty::Message(&api_autoscaling_v2_CrossVersionObjectReference), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_PodsMetricSource: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.PodsMetricSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metric", Ty::Message(&api_autoscaling_v2_MetricIdentifier), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "target", Ty::Message(&api_autoscaling_v2_MetricTarget), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_PodsMetricStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.PodsMetricStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metric", Ty::Message(&api_autoscaling_v2_MetricIdentifier), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "current", Ty::Message(&api_autoscaling_v2_MetricValueStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ResourceMetricSource: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ResourceMetricSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "target", Ty::Message(&api_autoscaling_v2_MetricTarget), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_autoscaling_v2_ResourceMetricStatus: Message = Message {
+    name: "k8s.io.api.autoscaling.v2.ResourceMetricStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "current", Ty::Message(&api_autoscaling_v2_MetricValueStatus), Card::Single, Absent::Zero, false, false),
     ],
 };
 
@@ -984,6 +1827,61 @@ pub(crate) static api_batch_v1_UncountedTerminatedPods: Message = Message {
     ],
 };
 
+pub(crate) static api_certificates_v1_CertificateSigningRequest: Message = Message {
+    name: "k8s.io.api.certificates.v1.CertificateSigningRequest",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_certificates_v1_CertificateSigningRequestSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_certificates_v1_CertificateSigningRequestStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_certificates_v1_CertificateSigningRequestCondition: Message = Message {
+    name: "k8s.io.api.certificates.v1.CertificateSigningRequestCondition",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "reason", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "lastUpdateTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(5, "lastTransitionTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(6, "status", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_certificates_v1_CertificateSigningRequestSpec: Message = Message {
+    name: "k8s.io.api.certificates.v1.CertificateSigningRequestSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "request", Ty::Bytes, Card::Single, Absent::Null, false, false),
+        Field::new(2, "username", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "uid", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "groups", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(5, "usages", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(6, "extra", Ty::Message(&api_certificates_v1_ExtraValue), Card::Map, Absent::Omit, false, false),
+        Field::new(7, "signerName", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(8, "expirationSeconds", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_certificates_v1_CertificateSigningRequestStatus: Message = Message {
+    name: "k8s.io.api.certificates.v1.CertificateSigningRequestStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "conditions", Ty::Message(&api_certificates_v1_CertificateSigningRequestCondition), Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "certificate", Ty::Bytes, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_certificates_v1_ExtraValue: Message = Message {
+    name: "k8s.io.api.certificates.v1.ExtraValue",
+    repr: Repr::StringList,
+    fields: &[
+        Field::new(1, "items", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
 pub(crate) static api_coordination_v1_Lease: Message = Message {
     name: "k8s.io.api.coordination.v1.Lease",
     repr: Repr::Object,
@@ -1059,6 +1957,17 @@ pub(crate) static api_core_v1_AzureDiskVolumeSource: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_AzureFilePersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.AzureFilePersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "secretName", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "shareName", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "secretNamespace", Ty::String, Card::Single, Absent::Null, false, false),
+    ],
+};
+
 pub(crate) static api_core_v1_AzureFileVolumeSource: Message = Message {
     name: "k8s.io.api.core.v1.AzureFileVolumeSource",
     repr: Repr::Object,
@@ -1075,6 +1984,23 @@ pub(crate) static api_core_v1_Binding: Message = Message {
     fields: &[
         Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
         Field::new(2, "target", Ty::Message(&api_core_v1_ObjectReference), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_CSIPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.CSIPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "driver", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "volumeHandle", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "volumeAttributes", Ty::String, Card::Map, Absent::Omit, false, false),
+        Field::new(6, "controllerPublishSecretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(7, "nodeStageSecretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(8, "nodePublishSecretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(9, "controllerExpandSecretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(10, "nodeExpandSecretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -1099,6 +2025,19 @@ pub(crate) static api_core_v1_Capabilities: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_CephFSPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.CephFSPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "monitors", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(2, "path", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "user", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "secretFile", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "secretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(6, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
 pub(crate) static api_core_v1_CephFSVolumeSource: Message = Message {
     name: "k8s.io.api.core.v1.CephFSVolumeSource",
     repr: Repr::Object,
@@ -1109,6 +2048,17 @@ pub(crate) static api_core_v1_CephFSVolumeSource: Message = Message {
         Field::new(4, "secretFile", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(5, "secretRef", Ty::Message(&api_core_v1_LocalObjectReference), Card::Single, Absent::Omit, false, false),
         Field::new(6, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_CinderPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.CinderPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "volumeID", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "secretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -1563,6 +2513,18 @@ pub(crate) static api_core_v1_FCVolumeSource: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_FlexPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.FlexPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "driver", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "secretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "options", Ty::String, Card::Map, Absent::Omit, false, false),
+    ],
+};
+
 pub(crate) static api_core_v1_FlexVolumeSource: Message = Message {
     name: "k8s.io.api.core.v1.FlexVolumeSource",
     repr: Repr::Object,
@@ -1611,6 +2573,17 @@ pub(crate) static api_core_v1_GitRepoVolumeSource: Message = Message {
         Field::new(1, "repository", Ty::String, Card::Single, Absent::Zero, false, false),
         Field::new(2, "revision", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(3, "directory", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_GlusterfsPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.GlusterfsPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "endpoints", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "path", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "endpointsNamespace", Ty::String, Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -1668,6 +2641,24 @@ pub(crate) static api_core_v1_HostPathVolumeSource: Message = Message {
     fields: &[
         Field::new(1, "path", Ty::String, Card::Single, Absent::Zero, false, false),
         Field::new(2, "type", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ISCSIPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.ISCSIPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "targetPortal", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "iqn", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "lun", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "iscsiInterface", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(6, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(7, "portals", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(8, "chapAuthDiscovery", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(10, "secretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(11, "chapAuthSession", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(12, "initiatorName", Ty::String, Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -1729,6 +2720,36 @@ pub(crate) static api_core_v1_LifecycleHandler: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_LimitRange: Message = Message {
+    name: "k8s.io.api.core.v1.LimitRange",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_core_v1_LimitRangeSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_LimitRangeItem: Message = Message {
+    name: "k8s.io.api.core.v1.LimitRangeItem",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "max", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(3, "min", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(4, "default", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(5, "defaultRequest", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(6, "maxLimitRequestRatio", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_LimitRangeSpec: Message = Message {
+    name: "k8s.io.api.core.v1.LimitRangeSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "limits", Ty::Message(&api_core_v1_LimitRangeItem), Card::Repeated, Absent::Null, false, false),
+    ],
+};
+
 pub(crate) static api_core_v1_LinuxContainerUser: Message = Message {
     name: "k8s.io.api.core.v1.LinuxContainerUser",
     repr: Repr::Object,
@@ -1763,6 +2784,15 @@ pub(crate) static api_core_v1_LocalObjectReference: Message = Message {
     repr: Repr::Object,
     fields: &[
         Field::new(1, "name", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_LocalVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.LocalVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "path", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "fsType", Ty::String, Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -2028,6 +3058,16 @@ pub(crate) static api_core_v1_ObjectReference: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_PersistentVolume: Message = Message {
+    name: "k8s.io.api.core.v1.PersistentVolume",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_core_v1_PersistentVolumeSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_core_v1_PersistentVolumeStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
 pub(crate) static api_core_v1_PersistentVolumeClaim: Message = Message {
     name: "k8s.io.api.core.v1.PersistentVolumeClaim",
     repr: Repr::Object,
@@ -2097,6 +3137,63 @@ pub(crate) static api_core_v1_PersistentVolumeClaimVolumeSource: Message = Messa
     fields: &[
         Field::new(1, "claimName", Ty::String, Card::Single, Absent::Zero, false, false),
         Field::new(2, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_PersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.PersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "gcePersistentDisk", Ty::Message(&api_core_v1_GCEPersistentDiskVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "awsElasticBlockStore", Ty::Message(&api_core_v1_AWSElasticBlockStoreVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "hostPath", Ty::Message(&api_core_v1_HostPathVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "glusterfs", Ty::Message(&api_core_v1_GlusterfsPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(5, "nfs", Ty::Message(&api_core_v1_NFSVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(6, "rbd", Ty::Message(&api_core_v1_RBDPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(7, "iscsi", Ty::Message(&api_core_v1_ISCSIPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(8, "cinder", Ty::Message(&api_core_v1_CinderPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(9, "cephfs", Ty::Message(&api_core_v1_CephFSPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(10, "fc", Ty::Message(&api_core_v1_FCVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(11, "flocker", Ty::Message(&api_core_v1_FlockerVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(12, "flexVolume", Ty::Message(&api_core_v1_FlexPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(13, "azureFile", Ty::Message(&api_core_v1_AzureFilePersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(14, "vsphereVolume", Ty::Message(&api_core_v1_VsphereVirtualDiskVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(15, "quobyte", Ty::Message(&api_core_v1_QuobyteVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(16, "azureDisk", Ty::Message(&api_core_v1_AzureDiskVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(17, "photonPersistentDisk", Ty::Message(&api_core_v1_PhotonPersistentDiskVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(18, "portworxVolume", Ty::Message(&api_core_v1_PortworxVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(19, "scaleIO", Ty::Message(&api_core_v1_ScaleIOPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(20, "local", Ty::Message(&api_core_v1_LocalVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(21, "storageos", Ty::Message(&api_core_v1_StorageOSPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+        Field::new(22, "csi", Ty::Message(&api_core_v1_CSIPersistentVolumeSource), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_PersistentVolumeSpec: Message = Message {
+    name: "k8s.io.api.core.v1.PersistentVolumeSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "capacity", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(2, "", Ty::Message(&api_core_v1_PersistentVolumeSource), Card::Single, Absent::Zero, false, true),
+        Field::new(3, "accessModes", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "claimRef", Ty::Message(&api_core_v1_ObjectReference), Card::Single, Absent::Omit, false, false),
+        Field::new(5, "persistentVolumeReclaimPolicy", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(6, "storageClassName", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(7, "mountOptions", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(8, "volumeMode", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(9, "nodeAffinity", Ty::Message(&api_core_v1_VolumeNodeAffinity), Card::Single, Absent::Omit, false, false),
+        Field::new(10, "volumeAttributesClassName", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_PersistentVolumeStatus: Message = Message {
+    name: "k8s.io.api.core.v1.PersistentVolumeStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "phase", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "reason", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "lastPhaseTransitionTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -2325,6 +3422,15 @@ pub(crate) static api_core_v1_PodStatus: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_PodTemplate: Message = Message {
+    name: "k8s.io.api.core.v1.PodTemplate",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "template", Ty::Message(&api_core_v1_PodTemplateSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
 pub(crate) static api_core_v1_PodTemplateSpec: Message = Message {
     name: "k8s.io.api.core.v1.PodTemplateSpec",
     repr: Repr::Object,
@@ -2410,6 +3516,21 @@ pub(crate) static api_core_v1_QuobyteVolumeSource: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_RBDPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.RBDPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "monitors", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(2, "image", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "pool", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "user", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(6, "keyring", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(7, "secretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Omit, false, false),
+        Field::new(8, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
 pub(crate) static api_core_v1_RBDVolumeSource: Message = Message {
     name: "k8s.io.api.core.v1.RBDVolumeSource",
     repr: Repr::Object,
@@ -2422,6 +3543,52 @@ pub(crate) static api_core_v1_RBDVolumeSource: Message = Message {
         Field::new(6, "keyring", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(7, "secretRef", Ty::Message(&api_core_v1_LocalObjectReference), Card::Single, Absent::Omit, false, false),
         Field::new(8, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ReplicationController: Message = Message {
+    name: "k8s.io.api.core.v1.ReplicationController",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_core_v1_ReplicationControllerSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_core_v1_ReplicationControllerStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ReplicationControllerCondition: Message = Message {
+    name: "k8s.io.api.core.v1.ReplicationControllerCondition",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "status", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "lastTransitionTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(4, "reason", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ReplicationControllerSpec: Message = Message {
+    name: "k8s.io.api.core.v1.ReplicationControllerSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "replicas", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "selector", Ty::String, Card::Map, Absent::Omit, false, false),
+        Field::new(3, "template", Ty::Message(&api_core_v1_PodTemplateSpec), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "minReadySeconds", Ty::Int32, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ReplicationControllerStatus: Message = Message {
+    name: "k8s.io.api.core.v1.ReplicationControllerStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "replicas", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "fullyLabeledReplicas", Ty::Int32, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "observedGeneration", Ty::Int64, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "readyReplicas", Ty::Int32, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "availableReplicas", Ty::Int32, Card::Single, Absent::Omit, true, false),
+        Field::new(6, "conditions", Ty::Message(&api_core_v1_ReplicationControllerCondition), Card::Repeated, Absent::Omit, false, false),
     ],
 };
 
@@ -2450,6 +3617,35 @@ pub(crate) static api_core_v1_ResourceHealth: Message = Message {
     fields: &[
         Field::new(1, "resourceID", Ty::String, Card::Single, Absent::Zero, false, false),
         Field::new(2, "health", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ResourceQuota: Message = Message {
+    name: "k8s.io.api.core.v1.ResourceQuota",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_core_v1_ResourceQuotaSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_core_v1_ResourceQuotaStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ResourceQuotaSpec: Message = Message {
+    name: "k8s.io.api.core.v1.ResourceQuotaSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "hard", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(2, "scopes", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(3, "scopeSelector", Ty::Message(&api_core_v1_ScopeSelector), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ResourceQuotaStatus: Message = Message {
+    name: "k8s.io.api.core.v1.ResourceQuotaStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "hard", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+        Field::new(2, "used", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
     ],
 };
 
@@ -2483,6 +3679,23 @@ pub(crate) static api_core_v1_SELinuxOptions: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_ScaleIOPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.ScaleIOPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "gateway", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "system", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "secretRef", Ty::Message(&api_core_v1_SecretReference), Card::Single, Absent::Null, false, false),
+        Field::new(4, "sslEnabled", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "protectionDomain", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(6, "storagePool", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(7, "storageMode", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(8, "volumeName", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(9, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(10, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
 pub(crate) static api_core_v1_ScaleIOVolumeSource: Message = Message {
     name: "k8s.io.api.core.v1.ScaleIOVolumeSource",
     repr: Repr::Object,
@@ -2497,6 +3710,24 @@ pub(crate) static api_core_v1_ScaleIOVolumeSource: Message = Message {
         Field::new(8, "volumeName", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(9, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(10, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ScopeSelector: Message = Message {
+    name: "k8s.io.api.core.v1.ScopeSelector",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "matchExpressions", Ty::Message(&api_core_v1_ScopedResourceSelectorRequirement), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_ScopedResourceSelectorRequirement: Message = Message {
+    name: "k8s.io.api.core.v1.ScopedResourceSelectorRequirement",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "scopeName", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "operator", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "values", Ty::String, Card::Repeated, Absent::Omit, false, false),
     ],
 };
 
@@ -2547,6 +3778,15 @@ pub(crate) static api_core_v1_SecretProjection: Message = Message {
         Field::new(1, "", Ty::Message(&api_core_v1_LocalObjectReference), Card::Single, Absent::Zero, false, true),
         Field::new(2, "items", Ty::Message(&api_core_v1_KeyToPath), Card::Repeated, Absent::Omit, false, false),
         Field::new(4, "optional", Ty::Bool, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_SecretReference: Message = Message {
+    name: "k8s.io.api.core.v1.SecretReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "namespace", Ty::String, Card::Single, Absent::Omit, true, false),
     ],
 };
 
@@ -2676,6 +3916,18 @@ pub(crate) static api_core_v1_SleepAction: Message = Message {
     ],
 };
 
+pub(crate) static api_core_v1_StorageOSPersistentVolumeSource: Message = Message {
+    name: "k8s.io.api.core.v1.StorageOSPersistentVolumeSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "volumeName", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "volumeNamespace", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "fsType", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "secretRef", Ty::Message(&api_core_v1_ObjectReference), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
 pub(crate) static api_core_v1_StorageOSVolumeSource: Message = Message {
     name: "k8s.io.api.core.v1.StorageOSVolumeSource",
     repr: Repr::Object,
@@ -2726,6 +3978,23 @@ pub(crate) static api_core_v1_Toleration: Message = Message {
         Field::new(3, "value", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(4, "effect", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(5, "tolerationSeconds", Ty::Int64, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_TopologySelectorLabelRequirement: Message = Message {
+    name: "k8s.io.api.core.v1.TopologySelectorLabelRequirement",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "key", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "values", Ty::String, Card::Repeated, Absent::Null, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_TopologySelectorTerm: Message = Message {
+    name: "k8s.io.api.core.v1.TopologySelectorTerm",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "matchLabelExpressions", Ty::Message(&api_core_v1_TopologySelectorLabelRequirement), Card::Repeated, Absent::Omit, false, false),
     ],
 };
 
@@ -2805,6 +4074,14 @@ pub(crate) static api_core_v1_VolumeMountStatus: Message = Message {
         Field::new(2, "mountPath", Ty::String, Card::Single, Absent::Zero, false, false),
         Field::new(3, "readOnly", Ty::Bool, Card::Single, Absent::Omit, true, false),
         Field::new(4, "recursiveReadOnly", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_core_v1_VolumeNodeAffinity: Message = Message {
+    name: "k8s.io.api.core.v1.VolumeNodeAffinity",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "required", Ty::Message(&api_core_v1_NodeSelector), Card::Single, Absent::Omit, false, false),
     ],
 };
 
@@ -2897,6 +4174,78 @@ pub(crate) static api_core_v1_WindowsSecurityContextOptions: Message = Message {
     ],
 };
 
+pub(crate) static api_discovery_v1_Endpoint: Message = Message {
+    name: "k8s.io.api.discovery.v1.Endpoint",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "addresses", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(2, "conditions", Ty::Message(&api_discovery_v1_EndpointConditions), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "hostname", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(4, "targetRef", Ty::Message(&api_core_v1_ObjectReference), Card::Single, Absent::Omit, false, false),
+        Field::new(5, "deprecatedTopology", Ty::String, Card::Map, Absent::Omit, false, false),
+        Field::new(6, "nodeName", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(7, "zone", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(8, "hints", Ty::Message(&api_discovery_v1_EndpointHints), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_discovery_v1_EndpointConditions: Message = Message {
+    name: "k8s.io.api.discovery.v1.EndpointConditions",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "ready", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "serving", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(3, "terminating", Ty::Bool, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_discovery_v1_EndpointHints: Message = Message {
+    name: "k8s.io.api.discovery.v1.EndpointHints",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "forZones", Ty::Message(&api_discovery_v1_ForZone), Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "forNodes", Ty::Message(&api_discovery_v1_ForNode), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_discovery_v1_EndpointPort: Message = Message {
+    name: "k8s.io.api.discovery.v1.EndpointPort",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "protocol", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(3, "port", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(4, "appProtocol", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_discovery_v1_EndpointSlice: Message = Message {
+    name: "k8s.io.api.discovery.v1.EndpointSlice",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "endpoints", Ty::Message(&api_discovery_v1_Endpoint), Card::Repeated, Absent::Null, false, false),
+        Field::new(3, "ports", Ty::Message(&api_discovery_v1_EndpointPort), Card::Repeated, Absent::Null, false, false),
+        Field::new(4, "addressType", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_discovery_v1_ForNode: Message = Message {
+    name: "k8s.io.api.discovery.v1.ForNode",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_discovery_v1_ForZone: Message = Message {
+    name: "k8s.io.api.discovery.v1.ForZone",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
 pub(crate) static api_events_v1_Event: Message = Message {
     name: "k8s.io.api.events.v1.Event",
     repr: Repr::Object,
@@ -2928,12 +4277,557 @@ pub(crate) static api_events_v1_EventSeries: Message = Message {
     ],
 };
 
+pub(crate) static api_flowcontrol_v1_ExemptPriorityLevelConfiguration: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.ExemptPriorityLevelConfiguration",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "nominalConcurrencyShares", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "lendablePercent", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_FlowDistinguisherMethod: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.FlowDistinguisherMethod",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_FlowSchema: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.FlowSchema",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_flowcontrol_v1_FlowSchemaSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_flowcontrol_v1_FlowSchemaStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_FlowSchemaCondition: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.FlowSchemaCondition",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "status", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "lastTransitionTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(4, "reason", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_FlowSchemaSpec: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.FlowSchemaSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "priorityLevelConfiguration", Ty::Message(&api_flowcontrol_v1_PriorityLevelConfigurationReference), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "matchingPrecedence", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "distinguisherMethod", Ty::Message(&api_flowcontrol_v1_FlowDistinguisherMethod), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "rules", Ty::Message(&api_flowcontrol_v1_PolicyRulesWithSubjects), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_FlowSchemaStatus: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.FlowSchemaStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "conditions", Ty::Message(&api_flowcontrol_v1_FlowSchemaCondition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_GroupSubject: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.GroupSubject",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_LimitResponse: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.LimitResponse",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "queuing", Ty::Message(&api_flowcontrol_v1_QueuingConfiguration), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_LimitedPriorityLevelConfiguration: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.LimitedPriorityLevelConfiguration",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "nominalConcurrencyShares", Ty::Int32, Card::Single, Absent::Null, false, false),
+        Field::new(2, "limitResponse", Ty::Message(&api_flowcontrol_v1_LimitResponse), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "lendablePercent", Ty::Int32, Card::Single, Absent::Omit, false, false),
+        Field::new(4, "borrowingLimitPercent", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_NonResourcePolicyRule: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.NonResourcePolicyRule",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "verbs", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(6, "nonResourceURLs", Ty::String, Card::Repeated, Absent::Null, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_PolicyRulesWithSubjects: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.PolicyRulesWithSubjects",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "subjects", Ty::Message(&api_flowcontrol_v1_Subject), Card::Repeated, Absent::Null, false, false),
+        Field::new(2, "resourceRules", Ty::Message(&api_flowcontrol_v1_ResourcePolicyRule), Card::Repeated, Absent::Omit, false, false),
+        Field::new(3, "nonResourceRules", Ty::Message(&api_flowcontrol_v1_NonResourcePolicyRule), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_PriorityLevelConfiguration: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfiguration",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_flowcontrol_v1_PriorityLevelConfigurationSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_flowcontrol_v1_PriorityLevelConfigurationStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_PriorityLevelConfigurationCondition: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationCondition",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "status", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "lastTransitionTime", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(4, "reason", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_PriorityLevelConfigurationReference: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_PriorityLevelConfigurationSpec: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "type", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "limited", Ty::Message(&api_flowcontrol_v1_LimitedPriorityLevelConfiguration), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "exempt", Ty::Message(&api_flowcontrol_v1_ExemptPriorityLevelConfiguration), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_PriorityLevelConfigurationStatus: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.PriorityLevelConfigurationStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "conditions", Ty::Message(&api_flowcontrol_v1_PriorityLevelConfigurationCondition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_QueuingConfiguration: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.QueuingConfiguration",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "queues", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "handSize", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "queueLengthLimit", Ty::Int32, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_ResourcePolicyRule: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.ResourcePolicyRule",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "verbs", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(2, "apiGroups", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(3, "resources", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(4, "clusterScope", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "namespaces", Ty::String, Card::Repeated, Absent::Null, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_ServiceAccountSubject: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.ServiceAccountSubject",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "namespace", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_Subject: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.Subject",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "kind", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "user", Ty::Message(&api_flowcontrol_v1_UserSubject), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "group", Ty::Message(&api_flowcontrol_v1_GroupSubject), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "serviceAccount", Ty::Message(&api_flowcontrol_v1_ServiceAccountSubject), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_flowcontrol_v1_UserSubject: Message = Message {
+    name: "k8s.io.api.flowcontrol.v1.UserSubject",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_HTTPIngressPath: Message = Message {
+    name: "k8s.io.api.networking.v1.HTTPIngressPath",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "path", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "backend", Ty::Message(&api_networking_v1_IngressBackend), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "pathType", Ty::String, Card::Single, Absent::Null, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_HTTPIngressRuleValue: Message = Message {
+    name: "k8s.io.api.networking.v1.HTTPIngressRuleValue",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "paths", Ty::Message(&api_networking_v1_HTTPIngressPath), Card::Repeated, Absent::Null, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IPAddress: Message = Message {
+    name: "k8s.io.api.networking.v1.IPAddress",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_networking_v1_IPAddressSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IPAddressSpec: Message = Message {
+    name: "k8s.io.api.networking.v1.IPAddressSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "parentRef", Ty::Message(&api_networking_v1_ParentReference), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IPBlock: Message = Message {
+    name: "k8s.io.api.networking.v1.IPBlock",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "cidr", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "except", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_Ingress: Message = Message {
+    name: "k8s.io.api.networking.v1.Ingress",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_networking_v1_IngressSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_networking_v1_IngressStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressBackend: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressBackend",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(3, "resource", Ty::Message(&api_core_v1_TypedLocalObjectReference), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "service", Ty::Message(&api_networking_v1_IngressServiceBackend), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressClass: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressClass",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_networking_v1_IngressClassSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressClassParametersReference: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressClassParametersReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "apiGroup", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "kind", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "scope", Ty::String, Card::Single, Absent::Null, false, false),
+        Field::new(5, "namespace", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressClassSpec: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressClassSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "controller", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "parameters", Ty::Message(&api_networking_v1_IngressClassParametersReference), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressLoadBalancerIngress: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressLoadBalancerIngress",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "ip", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "hostname", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "ports", Ty::Message(&api_networking_v1_IngressPortStatus), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressLoadBalancerStatus: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressLoadBalancerStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "ingress", Ty::Message(&api_networking_v1_IngressLoadBalancerIngress), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressPortStatus: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressPortStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "port", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "protocol", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "error", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressRule: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressRule",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "host", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "", Ty::Message(&api_networking_v1_IngressRuleValue), Card::Single, Absent::Zero, false, true),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressRuleValue: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressRuleValue",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "http", Ty::Message(&api_networking_v1_HTTPIngressRuleValue), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressServiceBackend: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressServiceBackend",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "port", Ty::Message(&api_networking_v1_ServiceBackendPort), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressSpec: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "defaultBackend", Ty::Message(&api_networking_v1_IngressBackend), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "tls", Ty::Message(&api_networking_v1_IngressTLS), Card::Repeated, Absent::Omit, false, false),
+        Field::new(3, "rules", Ty::Message(&api_networking_v1_IngressRule), Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "ingressClassName", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressStatus: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "loadBalancer", Ty::Message(&api_networking_v1_IngressLoadBalancerStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_IngressTLS: Message = Message {
+    name: "k8s.io.api.networking.v1.IngressTLS",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "hosts", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "secretName", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_NetworkPolicy: Message = Message {
+    name: "k8s.io.api.networking.v1.NetworkPolicy",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_networking_v1_NetworkPolicySpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_NetworkPolicyEgressRule: Message = Message {
+    name: "k8s.io.api.networking.v1.NetworkPolicyEgressRule",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "ports", Ty::Message(&api_networking_v1_NetworkPolicyPort), Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "to", Ty::Message(&api_networking_v1_NetworkPolicyPeer), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_NetworkPolicyIngressRule: Message = Message {
+    name: "k8s.io.api.networking.v1.NetworkPolicyIngressRule",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "ports", Ty::Message(&api_networking_v1_NetworkPolicyPort), Card::Repeated, Absent::Omit, false, false),
+        Field::new(2, "from", Ty::Message(&api_networking_v1_NetworkPolicyPeer), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_NetworkPolicyPeer: Message = Message {
+    name: "k8s.io.api.networking.v1.NetworkPolicyPeer",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "podSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "namespaceSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "ipBlock", Ty::Message(&api_networking_v1_IPBlock), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_NetworkPolicyPort: Message = Message {
+    name: "k8s.io.api.networking.v1.NetworkPolicyPort",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "protocol", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "port", Ty::Message(&apimachinery_pkg_util_intstr_IntOrString), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "endPort", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_NetworkPolicySpec: Message = Message {
+    name: "k8s.io.api.networking.v1.NetworkPolicySpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "podSelector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "ingress", Ty::Message(&api_networking_v1_NetworkPolicyIngressRule), Card::Repeated, Absent::Omit, false, false),
+        Field::new(3, "egress", Ty::Message(&api_networking_v1_NetworkPolicyEgressRule), Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "policyTypes", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_ParentReference: Message = Message {
+    name: "k8s.io.api.networking.v1.ParentReference",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "group", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "resource", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "namespace", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "name", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_ServiceBackendPort: Message = Message {
+    name: "k8s.io.api.networking.v1.ServiceBackendPort",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "number", Ty::Int32, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_ServiceCIDR: Message = Message {
+    name: "k8s.io.api.networking.v1.ServiceCIDR",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_networking_v1_ServiceCIDRSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_networking_v1_ServiceCIDRStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_ServiceCIDRSpec: Message = Message {
+    name: "k8s.io.api.networking.v1.ServiceCIDRSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "cidrs", Ty::String, Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_networking_v1_ServiceCIDRStatus: Message = Message {
+    name: "k8s.io.api.networking.v1.ServiceCIDRStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "conditions", Ty::Message(&apimachinery_pkg_apis_meta_v1_Condition), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_node_v1_Overhead: Message = Message {
+    name: "k8s.io.api.node.v1.Overhead",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "podFixed", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Map, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_node_v1_RuntimeClass: Message = Message {
+    name: "k8s.io.api.node.v1.RuntimeClass",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "handler", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "overhead", Ty::Message(&api_node_v1_Overhead), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "scheduling", Ty::Message(&api_node_v1_Scheduling), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_node_v1_Scheduling: Message = Message {
+    name: "k8s.io.api.node.v1.Scheduling",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "nodeSelector", Ty::String, Card::Map, Absent::Omit, false, false),
+        Field::new(2, "tolerations", Ty::Message(&api_core_v1_Toleration), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
 pub(crate) static api_policy_v1_Eviction: Message = Message {
     name: "k8s.io.api.policy.v1.Eviction",
     repr: Repr::Object,
     fields: &[
         Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
         Field::new(2, "deleteOptions", Ty::Message(&apimachinery_pkg_apis_meta_v1_DeleteOptions), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_policy_v1_PodDisruptionBudget: Message = Message {
+    name: "k8s.io.api.policy.v1.PodDisruptionBudget",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_policy_v1_PodDisruptionBudgetSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_policy_v1_PodDisruptionBudgetStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_policy_v1_PodDisruptionBudgetSpec: Message = Message {
+    name: "k8s.io.api.policy.v1.PodDisruptionBudgetSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "minAvailable", Ty::Message(&apimachinery_pkg_util_intstr_IntOrString), Card::Single, Absent::Omit, false, false),
+        Field::new(2, "selector", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "maxUnavailable", Ty::Message(&apimachinery_pkg_util_intstr_IntOrString), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "unhealthyPodEvictionPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_policy_v1_PodDisruptionBudgetStatus: Message = Message {
+    name: "k8s.io.api.policy.v1.PodDisruptionBudgetStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "observedGeneration", Ty::Int64, Card::Single, Absent::Omit, true, false),
+        Field::new(2, "disruptedPods", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Map, Absent::Omit, false, false),
+        Field::new(3, "disruptionsAllowed", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "currentHealthy", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(5, "desiredHealthy", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(6, "expectedPods", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(7, "conditions", Ty::Message(&apimachinery_pkg_apis_meta_v1_Condition), Card::Repeated, Absent::Omit, false, false),
     ],
 };
 
@@ -3014,6 +4908,165 @@ pub(crate) static api_rbac_v1_Subject: Message = Message {
         Field::new(2, "apiGroup", Ty::String, Card::Single, Absent::Omit, true, false),
         Field::new(3, "name", Ty::String, Card::Single, Absent::Zero, false, false),
         Field::new(4, "namespace", Ty::String, Card::Single, Absent::Omit, true, false),
+    ],
+};
+
+pub(crate) static api_scheduling_v1_PriorityClass: Message = Message {
+    name: "k8s.io.api.scheduling.v1.PriorityClass",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "value", Ty::Int32, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "globalDefault", Ty::Bool, Card::Single, Absent::Omit, true, false),
+        Field::new(4, "description", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(5, "preemptionPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_CSIDriver: Message = Message {
+    name: "k8s.io.api.storage.v1.CSIDriver",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_storage_v1_CSIDriverSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_CSIDriverSpec: Message = Message {
+    name: "k8s.io.api.storage.v1.CSIDriverSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "attachRequired", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "podInfoOnMount", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(3, "volumeLifecycleModes", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(4, "storageCapacity", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(5, "fsGroupPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(6, "tokenRequests", Ty::Message(&api_storage_v1_TokenRequest), Card::Repeated, Absent::Omit, false, false),
+        Field::new(7, "requiresRepublish", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(8, "seLinuxMount", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(9, "nodeAllocatableUpdatePeriodSeconds", Ty::Int64, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_CSINode: Message = Message {
+    name: "k8s.io.api.storage.v1.CSINode",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_storage_v1_CSINodeSpec), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_CSINodeDriver: Message = Message {
+    name: "k8s.io.api.storage.v1.CSINodeDriver",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "name", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "nodeID", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "topologyKeys", Ty::String, Card::Repeated, Absent::Null, false, false),
+        Field::new(4, "allocatable", Ty::Message(&api_storage_v1_VolumeNodeResources), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_CSINodeSpec: Message = Message {
+    name: "k8s.io.api.storage.v1.CSINodeSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "drivers", Ty::Message(&api_storage_v1_CSINodeDriver), Card::Repeated, Absent::Null, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_CSIStorageCapacity: Message = Message {
+    name: "k8s.io.api.storage.v1.CSIStorageCapacity",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "nodeTopology", Ty::Message(&apimachinery_pkg_apis_meta_v1_LabelSelector), Card::Single, Absent::Omit, false, false),
+        Field::new(3, "storageClassName", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(4, "capacity", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+        Field::new(5, "maximumVolumeSize", Ty::Message(&apimachinery_pkg_api_resource_Quantity), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_StorageClass: Message = Message {
+    name: "k8s.io.api.storage.v1.StorageClass",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "provisioner", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(3, "parameters", Ty::String, Card::Map, Absent::Omit, false, false),
+        Field::new(4, "reclaimPolicy", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(5, "mountOptions", Ty::String, Card::Repeated, Absent::Omit, false, false),
+        Field::new(6, "allowVolumeExpansion", Ty::Bool, Card::Single, Absent::Omit, false, false),
+        Field::new(7, "volumeBindingMode", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(8, "allowedTopologies", Ty::Message(&api_core_v1_TopologySelectorTerm), Card::Repeated, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_TokenRequest: Message = Message {
+    name: "k8s.io.api.storage.v1.TokenRequest",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "audience", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "expirationSeconds", Ty::Int64, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_VolumeAttachment: Message = Message {
+    name: "k8s.io.api.storage.v1.VolumeAttachment",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "metadata", Ty::Message(&apimachinery_pkg_apis_meta_v1_ObjectMeta), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "spec", Ty::Message(&api_storage_v1_VolumeAttachmentSpec), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "status", Ty::Message(&api_storage_v1_VolumeAttachmentStatus), Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_VolumeAttachmentSource: Message = Message {
+    name: "k8s.io.api.storage.v1.VolumeAttachmentSource",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "persistentVolumeName", Ty::String, Card::Single, Absent::Omit, false, false),
+        Field::new(2, "inlineVolumeSpec", Ty::Message(&api_core_v1_PersistentVolumeSpec), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_VolumeAttachmentSpec: Message = Message {
+    name: "k8s.io.api.storage.v1.VolumeAttachmentSpec",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "attacher", Ty::String, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "source", Ty::Message(&api_storage_v1_VolumeAttachmentSource), Card::Single, Absent::Zero, false, false),
+        Field::new(3, "nodeName", Ty::String, Card::Single, Absent::Zero, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_VolumeAttachmentStatus: Message = Message {
+    name: "k8s.io.api.storage.v1.VolumeAttachmentStatus",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "attached", Ty::Bool, Card::Single, Absent::Zero, false, false),
+        Field::new(2, "attachmentMetadata", Ty::String, Card::Map, Absent::Omit, false, false),
+        Field::new(3, "attachError", Ty::Message(&api_storage_v1_VolumeError), Card::Single, Absent::Omit, false, false),
+        Field::new(4, "detachError", Ty::Message(&api_storage_v1_VolumeError), Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_VolumeError: Message = Message {
+    name: "k8s.io.api.storage.v1.VolumeError",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "time", Ty::Message(&apimachinery_pkg_apis_meta_v1_Time), Card::Single, Absent::Zero, false, false),
+        Field::new(2, "message", Ty::String, Card::Single, Absent::Omit, true, false),
+        Field::new(3, "errorCode", Ty::Int32, Card::Single, Absent::Omit, false, false),
+    ],
+};
+
+pub(crate) static api_storage_v1_VolumeNodeResources: Message = Message {
+    name: "k8s.io.api.storage.v1.VolumeNodeResources",
+    repr: Repr::Object,
+    fields: &[
+        Field::new(1, "count", Ty::Int32, Card::Single, Absent::Omit, false, false),
     ],
 };
 
