@@ -7,6 +7,9 @@
 //! - [`selector`]: label selectors (the full grammar, and the structured
 //!   `metav1.LabelSelector`) and field selectors, parsed from query strings and matched
 //!   against objects; label key and value validation.
+//! - [`duration`]: Go's duration syntax (`?timeout=30s`), with Go's errors.
+//! - [`names`]: object name rules (RFC 1123 subdomains and labels, RFC 1035 labels, path
+//!   segments) with Kubernetes' messages.
 //! - [`field`]: field errors worded as Kubernetes words them (`spec.name: Invalid value: ...`).
 //! - [`schema`]: structural schemas of custom resources: validation with kube-openapi's
 //!   wording, pruning of unknown fields, defaulting.
@@ -18,8 +21,10 @@
 //!   describes what server-side apply needs of them: list map keys and atomic types).
 
 pub mod cel;
+pub mod duration;
 pub mod field;
 mod gofmt;
+pub mod names;
 pub mod patch;
 pub mod schema;
 pub mod selector;

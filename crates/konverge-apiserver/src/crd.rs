@@ -187,7 +187,9 @@ pub fn prepare_definition(crd: &mut Value) {
 }
 
 fn dns1035(value: &str) -> Option<String> {
-    crate::meta::name_problem(NameRule::Rfc1035Label, value)
+    crate::meta::name_problems(NameRule::Rfc1035Label, value)
+        .into_iter()
+        .next()
 }
 
 /// Validates a definition (`old` on update), with kube-apiserver's messages.
@@ -205,7 +207,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
     }
     if group.is_empty() {
         errors.push(FieldError::required("spec.group", ""));
-    } else if crate::meta::name_problem(NameRule::Subdomain, group).is_some() {
+    } else if !crate::meta::name_problems(NameRule::Subdomain, group).is_empty() {
         errors.push(FieldError::invalid(
             "spec.group",
             json!(group),

@@ -322,6 +322,15 @@ impl ApiError {
         Self::new(StatusCode::GONE, Reason::Expired, message)
     }
 
+    /// 406 NotAcceptable: none of the media types the client accepts can be written.
+    pub fn not_acceptable(supported: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_ACCEPTABLE,
+            Reason::NotAcceptable,
+            format!("only the following media types are accepted: {supported}"),
+        )
+    }
+
     /// 413 RequestEntityTooLarge.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(

@@ -6,69 +6,23 @@ use serde_json::{Map, Value, json};
 use crate::error::Cause;
 use crate::resources::NameRule;
 
-const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
-const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
-
-fn is_label(s: &str, first_alpha: bool) -> bool {
-    let bytes = s.as_bytes();
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    !bytes.is_empty()
-        && (if first_alpha {
-            bytes[0].is_ascii_lowercase()
-        } else {
-            alnum(bytes[0])
-        })
-        && alnum(bytes[bytes.len() - 1])
-        && bytes.iter().all(|&b| alnum(b) || b == b'-')
+/// Checks `name` against `rule`: a cause for `field` per problem, as kube-apiserver reports
+/// them.
+pub fn check_name(rule: NameRule, name: &str, field: &str) -> Vec<Cause> {
+    name_problems(rule, name)
+        .into_iter()
+        .map(|p| Cause::invalid(field, &Value::from(name), p))
+        .collect()
 }
 
-/// Checks `name` against `rule`, returning the cause kube-apiserver would give for `field`.
-pub fn check_name(rule: NameRule, name: &str, field: &str) -> Option<Cause> {
-    name_problem(rule, name).map(|p| Cause::invalid(field, &Value::from(name), p))
-}
-
-/// What is wrong with `name` under `rule`, in kube-apiserver's words.
-pub fn name_problem(rule: NameRule, name: &str) -> Option<String> {
+/// What is wrong with `name` under `rule`, in kube-apiserver's words (empty when nothing).
+pub fn name_problems(rule: NameRule, name: &str) -> Vec<String> {
+    use konverge_apimachinery::names;
     match rule {
-        NameRule::Subdomain => {
-            if name.len() > 253 {
-                Some("must be no more than 253 characters".to_string())
-            } else if !name.split('.').all(|part| is_label(part, false)) {
-                Some(SUBDOMAIN_MSG.to_string())
-            } else {
-                None
-            }
-        }
-        NameRule::Label => {
-            if name.len() > 63 {
-                Some("must be no more than 63 characters".to_string())
-            } else if !is_label(name, false) {
-                Some(LABEL_MSG.to_string())
-            } else {
-                None
-            }
-        }
-        NameRule::Rfc1035Label => {
-            if name.len() > 63 {
-                Some("must be no more than 63 characters".to_string())
-            } else if !is_label(name, true) {
-                Some(DNS1035_MSG.to_string())
-            } else {
-                None
-            }
-        }
-        NameRule::PathSegment => {
-            if name == "." || name == ".." {
-                Some(format!("may not be '{name}'"))
-            } else if name.contains('/') {
-                Some("may not contain '/'".to_string())
-            } else if name.contains('%') {
-                Some("may not contain '%'".to_string())
-            } else {
-                None
-            }
-        }
+        NameRule::Subdomain => names::dns1123_subdomain_errors(name),
+        NameRule::Label => names::dns1123_label_errors(name),
+        NameRule::Rfc1035Label => names::dns1035_label_errors(name),
+        NameRule::PathSegment => names::path_segment_name_errors(name),
     }
 }
 
@@ -171,29 +125,32 @@ mod tests {
 
     #[test]
     fn names_follow_rfc1123_and_kubernetes_messages() {
-        assert!(check_name(NameRule::Subdomain, "my-app.example", "metadata.name").is_none());
-        let cause = check_name(NameRule::Subdomain, "My_App", "metadata.name").expect("invalid");
+        assert!(check_name(NameRule::Subdomain, "my-app.example", "metadata.name").is_empty());
+        let cause = check_name(NameRule::Subdomain, "My_App", "metadata.name")
+            .into_iter()
+            .next()
+            .expect("invalid");
         assert_eq!(cause.field, "metadata.name");
         assert!(
             cause
                 .message
                 .starts_with(r#"Invalid value: "My_App": a lowercase RFC 1123 subdomain"#)
         );
-        assert!(check_name(NameRule::Subdomain, "a.", "metadata.name").is_some());
-        assert!(check_name(NameRule::Subdomain, &"a".repeat(254), "metadata.name").is_some());
-        assert!(check_name(NameRule::Label, "kube-system", "metadata.name").is_none());
-        assert!(check_name(NameRule::Label, "a.b", "metadata.name").is_some());
-        assert!(check_name(NameRule::Rfc1035Label, "1svc", "metadata.name").is_some());
-        assert!(check_name(NameRule::Rfc1035Label, "svc1", "metadata.name").is_none());
-        assert!(check_name(NameRule::PathSegment, "system:admin", "metadata.name").is_none());
-        assert!(check_name(NameRule::PathSegment, "a/b", "metadata.name").is_some());
+        assert!(!check_name(NameRule::Subdomain, "a.", "metadata.name").is_empty());
+        assert!(!check_name(NameRule::Subdomain, &"a".repeat(254), "metadata.name").is_empty());
+        assert!(check_name(NameRule::Label, "kube-system", "metadata.name").is_empty());
+        assert!(!check_name(NameRule::Label, "a.b", "metadata.name").is_empty());
+        assert!(!check_name(NameRule::Rfc1035Label, "1svc", "metadata.name").is_empty());
+        assert!(check_name(NameRule::Rfc1035Label, "svc1", "metadata.name").is_empty());
+        assert!(check_name(NameRule::PathSegment, "system:admin", "metadata.name").is_empty());
+        assert!(!check_name(NameRule::PathSegment, "a/b", "metadata.name").is_empty());
     }
 
     #[test]
     fn generated_names_keep_the_prefix() {
         let name = generate_name("web-");
         assert!(name.starts_with("web-") && name.len() == 9, "{name}");
-        assert!(check_name(NameRule::Label, &name, "metadata.name").is_none());
+        assert!(check_name(NameRule::Label, &name, "metadata.name").is_empty());
     }
 
     #[test]

@@ -1018,10 +1018,9 @@ async fn services_get_addresses_allocated() {
     .await;
     assert_eq!(code, 422, "{moved}");
     assert!(
-        moved["message"]
-            .as_str()
-            .unwrap()
-            .ends_with("spec.clusterIPs[0]: Invalid value: \"10.96.7.7\": may not change once set"),
+        moved["message"].as_str().unwrap().ends_with(
+            "spec.clusterIPs[0]: Invalid value: []string{\"10.96.7.7\"}: may not change once set"
+        ),
         "{moved}"
     );
 
@@ -1044,4 +1043,105 @@ async fn services_get_addresses_allocated() {
         )
         .await;
     assert_eq!(code, 404);
+}
+
+/// Health endpoints name their checks; a malformed `timeout` is refused on short requests
+/// and ignored on watches.
+#[tokio::test]
+async fn health_checks_are_named_and_timeouts_checked() {
+    use tower::ServiceExt;
+    let t = TestServer::start(Backend::Memory).await;
+    let text = |path: &'static str| {
+        let router = t.router.clone();
+        async move {
+            let req = http::Request::builder()
+                .uri(path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = router.oneshot(req).await.unwrap();
+            let code = response.status().as_u16();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (code, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    assert_eq!(text("/readyz").await, (200, "ok".to_string()));
+    let (code, verbose) = text("/readyz?verbose").await;
+    assert_eq!(code, 200);
+    let lines: Vec<&str> = verbose.lines().collect();
+    assert_eq!(lines[0], "[+]ping ok");
+    assert!(lines.contains(&"[+]etcd ok"));
+    assert!(lines.contains(&"[+]poststarthook/rbac/bootstrap-roles ok"));
+    assert_eq!(lines.last(), Some(&"readyz check passed"));
+    let (_, excluded) = text("/livez?verbose&exclude=etcd").await;
+    assert!(excluded.contains("[+]etcd excluded: ok"), "{excluded}");
+    assert!(excluded.ends_with("livez check passed\n"));
+    assert_eq!(text("/healthz/etcd").await, (200, "ok".to_string()));
+    assert_eq!(
+        text("/readyz/poststarthook/rbac/bootstrap-roles").await.0,
+        200
+    );
+    assert_eq!(text("/healthz/nonsense").await.0, 404);
+
+    let (code, status) = t
+        .call("GET", "/api/v1/namespaces?timeout=abc", Value::Null)
+        .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        status["message"],
+        r#"invalid timeout specified in the request URL - time: invalid duration "abc""#
+    );
+    let (code, _) = t
+        .call("GET", "/api/v1/namespaces?timeout=30s", Value::Null)
+        .await;
+    assert_eq!(code, 200);
+}
+
+/// Tables in both meta.k8s.io versions; 406 for media types the server does not write.
+#[tokio::test]
+async fn tables_in_both_versions_and_406_for_the_rest() {
+    use tower::ServiceExt;
+    let t = TestServer::start(Backend::Memory).await;
+    let ask = |accept: &'static str| {
+        let router = t.router.clone();
+        async move {
+            let req = http::Request::builder()
+                .uri("/api/v1/namespaces")
+                .header("accept", accept)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = router.oneshot(req).await.unwrap();
+            let code = response.status().as_u16();
+            let content_type = response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (
+                code,
+                content_type,
+                serde_json::from_slice::<Value>(&body).unwrap(),
+            )
+        }
+    };
+    let (code, content_type, table) =
+        ask("application/json;as=Table;v=v1beta1;g=meta.k8s.io").await;
+    assert_eq!(code, 200);
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1beta1");
+    assert_eq!(table["kind"], "Table");
+    assert!(content_type.contains("v=v1beta1"), "{content_type}");
+    let (_, _, table) = ask("application/json;as=Table;v=v1;g=meta.k8s.io, application/json").await;
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+    let (code, _, status) = ask("application/xml").await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (406, Some("NotAcceptable"))
+    );
+    assert_eq!(
+        status["message"],
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+    );
 }

@@ -897,7 +897,7 @@ fn embedded_resource(path: &str, x: &Map<String, Value>) -> Vec<FieldError> {
                     "must not be empty",
                 )),
                 Some(kind) => {
-                    let msgs = dns1035_label(&kind.to_lowercase());
+                    let msgs = crate::names::dns1035_label_errors(&kind.to_lowercase());
                     if !msgs.is_empty() {
                         errs.push(FieldError::invalid(
                             fp_child(path, "kind"),
@@ -922,24 +922,6 @@ fn embedded_resource(path: &str, x: &Map<String, Value>) -> Vec<FieldError> {
             }
             _ => {}
         }
-    }
-    errs
-}
-
-fn dns1035_label(v: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if v.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    let b = v.as_bytes();
-    let ok = !b.is_empty()
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.last()
-            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if !ok {
-        errs.push("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".to_string());
     }
     errs
 }

@@ -1,41 +1,15 @@
 //! Label key and label value validation, with kube-apiserver's wording (Kubernetes 1.33,
 //! `k8s.io/apimachinery/pkg/util/validation`: `IsQualifiedName` and `IsValidLabelValue`).
 
+use crate::names::{dns1123_subdomain_errors, max_len_error, regex_error};
+
 /// Longest name part of a label key, and longest label value.
 const LABEL_MAX_LENGTH: usize = 63;
-/// Longest DNS (RFC 1123) subdomain, the optional prefix of a label key.
-const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
 
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
 const QUALIFIED_NAME_ERR_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
 const LABEL_VALUE_ERR_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str =
-    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
-const DNS1123_SUBDOMAIN_ERR_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-
-fn max_len_error(length: usize) -> String {
-    format!("must be no more than {length} characters")
-}
-
-fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
-    if examples.is_empty() {
-        return format!("{msg} (regex used for validation is '{fmt}')");
-    }
-    let mut out = format!("{msg} (e.g. ");
-    for (i, example) in examples.iter().enumerate() {
-        if i > 0 {
-            out.push_str(" or ");
-        }
-        out.push('\'');
-        out.push_str(example);
-        out.push_str("', ");
-    }
-    out.push_str("regex used for validation is '");
-    out.push_str(fmt);
-    out.push_str("')");
-    out
-}
 
 /// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, anchored.
 fn is_qualified_name_part(s: &str) -> bool {
@@ -48,35 +22,6 @@ fn is_qualified_name_part(s: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`, anchored.
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.split('.').all(|label| {
-        let bytes = label.as_bytes();
-        let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        match (bytes.first(), bytes.last()) {
-            (Some(first), Some(last)) => {
-                alnum(first) && alnum(last) && bytes.iter().all(|b| alnum(b) || *b == b'-')
-            }
-            _ => false,
-        }
-    })
-}
-
-fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
-        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH));
-    }
-    if !is_dns1123_subdomain(value) {
-        errs.push(regex_error(
-            DNS1123_SUBDOMAIN_ERR_MSG,
-            DNS1123_SUBDOMAIN_FMT,
-            &["example.com"],
-        ));
-    }
-    errs
 }
 
 /// Everything wrong with `key` as a label key (a "qualified name": an optional DNS subdomain

@@ -4,6 +4,7 @@
 //! Everything a response can be — an object, a list, a `Table`, a watch stream, a `Status`
 //! failure — is produced here; the registry never sees HTTP.
 
+mod health;
 mod order;
 mod request;
 pub mod route;
@@ -89,7 +90,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 async fn handle(server: &Arc<ApiServer>, req: Request) -> Result<Response> {
     let path = req.uri().path().to_string();
     let route = route::parse(&path, server.registry.catalog());
-    let public = matches!(route, Ok(Route::Version | Route::Health(_)));
+    let public = matches!(route, Ok(Route::Version | Route::Health(..)));
     if !public && !authenticated(server, &req) {
         return Err(ApiError::unauthorized());
     }
@@ -97,18 +98,19 @@ async fn handle(server: &Arc<ApiServer>, req: Request) -> Result<Response> {
     let method = req.method().clone();
     let accept = Accept::parse(req.headers());
     let query = Query::parse(req.uri().query())?;
+    let long_running = query.watch
+        || matches!(&route, Route::Resource(r) if r.watch_path
+            || matches!(r.subresource.as_deref(), Some("log" | "exec" | "attach" | "portforward" | "proxy")));
+    if !long_running {
+        query.request_timeout()?;
+    }
     if method != Method::GET && !matches!(route, Route::Resource(_)) {
         return Err(ApiError::method_not_allowed(&method, &path));
     }
     match route {
         Route::Version => Ok(json_response(StatusCode::OK, &server.version_info(), None)),
-        Route::Health(_) => {
-            let mut response = (StatusCode::OK, "ok").into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            Ok(response)
+        Route::Health(endpoint, check) => {
+            health::answer(server, endpoint, check.as_deref(), req.uri().query()).await
         }
         Route::CoreVersions => Ok(match accept.aggregated_discovery() {
             Some((version, ct)) => json_response(
@@ -164,6 +166,11 @@ async fn resource(
     query: Query,
     req: Request,
 ) -> Result<Response> {
+    if accept.unacceptable {
+        return Err(ApiError::not_acceptable(
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf",
+        ));
+    }
     let rt = route.rt.clone();
     let registry = &server.registry;
     if rt.namespaced && route.namespace.is_none() && route.name.is_some() {
@@ -215,7 +222,11 @@ async fn resource(
                     }),
                 None if accept.table => {
                     let table = table::table(&rt, &statuses, json!({}), query.include_object);
-                    Ok(json_response(StatusCode::OK, &table, Some(Accept::TABLE)))
+                    Ok(json_response(
+                        StatusCode::OK,
+                        &accept.meta_body(table),
+                        Some(&accept.meta_type(Accept::TABLE)),
+                    ))
                 }
                 None => Ok(json_response(
                     StatusCode::OK,
@@ -302,13 +313,17 @@ async fn resource(
                 let items: Vec<Value> = listed.items.iter().map(|o| Value::clone(o)).collect();
                 if accept.table {
                     let table = table::table(&rt, &items, meta, query.include_object);
-                    return Ok(json_response(StatusCode::OK, &table, Some(Accept::TABLE)));
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        &accept.meta_body(table),
+                        Some(&accept.meta_type(Accept::TABLE)),
+                    ));
                 }
                 let list = table::partial_metadata_list(&items, meta);
                 return Ok(json_response(
                     StatusCode::OK,
-                    &list,
-                    Some(Accept::METADATA_LIST),
+                    &accept.meta_body(list),
+                    Some(&accept.meta_type(Accept::METADATA_LIST)),
                 ));
             }
             // Serialized straight from the (cache-shared) objects, without a copy.
@@ -473,10 +488,18 @@ fn object_response(
     if accept.table {
         let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
         let table = table::table(rt, std::slice::from_ref(&obj), meta, include);
-        return json_response(code, &table, Some(Accept::TABLE));
+        return json_response(
+            code,
+            &accept.meta_body(table),
+            Some(&accept.meta_type(Accept::TABLE)),
+        );
     }
     if accept.metadata {
-        return json_response(code, &table::partial_metadata(&obj), Some(Accept::METADATA));
+        return json_response(
+            code,
+            &accept.meta_body(table::partial_metadata(&obj)),
+            Some(&accept.meta_type(Accept::METADATA)),
+        );
     }
     json_response(code, &obj, None)
 }

@@ -28,6 +28,11 @@ pub(crate) struct Accept {
     pub(crate) metadata: bool,
     /// `as=APIGroupDiscoveryList;g=apidiscovery.k8s.io;v=...`: the versions offered.
     discovery: Vec<String>,
+    /// The `meta.k8s.io` version of the Table or partial metadata asked for (`v1`, or the
+    /// older `v1beta1`).
+    pub(crate) meta_version: &'static str,
+    /// Whether the client named media types and none is one the server writes.
+    pub(crate) unacceptable: bool,
 }
 
 impl Accept {
@@ -38,7 +43,12 @@ impl Accept {
         "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io";
 
     pub(crate) fn parse(headers: &HeaderMap) -> Self {
-        let mut accept = Accept::default();
+        let mut accept = Accept {
+            meta_version: "v1",
+            ..Accept::default()
+        };
+        let mut named = false;
+        let mut writable = false;
         for value in headers.get_all(http::header::ACCEPT) {
             let Ok(value) = value.to_str() else { continue };
             for entry in value.split(',') {
@@ -49,16 +59,40 @@ impl Accept {
                     .collect();
                 let get = |k: &str| params.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
                 let media = entry.split(';').next().unwrap_or("").trim();
+                if media.is_empty() {
+                    continue;
+                }
+                named = true;
+                // JSON is written for every request; clients that offer protobuf offer JSON
+                // too, or take it.
+                if matches!(
+                    media,
+                    "application/json"
+                        | "*/*"
+                        | "application/*"
+                        | "application/vnd.kubernetes.protobuf"
+                        | "application/yaml"
+                        | "application/json-seq"
+                        | "application/vnd.kubernetes.protobuf;stream=watch"
+                ) {
+                    writable = true;
+                }
                 if media != "application/json" && media != "*/*" {
                     continue;
                 }
                 match (get("as"), get("g"), get("v")) {
-                    (Some("Table"), Some("meta.k8s.io"), Some("v1")) => accept.table = true,
+                    (Some("Table"), Some("meta.k8s.io"), Some(v @ ("v1" | "v1beta1"))) => {
+                        accept.table = true;
+                        accept.meta_version = if v == "v1" { "v1" } else { "v1beta1" };
+                    }
                     (
                         Some("PartialObjectMetadata" | "PartialObjectMetadataList"),
                         Some("meta.k8s.io"),
-                        Some("v1"),
-                    ) => accept.metadata = true,
+                        Some(v @ ("v1" | "v1beta1")),
+                    ) => {
+                        accept.metadata = true;
+                        accept.meta_version = if v == "v1" { "v1" } else { "v1beta1" };
+                    }
                     (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some(v)) => {
                         accept.discovery.push(v.to_string())
                     }
@@ -66,7 +100,22 @@ impl Accept {
                 }
             }
         }
+        accept.unacceptable = named && !writable;
         accept
+    }
+
+    /// The content type of a `meta.k8s.io` answer (`Table`, `PartialObjectMetadata`...) in
+    /// the version asked for.
+    pub(crate) fn meta_type(&self, base: &'static str) -> String {
+        base.replace(";v=v1;", &format!(";v={};", self.meta_version))
+    }
+
+    /// A `meta.k8s.io` answer in the version asked for.
+    pub(crate) fn meta_body(&self, mut body: serde_json::Value) -> serde_json::Value {
+        if self.meta_version != "v1" {
+            body["apiVersion"] = serde_json::json!(format!("meta.k8s.io/{}", self.meta_version));
+        }
+        body
     }
 
     /// The aggregated discovery version to answer with, and its content type.
@@ -94,6 +143,7 @@ pub(crate) struct Query {
     allow_bookmarks: bool,
     send_initial_events: Option<bool>,
     timeout_seconds: Option<String>,
+    timeout: Option<String>,
     dry_run: Vec<String>,
     field_validation: Option<String>,
     field_manager: Option<String>,
@@ -113,6 +163,21 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
 }
 
 impl Query {
+    /// The `timeout` a short request asks for: a Go duration, refused with kube-apiserver's
+    /// words when it is none (long-running requests, watches, ignore it).
+    pub(crate) fn request_timeout(&self) -> Result<Option<std::time::Duration>> {
+        match &self.timeout {
+            None => Ok(None),
+            Some(text) => konverge_apimachinery::duration::parse_duration(text)
+                .map(Some)
+                .map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "invalid timeout specified in the request URL - {e}"
+                    ))
+                }),
+        }
+    }
+
     pub(crate) fn parse(query: Option<&str>) -> Result<Self> {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
@@ -133,6 +198,7 @@ impl Query {
                     q.send_initial_events = Some(parse_bool("sendInitialEvents", &value)?)
                 }
                 "timeoutSeconds" => q.timeout_seconds = Some(value),
+                "timeout" => q.timeout = Some(value).filter(|v| !v.is_empty()),
                 "dryRun" => q.dry_run.push(value),
                 "fieldValidation" => q.field_validation = Some(value),
                 "fieldManager" => q.field_manager = Some(value),

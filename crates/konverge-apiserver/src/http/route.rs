@@ -11,8 +11,8 @@ use crate::resources::{Catalog, ResourceType};
 pub enum Route {
     /// `/version`.
     Version,
-    /// `/healthz`, `/livez`, `/readyz` (and their `/...` sub-checks).
-    Health(&'static str),
+    /// `/healthz`, `/livez`, `/readyz`, and one of their checks (`/readyz/etcd`).
+    Health(&'static str, Option<String>),
     /// `/api`.
     CoreVersions,
     /// `/apis`.
@@ -66,6 +66,11 @@ fn decode_segment(segment: &str) -> Result<String> {
     String::from_utf8(out).map_err(|_| ApiError::bad_request("path is not UTF-8"))
 }
 
+/// The check a health path names (`poststarthook/rbac/bootstrap-roles` spans segments).
+fn check(rest: &[&str]) -> Option<String> {
+    (!rest.is_empty()).then(|| rest.join("/"))
+}
+
 /// Parses `path` against the served resources.
 pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
     let parts: Vec<String> = path
@@ -77,9 +82,9 @@ pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     match parts.as_slice() {
         ["version"] => return Ok(Route::Version),
-        ["healthz", ..] => return Ok(Route::Health("healthz")),
-        ["livez", ..] => return Ok(Route::Health("livez")),
-        ["readyz", ..] => return Ok(Route::Health("readyz")),
+        ["healthz", rest @ ..] => return Ok(Route::Health("healthz", check(rest))),
+        ["livez", rest @ ..] => return Ok(Route::Health("livez", check(rest))),
+        ["readyz", rest @ ..] => return Ok(Route::Health("readyz", check(rest))),
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["apis", group] => return Ok(Route::Group(group.to_string())),

@@ -87,12 +87,7 @@ fn ok(served: &Served, content_type: &str, headers: &HeaderMap) -> Response {
 }
 
 fn not_acceptable(supported: &str) -> Response {
-    let mut err = ApiError::bad_request(format!(
-        "only the following media types are accepted: {supported}"
-    ));
-    err.code = StatusCode::NOT_ACCEPTABLE;
-    err.reason = crate::error::Reason::NotAcceptable;
-    err.into_response()
+    ApiError::not_acceptable(supported).into_response()
 }
 
 /// The value of the `hash` query parameter.

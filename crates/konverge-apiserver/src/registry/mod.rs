@@ -376,9 +376,7 @@ impl Registry {
     fn validate(&self, rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<()> {
         let name = meta::meta_str(obj, "name").unwrap_or("");
         let mut causes = Vec::new();
-        if let Some(cause) = rt.check_name(name, "metadata.name") {
-            causes.push(cause);
-        }
+        causes.extend(rt.check_name(name, "metadata.name"));
         causes.extend(check_labels(obj));
         if let Some(validate) = rt.validate {
             causes.extend(validate(obj, old));

@@ -397,8 +397,8 @@ impl ResourceType {
         format!("{}{name}", self.namespace_prefix(namespace))
     }
 
-    /// Validates an object name by this resource's rule, as a cause on `metadata.name`.
-    pub fn check_name(&self, name: &str, field: &str) -> Option<Cause> {
+    /// Validates an object name by this resource's rule: a cause per problem.
+    pub fn check_name(&self, name: &str, field: &str) -> Vec<Cause> {
         crate::meta::check_name(self.name_rule, name, field)
     }
 

@@ -143,13 +143,11 @@ pub(super) fn containers(cs: &[Value], field: &str, causes: &mut Vec<Cause>) {
     for (i, c) in cs.iter().enumerate() {
         match c.get("name").and_then(Value::as_str) {
             None | Some("") => causes.push(Cause::required(format!("{field}[{i}].name"))),
-            Some(name) => {
-                if let Some(cause) =
-                    crate::meta::check_name(NameRule::Label, name, &format!("{field}[{i}].name"))
-                {
-                    causes.push(cause);
-                }
-            }
+            Some(name) => causes.extend(crate::meta::check_name(
+                NameRule::Label,
+                name,
+                &format!("{field}[{i}].name"),
+            )),
         }
         if c.get("image")
             .and_then(Value::as_str)
@@ -217,7 +215,7 @@ pub(super) fn validate_service(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     if !before.is_empty() && before != after && !external_name {
         causes.push(Cause::invalid(
             "spec.clusterIPs[0]",
-            &json!(after),
+            &json!([after]),
             "may not change once set",
         ));
     }
