@@ -11,7 +11,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
 };
 use kube::core::Status;
 use serde_json::json;
@@ -247,9 +248,34 @@ async fn errors_have_kubernetes_codes_and_reasons(t: TestServer) {
         "{status}"
     );
 
+    // More data than a ConfigMap holds is invalid; an object larger than the store takes is
+    // too large.
     let huge = "x".repeat(2 * 1024 * 1024);
     let big = status_of(
         api.create(&PostParams::default(), &cm("big", json!({"blob": huge})))
+            .await
+            .expect_err("too much data"),
+    );
+    assert_eq!((big.code, big.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        big.message,
+        r#"ConfigMap "big" is invalid: []: Too long: may not be more than 1048576 bytes"#
+    );
+    let gone = status_of(api.get("big").await.expect_err("nothing half-written"));
+    assert_eq!(gone.code, 404);
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        t.client.clone(),
+        "default",
+        &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&()),
+    );
+    let event: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "big"},
+        "involvedObject": {"kind": "Pod", "name": "p"}, "message": huge,
+    }))
+    .unwrap();
+    let big = status_of(
+        events
+            .create(&PostParams::default(), &event)
             .await
             .expect_err("too large"),
     );
@@ -257,8 +283,6 @@ async fn errors_have_kubernetes_codes_and_reasons(t: TestServer) {
         (big.code, big.reason.as_str()),
         (413, "RequestEntityTooLarge")
     );
-    let gone = status_of(api.get("big").await.expect_err("nothing half-written"));
-    assert_eq!(gone.code, 404);
 
     let wrong_type = t
         .raw(

@@ -1145,3 +1145,44 @@ async fn tables_in_both_versions_and_406_for_the_rest() {
         "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
     );
 }
+
+/// Bad objects of the kinds operators write are refused with kube-apiserver's messages.
+#[tokio::test]
+async fn invalid_objects_are_refused_in_kube_apiserver_words() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/batch/v1/namespaces/default/cronjobs",
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick"},
+               "spec": {"schedule": "bad", "jobTemplate": {"spec": {"template": {"spec": {
+                   "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"CronJob.batch "tick" is invalid: spec.schedule: Invalid value: "bad": expected exactly 5 fields, found 1: [bad]"#
+    );
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a b": "1"}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(status["details"]["causes"][0]["field"], "data[a b]");
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/secrets",
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "type": "kubernetes.io/tls", "stringData": {"tls.crt": "x"}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Secret "s" is invalid: data[tls.key]: Required value"#
+    );
+}

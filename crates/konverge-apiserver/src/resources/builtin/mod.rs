@@ -14,6 +14,7 @@ mod convert;
 mod defaults;
 mod fields;
 mod strategy;
+mod validation;
 
 use std::any::TypeId;
 
@@ -215,7 +216,7 @@ impl ResourceType {
     }
     fn allocates_addresses(mut self) -> Self {
         self.allocates_addresses = true;
-        self.validate = Some(strategy::validate_service);
+        self.validate = Some(validation::service);
         self
     }
     fn create_on_update(mut self) -> Self {
@@ -268,6 +269,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .no_storage(Serving::ComponentStatus),
         declare::<core::v1::ConfigMap>()
             .short(&["cm"])
+            .validate(validation::config_map)
             .columns(columns::config_maps()),
         declare::<core::v1::Endpoints>()
             .short(&["ep"])
@@ -326,7 +328,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .sub("resize", SUBRESOURCE_VERBS)
             .defaults(defaults::pod)
             .on_create(defaults::prepare_pod)
-            .validate(strategy::validate_pod)
+            .validate(validation::pod)
             .columns(columns::pods())
             .fields(FieldLabels::Converted, pod_fields()),
         declare::<core::v1::PodTemplate>()
@@ -348,6 +350,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .columns(columns::resource_quotas()),
         declare::<core::v1::Secret>()
             .defaults(strategy::default_secret)
+            .validate(validation::secret)
             .columns(columns::secrets())
             .fields(FieldLabels::Converted, secret_fields()),
         declare::<core::v1::ServiceAccount>()
@@ -412,7 +415,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_generation()
             .defaults(defaults::daemon_set)
             .on_create(defaults::prepare_daemon_set)
-            .validate(strategy::validate_workload)
+            .validate(validation::daemon_set)
             .columns(columns::daemon_sets()),
         declare::<apps::v1::Deployment>()
             .status_resets(&["labels"])
@@ -422,7 +425,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_scale()
             .with_generation()
             .defaults(defaults::deployment)
-            .validate(strategy::validate_workload)
+            .validate(validation::deployment)
             .columns(columns::deployments()),
         declare::<apps::v1::ReplicaSet>()
             .short(&["rs"])
@@ -431,7 +434,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_scale()
             .with_generation()
             .defaults(defaults::replica_set)
-            .validate(strategy::validate_workload)
+            .validate(validation::replica_set)
             .columns(columns::replica_sets()),
         declare::<apps::v1::StatefulSet>()
             .short(&["sts"])
@@ -440,7 +443,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_scale()
             .with_generation()
             .defaults(defaults::stateful_set)
-            .validate(strategy::validate_workload)
+            .validate(validation::stateful_set)
             .columns(columns::stateful_sets()),
         // authentication.k8s.io/v1
         declare::<authentication::v1::SelfSubjectReview>().review(crate::reviews::self_subject),
@@ -477,12 +480,14 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .with_generation()
             .defaults(defaults::cron_job)
+            .validate(validation::cron_job)
             .columns(columns::cron_jobs()),
         declare::<batch::v1::Job>()
             .in_all()
             .with_status()
             .with_generation()
             .defaults(defaults::job)
+            .validate(validation::job)
             .on_create(defaults::prepare_job)
             .columns(columns::jobs())
             .fields(FieldLabels::Job, job_fields()),

@@ -4,7 +4,6 @@
 use serde_json::{Value, json};
 
 use crate::error::Cause;
-use crate::resources::NameRule;
 
 /// Namespaces start Active and carry the namespace controller's finalizer.
 pub(super) fn prepare_namespace(obj: &mut Value) {
@@ -127,73 +126,6 @@ pub(super) fn default_service(obj: &mut Value) {
             }
         }
     }
-}
-
-pub(super) fn validate_pod(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    match obj.pointer("/spec/containers").and_then(Value::as_array) {
-        None => causes.push(Cause::required("spec.containers")),
-        Some(cs) if cs.is_empty() => causes.push(Cause::required("spec.containers")),
-        Some(cs) => containers(cs, "spec.containers", &mut causes),
-    }
-    causes
-}
-
-pub(super) fn containers(cs: &[Value], field: &str, causes: &mut Vec<Cause>) {
-    for (i, c) in cs.iter().enumerate() {
-        match c.get("name").and_then(Value::as_str) {
-            None | Some("") => causes.push(Cause::required(format!("{field}[{i}].name"))),
-            Some(name) => causes.extend(crate::meta::check_name(
-                NameRule::Label,
-                name,
-                &format!("{field}[{i}].name"),
-            )),
-        }
-        if c.get("image")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
-            causes.push(Cause::required(format!("{field}[{i}].image")));
-        }
-    }
-}
-
-pub(super) fn validate_workload(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    if let Some(replicas) = obj.pointer("/spec/replicas").and_then(Value::as_i64)
-        && replicas < 0
-    {
-        causes.push(Cause::invalid(
-            "spec.replicas",
-            &json!(replicas),
-            "must be greater than or equal to 0",
-        ));
-    }
-    let selector = obj.pointer("/spec/selector");
-    if selector.is_none_or(Value::is_null) {
-        causes.push(Cause::required("spec.selector"));
-    } else if let (Some(match_labels), Some(labels)) = (
-        obj.pointer("/spec/selector/matchLabels")
-            .and_then(Value::as_object),
-        obj.pointer("/spec/template/metadata/labels")
-            .and_then(Value::as_object),
-    ) && match_labels.iter().any(|(k, v)| labels.get(k) != Some(v))
-    {
-        causes.push(Cause::invalid(
-            "spec.template.metadata.labels",
-            &Value::Object(labels.clone()),
-            "`selector` does not match template `labels`",
-        ));
-    }
-    match obj
-        .pointer("/spec/template/spec/containers")
-        .and_then(Value::as_array)
-    {
-        None => causes.push(Cause::required("spec.template.spec.containers")),
-        Some(cs) if cs.is_empty() => causes.push(Cause::required("spec.template.spec.containers")),
-        Some(cs) => containers(cs, "spec.template.spec.containers", &mut causes),
-    }
-    causes
 }
 
 /// A Service keeps the addresses it was given: an update that leaves them out keeps them
