@@ -50,18 +50,7 @@ pub(crate) fn token(
         .pointer("/spec/token")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let mut audiences: Vec<String> = body
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    if audiences.is_empty() {
-        audiences.push(crate::tokens::ISSUER.to_string());
-    }
+    let audiences = crate::tokens::audiences(&body);
     let admin = match &requester.server_token {
         Some(expected) => !token.is_empty() && token == expected,
         None => false,

@@ -131,15 +131,7 @@ pub async fn evict(
             .catalog()
             .get("policy", "v1", "poddisruptionbudgets")
     {
-        let labels: std::collections::BTreeMap<String, String> = pod
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = crate::meta::labels(&pod);
         let listed = registry
             .list(&budgets, ns, &crate::registry::ListOptions::default())
             .await?;
@@ -330,18 +322,7 @@ pub async fn token_request(
             causes,
         ));
     }
-    let mut audiences: Vec<String> = request
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    if audiences.is_empty() {
-        audiences.push(crate::tokens::ISSUER.to_string());
-    }
+    let audiences = crate::tokens::audiences(&request);
     let mut pod = None;
     if let Some(bound) = request
         .pointer("/spec/boundObjectRef")

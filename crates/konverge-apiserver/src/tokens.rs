@@ -17,6 +17,24 @@ use serde_json::{Value, json};
 /// `--service-account-issuer` of kubeadm clusters.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
+/// The audiences a TokenRequest or TokenReview names in `spec.audiences`, or the issuer.
+pub fn audiences(body: &Value) -> Vec<String> {
+    let named: Vec<String> = body
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if named.is_empty() {
+        vec![ISSUER.to_string()]
+    } else {
+        named
+    }
+}
+
 /// Why a signing key cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("not an ECDSA P-256 private key in PKCS#8: {0}")]

@@ -74,15 +74,7 @@ fn aggregate(role: &Value, selectors: &[Value], all: &[&Value]) -> Value {
             if name_of(other) == name_of(role) {
                 continue;
             }
-            let labels = other
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let labels = crate::meta::labels(other);
             if selector.matches_nothing() || !selector.matches(&labels) {
                 continue;
             }

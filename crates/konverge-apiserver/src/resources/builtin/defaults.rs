@@ -321,16 +321,7 @@ pub(super) fn replication_controller(obj: &mut Value) {
             template(t);
         }
     }
-    if let Some(labels) = labels {
-        let md = crate::meta::metadata_mut(obj);
-        if md
-            .get("labels")
-            .and_then(Value::as_object)
-            .is_none_or(Map::is_empty)
-        {
-            md.insert("labels".into(), labels);
-        }
-    }
+    labels_from_template(obj);
 }
 
 pub(super) fn deployment(obj: &mut Value) {
@@ -507,11 +498,11 @@ pub(super) fn job(obj: &mut Value) {
     if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
         job_spec(spec);
     }
-    job_labels(obj);
+    labels_from_template(obj);
 }
 
-/// A Job's labels are its template's when it has none.
-fn job_labels(obj: &mut Value) {
+/// An object without labels takes its pod template's (ReplicationControllers, Jobs).
+fn labels_from_template(obj: &mut Value) {
     if let Some(labels) = obj.pointer("/spec/template/metadata/labels").cloned() {
         let md = crate::meta::metadata_mut(obj);
         if md

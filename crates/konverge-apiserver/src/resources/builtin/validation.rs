@@ -309,15 +309,7 @@ fn ports(container: &Value, at: &str, causes: &mut Vec<Cause>) {
                 "must be between 1 and 65535, inclusive",
             ));
         }
-        if let Some(protocol) = port.get("protocol").and_then(Value::as_str)
-            && !matches!(protocol, "TCP" | "UDP" | "SCTP")
-        {
-            causes.push(not_supported(
-                format!("{path}.protocol"),
-                protocol,
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
+        protocol(port, &path, causes);
         if let Some(name) = port
             .get("name")
             .and_then(Value::as_str)
@@ -335,6 +327,19 @@ fn ports(container: &Value, at: &str, causes: &mut Vec<Cause>) {
                 ));
             }
         }
+    }
+}
+
+/// A port's protocol, when set, is one Kubernetes knows.
+fn protocol(port: &Value, path: &str, causes: &mut Vec<Cause>) {
+    if let Some(protocol) = port.get("protocol").and_then(Value::as_str)
+        && !matches!(protocol, "TCP" | "UDP" | "SCTP")
+    {
+        causes.push(not_supported(
+            format!("{path}.protocol"),
+            protocol,
+            &["SCTP", "TCP", "UDP"],
+        ));
     }
 }
 
@@ -805,15 +810,7 @@ pub(super) fn service(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
                 "must be between 1 and 65535, inclusive",
             ));
         }
-        if let Some(protocol) = port.get("protocol").and_then(Value::as_str)
-            && !matches!(protocol, "TCP" | "UDP" | "SCTP")
-        {
-            causes.push(not_supported(
-                format!("{path}.protocol"),
-                protocol,
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
+        protocol(port, &path, &mut causes);
         if kind == "ClusterIP"
             && port
                 .get("nodePort")
