@@ -1186,3 +1186,21 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
         r#"Secret "s" is invalid: data[tls.key]: Required value"#
     );
 }
+
+/// A server started again over the same store finds its bootstrap objects and starts.
+#[tokio::test]
+async fn a_restarted_server_keeps_what_it_bootstrapped() {
+    let store: std::sync::Arc<dyn konverge_store::KvStore> =
+        std::sync::Arc::new(konverge_store::MemStore::new());
+    let first = konverge_apiserver::ApiServer::builder(store.clone())
+        .control_loops(false)
+        .build()
+        .await
+        .expect("first start");
+    drop(first);
+    konverge_apiserver::ApiServer::builder(store)
+        .control_loops(false)
+        .build()
+        .await
+        .expect("a second start over the same store");
+}

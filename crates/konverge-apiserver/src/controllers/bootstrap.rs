@@ -53,7 +53,7 @@ fn bootstrap_data() -> Value {
     serde_json::from_str(include_str!("bootstrap.json")).unwrap_or_else(|_| json!({}))
 }
 
-/// Creates `obj` as `resource` unless it exists.
+/// Creates `obj` as `resource` unless it exists (a restarted server finds what it made).
 async fn ensure(
     registry: &Registry,
     group: &str,
@@ -65,6 +65,17 @@ async fn ensure(
     let Some(rt) = registry.catalog().get(group, version, plural) else {
         return Ok(());
     };
+    // Looked up first, as kube-apiserver's bootstrap controllers do: creating a Service
+    // that exists would first fail to allocate its (taken) cluster IP.
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match registry.get(&rt, namespace, name, None).await {
+        Ok(_) => return Ok(()),
+        Err(e) if e.reason == Reason::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let opts = WriteOptions {
         field_manager: Some(MANAGER.into()),
         ..WriteOptions::default()
