@@ -6,36 +6,33 @@
 //!
 //! # Where to start
 //!
+//! The folders follow a request's path:
+//!
 //! - [`ApiServer`]: build one over any [`KvStore`], then serve [`ApiServer::router`] — a
 //!   `tower::Service` — on a listener, or call it directly.
-//! - [`http`]: the request flow — authenticate, route ([`http::route`]), decode, call the
-//!   registry, encode (objects, lists, `Table`s, watch streams).
-//! - [`registry`]: the one generic implementation of every verb for every resource: metadata
-//!   rules, generation, optimistic concurrency, finalizers, resourceVersion semantics, watch.
-//! - [`resources`]: what is served ([`resources::builtin`] for the built-in kinds) and what is
-//!   special about each resource.
+//! - [`http`]: the front door: routing ([`http::route`]), query and body decoding, content
+//!   negotiation, discovery, OpenAPI, patch bodies, scale, `Table`s, health checks, and the
+//!   encoding of every answer.
+//! - [`registry`]: the one generic implementation of every verb for every resource
+//!   (metadata rules, generation, `guaranteed_update`, finalizers, resourceVersion semantics,
+//!   watch cache), server-side apply and managed fields ([`registry::apply`]), Service address
+//!   allocation, and the subresources that act ([`registry::subresources`]).
+//! - [`resources`]: what is served: the [`resources::Catalog`], every built-in kind
+//!   ([`resources::builtin`]), custom resources ([`resources::crd`]), object metadata rules
+//!   ([`resources::meta`]) and the review resources.
+//! - [`controllers`]: what runs without a request: bootstrap objects, garbage collection,
+//!   namespaces, ClusterRole aggregation, definitions, compaction.
+//! - [`auth`]: ServiceAccount tokens.
 //! - [`error`]: `Status` failures, and the single place storage errors become API errors.
-//! - [`openapi`]: `/openapi/v3` and `/openapi/v2`, derived from `k8s-openapi`'s schemas, for
-//!   kubectl's validation, `explain` and client-side apply.
-//! - [`discovery`], [`table`], [`patch`], [`scale`]: the rest of what clients expect.
+//!
+//! `docs/architecture.md` in the repository walks the same path in prose.
 
-pub mod apply;
+pub mod auth;
 pub mod controllers;
-pub mod crd;
-pub mod discovery;
 pub mod error;
 pub mod http;
-pub mod jsonpath;
-pub mod meta;
-pub mod openapi;
-pub mod patch;
 pub mod registry;
 pub mod resources;
-mod reviews;
-pub mod scale;
-pub mod subresources;
-pub mod table;
-pub mod tokens;
 
 use std::sync::{Arc, RwLock};
 
@@ -116,9 +113,9 @@ impl ApiServerBuilder {
     pub async fn build(self) -> Result<Arc<ApiServer>, ApiError> {
         let catalog = Arc::new(Catalog::builtin());
         let tokens = match &self.service_account_key {
-            Some(der) => tokens::ServiceAccountTokens::from_pkcs8(der)
+            Some(der) => auth::tokens::ServiceAccountTokens::from_pkcs8(der)
                 .map_err(|e| ApiError::internal(format!("the service account key: {e}")))?,
-            None => tokens::ServiceAccountTokens::generate(),
+            None => auth::tokens::ServiceAccountTokens::generate(),
         };
         let server = Arc::new(ApiServer {
             registry: Registry::new(self.store, catalog).with_watch_cache(self.watch_cache),
@@ -133,7 +130,7 @@ impl ApiServerBuilder {
                 ApiError::from_store(
                     e,
                     error::Target {
-                        group: crd::GROUP,
+                        group: resources::crd::GROUP,
                         resource: "customresourcedefinitions",
                         name: "",
                     },
@@ -160,7 +157,7 @@ impl ApiServerBuilder {
 pub struct ApiServer {
     registry: Registry,
     token: Option<String>,
-    tokens: Arc<tokens::ServiceAccountTokens>,
+    tokens: Arc<auth::tokens::ServiceAccountTokens>,
     address: RwLock<String>,
 }
 
@@ -190,7 +187,7 @@ impl ApiServer {
     }
 
     /// The key ServiceAccount tokens are signed with.
-    pub fn service_account_tokens(&self) -> &Arc<tokens::ServiceAccountTokens> {
+    pub fn service_account_tokens(&self) -> &Arc<auth::tokens::ServiceAccountTokens> {
         &self.tokens
     }
 

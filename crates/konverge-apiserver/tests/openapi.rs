@@ -16,7 +16,7 @@ use axum::extract::State;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use konverge_apiserver::ApiServer;
-use konverge_apiserver::openapi;
+use konverge_apiserver::http::openapi;
 use konverge_apiserver::resources::Catalog;
 use konverge_store::MemStore;
 use serde_json::{Value, json};
@@ -697,7 +697,7 @@ async fn server_routes_openapi() {
     assert_eq!(
         code,
         StatusCode::OK,
-        "the server does not route GET /openapi/v3 to konverge_apiserver::openapi::v3_response yet: {}",
+        "the server does not route GET /openapi/v3 to konverge_apiserver::http::openapi::v3_response yet: {}",
         String::from_utf8_lossy(&body)
     );
     let index: Value = serde_json::from_slice(&body).expect("index");

@@ -74,7 +74,7 @@ fn aggregate(role: &Value, selectors: &[Value], all: &[&Value]) -> Value {
             if name_of(other) == name_of(role) {
                 continue;
             }
-            let labels = crate::meta::labels(other);
+            let labels = crate::resources::meta::labels(other);
             if selector.matches_nothing() || !selector.matches(&labels) {
                 continue;
             }

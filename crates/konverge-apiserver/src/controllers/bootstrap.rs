@@ -153,19 +153,6 @@ fn api_service(group: &str, version: &str, group_priority: i64, version_priority
     })
 }
 
-/// A local APIService's status: always available.
-pub(crate) fn prepare_api_service(obj: &mut Value) {
-    if obj.pointer("/spec/service").is_none_or(Value::is_null) {
-        obj["status"] = json!({"conditions": [{
-            "type": "Available",
-            "status": "True",
-            "lastTransitionTime": crate::meta::now(),
-            "reason": "Local",
-            "message": "Local APIServices are always available",
-        }]});
-    }
-}
-
 /// The `kubernetes` Service in `default`, its Endpoints and its EndpointSlice, pointing at the
 /// server itself.
 async fn kubernetes_service(registry: &Registry) -> Result<(), ApiError> {

@@ -18,10 +18,10 @@ use bytes::Bytes;
 use konverge_store::{EventKind, KeyRange, RangeRequest, WatchRequest, WatchResponse};
 use serde_json::{Value, json};
 
-use crate::crd::{self, CLEANUP_FINALIZER};
 use crate::error::{ApiError, Reason};
 use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
 use crate::resources::ResourceType;
+use crate::resources::crd::{self, CLEANUP_FINALIZER};
 
 /// How often terminating definitions are looked at again (their objects' finalizers may
 /// have been removed since).
@@ -124,7 +124,9 @@ async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
 }
 
 async fn reconcile(registry: &Registry, crd: &Value, terminating: &mut BTreeSet<String>) {
-    let name = crate::meta::meta_str(crd, "name").unwrap_or("").to_string();
+    let name = crate::resources::meta::meta_str(crd, "name")
+        .unwrap_or("")
+        .to_string();
     let result = if crd.pointer("/metadata/deletionTimestamp").is_some() {
         terminating.insert(name.clone());
         clean_up(registry, crd).await
@@ -142,7 +144,7 @@ async fn reconcile(registry: &Registry, crd: &Value, terminating: &mut BTreeSet<
 fn conflict(registry: &Registry, crd: &Value) -> Option<(&'static str, String)> {
     let group = crd["spec"]["group"].as_str().unwrap_or("");
     let names = &crd["spec"]["names"];
-    let own = crate::meta::meta_str(crd, "name").unwrap_or("");
+    let own = crate::resources::meta::meta_str(crd, "name").unwrap_or("");
     let others: Vec<Arc<ResourceType>> = registry
         .catalog()
         .all()
@@ -179,7 +181,7 @@ fn install(registry: &Registry, crd: &Value) -> Option<(&'static str, String)> {
     if let Some(problem) = conflict(registry, crd) {
         return Some(problem);
     }
-    let name = crate::meta::meta_str(crd, "name").unwrap_or("");
+    let name = crate::resources::meta::meta_str(crd, "name").unwrap_or("");
     let types = crd::served_types(crd);
     let catalog = registry.catalog();
     let keep: BTreeSet<(String, String, String)> = types
@@ -220,7 +222,7 @@ fn condition(type_: &str, status: bool, reason: &str, message: &str) -> Value {
     json!({
         "type": type_,
         "status": if status { "True" } else { "False" },
-        "lastTransitionTime": crate::meta::now(),
+        "lastTransitionTime": crate::resources::meta::now(),
         "reason": reason,
         "message": message,
     })
@@ -342,11 +344,13 @@ async fn write_status(
 
 /// Deletes a terminating definition's objects; removes its finalizer once they are gone.
 async fn clean_up(registry: &Registry, crd: &Value) -> Result<(), ApiError> {
-    let name = crate::meta::meta_str(crd, "name").unwrap_or("").to_string();
+    let name = crate::resources::meta::meta_str(crd, "name")
+        .unwrap_or("")
+        .to_string();
     let Some(rt) = definitions(registry) else {
         return Ok(());
     };
-    if !crate::meta::finalizers(crd)
+    if !crate::resources::meta::finalizers(crd)
         .iter()
         .any(|f| f == CLEANUP_FINALIZER)
     {
@@ -385,8 +389,10 @@ async fn clean_up(registry: &Registry, crd: &Value) -> Result<(), ApiError> {
             .await?;
         let remaining = listed.items.len();
         for obj in listed.items.iter() {
-            let ns = crate::meta::meta_str(obj, "namespace").map(String::from);
-            let obj_name = crate::meta::meta_str(obj, "name").unwrap_or("").to_string();
+            let ns = crate::resources::meta::meta_str(obj, "namespace").map(String::from);
+            let obj_name = crate::resources::meta::meta_str(obj, "name")
+                .unwrap_or("")
+                .to_string();
             match registry
                 .delete(&served, ns.as_deref(), &obj_name, &DeleteOptions::default())
                 .await
@@ -402,11 +408,11 @@ async fn clean_up(registry: &Registry, crd: &Value) -> Result<(), ApiError> {
     }
     let release = |current: &Value| -> crate::error::Result<Value> {
         let mut new = current.clone();
-        let kept: Vec<String> = crate::meta::finalizers(current)
+        let kept: Vec<String> = crate::resources::meta::finalizers(current)
             .into_iter()
             .filter(|f| f != CLEANUP_FINALIZER)
             .collect();
-        crate::meta::metadata_mut(&mut new).insert("finalizers".into(), json!(kept));
+        crate::resources::meta::metadata_mut(&mut new).insert("finalizers".into(), json!(kept));
         Ok(new)
     };
     registry

@@ -116,11 +116,11 @@ async fn remove_owner_refs(registry: &Registry, node: &Node, uids: &[String]) {
 async fn remove_finalizer(registry: &Registry, node: &Node, finalizer: &str) {
     let apply = |current: &Value| {
         let mut new = current.clone();
-        let kept: Vec<String> = crate::meta::finalizers(current)
+        let kept: Vec<String> = crate::resources::meta::finalizers(current)
             .into_iter()
             .filter(|f| f != finalizer)
             .collect();
-        crate::meta::metadata_mut(&mut new).insert("finalizers".into(), json!(kept));
+        crate::resources::meta::metadata_mut(&mut new).insert("finalizers".into(), json!(kept));
         Ok(new)
     };
     patch_node(registry, node, "removing a finalizer", &apply).await;

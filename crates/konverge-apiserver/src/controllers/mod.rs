@@ -152,7 +152,7 @@ fn node_of(registry: &Registry, key: &str, value: &[u8]) -> Option<Node> {
         uid,
         owners,
         deleting: md.get("deletionTimestamp").is_some(),
-        finalizers: crate::meta::finalizers(&obj),
+        finalizers: crate::resources::meta::finalizers(&obj),
     })
 }
 

@@ -4,10 +4,15 @@
 //! Everything a response can be — an object, a list, a `Table`, a watch stream, a `Status`
 //! failure — is produced here; the registry never sees HTTP.
 
+pub mod discovery;
 mod health;
+pub mod openapi;
 mod order;
+pub mod patch;
 mod request;
 pub mod route;
+pub mod scale;
+pub mod table;
 
 use std::sync::Arc;
 
@@ -21,9 +26,9 @@ use serde_json::{Value, json};
 use crate::ApiServer;
 use crate::error::{ApiError, Result};
 use crate::registry::{Deleted, WatchEvent, Written};
-use crate::table::{self, IncludeObject};
 use request::{Accept, Query};
 use route::{ResourceRoute, Route};
+use table::IncludeObject;
 
 /// The router: every path goes through [`dispatch`].
 pub fn router(server: Arc<ApiServer>) -> axum::Router {
@@ -115,42 +120,42 @@ async fn handle(server: &Arc<ApiServer>, req: Request) -> Result<Response> {
         Route::CoreVersions => Ok(match accept.aggregated_discovery() {
             Some((version, ct)) => json_response(
                 StatusCode::OK,
-                &crate::discovery::aggregated(server.registry.catalog(), true, version),
+                &crate::http::discovery::aggregated(server.registry.catalog(), true, version),
                 Some(&ct),
             ),
             None => json_response(
                 StatusCode::OK,
-                &crate::discovery::core_versions(&server.address()),
+                &crate::http::discovery::core_versions(&server.address()),
                 None,
             ),
         }),
         Route::Groups => Ok(match accept.aggregated_discovery() {
             Some((version, ct)) => json_response(
                 StatusCode::OK,
-                &crate::discovery::aggregated(server.registry.catalog(), false, version),
+                &crate::http::discovery::aggregated(server.registry.catalog(), false, version),
                 Some(&ct),
             ),
             None => json_response(
                 StatusCode::OK,
-                &crate::discovery::group_list(server.registry.catalog()),
+                &crate::http::discovery::group_list(server.registry.catalog()),
                 None,
             ),
         }),
-        Route::Group(group) => crate::discovery::group(server.registry.catalog(), &group)
+        Route::Group(group) => crate::http::discovery::group(server.registry.catalog(), &group)
             .map(|g| json_response(StatusCode::OK, &g, None))
             .ok_or_else(ApiError::no_route),
         Route::GroupVersion(group, version) => {
-            crate::discovery::resource_list(server.registry.catalog(), &group, &version)
+            crate::http::discovery::resource_list(server.registry.catalog(), &group, &version)
                 .map(|l| json_response(StatusCode::OK, &l, None))
                 .ok_or_else(ApiError::no_route)
         }
-        Route::OpenApiV3(path) => Ok(crate::openapi::v3_response(
+        Route::OpenApiV3(path) => Ok(crate::http::openapi::v3_response(
             server.registry.catalog(),
             path.as_deref(),
             req.uri().query(),
             req.headers(),
         )),
-        Route::OpenApiV2 => Ok(crate::openapi::v2_response(
+        Route::OpenApiV2 => Ok(crate::http::openapi::v2_response(
             server.registry.catalog(),
             req.headers(),
         )),
@@ -207,7 +212,7 @@ async fn resource(
             return Ok(json_response(StatusCode::CREATED, &answer, None));
         }
         (crate::resources::Serving::ComponentStatus, _) => {
-            let statuses = crate::subresources::component_statuses(server).await;
+            let statuses = crate::registry::subresources::component_statuses(server).await;
             return match name {
                 Some(name) => statuses
                     .into_iter()
@@ -238,14 +243,20 @@ async fn resource(
         (crate::resources::Serving::Binding, _) | (_, Some("binding")) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
-            let answer =
-                crate::subresources::bind(registry, ns, name, obj, &query.write_options()?).await?;
+            let answer = crate::registry::subresources::bind(
+                registry,
+                ns,
+                name,
+                obj,
+                &query.write_options()?,
+            )
+            .await?;
             return Ok(json_response(StatusCode::CREATED, &answer, None));
         }
         (_, Some("token")) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
-            let answer = crate::subresources::token_request(
+            let answer = crate::registry::subresources::token_request(
                 registry,
                 &server.service_account_tokens().clone(),
                 ns,
@@ -258,11 +269,12 @@ async fn resource(
         (_, Some("eviction")) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
-            let answer = crate::subresources::evict(registry, ns, name.unwrap_or(""), obj).await?;
+            let answer =
+                crate::registry::subresources::evict(registry, ns, name.unwrap_or(""), obj).await?;
             return Ok(json_response(StatusCode::CREATED, &answer, None));
         }
         (_, Some(kubelet @ ("log" | "exec" | "attach" | "portforward" | "proxy"))) => {
-            return Err(crate::subresources::needs_kubelet(
+            return Err(crate::registry::subresources::needs_kubelet(
                 registry,
                 &rt,
                 ns,
@@ -273,7 +285,7 @@ async fn resource(
         }
         _ => {}
     }
-    let user_agent_manager = crate::apply::manager_from_user_agent(
+    let user_agent_manager = crate::registry::apply::manager_from_user_agent(
         req.headers()
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok()),
@@ -362,7 +374,7 @@ async fn resource(
             if sub == Some("scale") {
                 return Ok(json_response(
                     StatusCode::OK,
-                    &crate::scale::to_scale(&rt, &obj)?,
+                    &crate::http::scale::to_scale(&rt, &obj)?,
                     None,
                 ));
             }
@@ -389,7 +401,7 @@ async fn resource(
             opts.field_manager.get_or_insert(user_agent_manager);
             if sub == Some("scale") {
                 let written =
-                    crate::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
+                    crate::http::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
                 return Ok(json_response(StatusCode::OK, &written, None));
             }
             let written = registry.update(&rt, ns, name, obj, sub, &opts).await?;
@@ -404,9 +416,9 @@ async fn resource(
                 .to_string();
             let body = request::body(req).await?;
             let mut opts = query.write_options()?;
-            let patch = crate::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
-            let is_apply = matches!(patch, crate::patch::Patch::Apply(_));
-            crate::apply::check_patch_options(
+            let patch = crate::http::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
+            let is_apply = matches!(patch, crate::http::patch::Patch::Apply(_));
+            crate::registry::apply::check_patch_options(
                 is_apply,
                 opts.field_manager.as_deref(),
                 query.force,
@@ -414,7 +426,7 @@ async fn resource(
             if opts.field_manager.is_none() {
                 opts.field_manager = Some(user_agent_manager);
             }
-            if let crate::patch::Patch::Apply(config) = &patch
+            if let crate::http::patch::Patch::Apply(config) = &patch
                 && sub != Some("scale")
             {
                 let written = registry
@@ -432,7 +444,7 @@ async fn resource(
             }
             if sub == Some("scale") {
                 let written =
-                    crate::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
+                    crate::http::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
                 return Ok(json_response(StatusCode::OK, &written, None));
             }
             let apply = |current: &Value| patch.apply(current);

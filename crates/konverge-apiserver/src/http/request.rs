@@ -9,12 +9,12 @@ use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
 
 use crate::error::{ApiError, Result};
+use crate::http::table::IncludeObject;
 use crate::registry::{
     DeleteOptions, FieldValidation, ListOptions, Propagation, ResourceVersionMatch, WatchOptions,
     WriteOptions,
 };
 use crate::resources::ResourceType;
-use crate::table::IncludeObject;
 
 /// The largest request body read (kube-apiserver's limit is 3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;

@@ -56,7 +56,7 @@ fn wants_node_ports(svc: &Value) -> bool {
 }
 
 fn invalid(svc: &Value, causes: Vec<Cause>) -> ApiError {
-    let name = crate::meta::meta_str(svc, "name").unwrap_or("");
+    let name = crate::resources::meta::meta_str(svc, "name").unwrap_or("");
     ApiError::invalid("Service", "", name, causes)
 }
 
@@ -81,7 +81,9 @@ impl Registry {
             .and_then(Value::as_str)
             .filter(|ip| !ip.is_empty())
             .map(String::from);
-        let name = crate::meta::meta_str(svc, "name").unwrap_or("").to_string();
+        let name = crate::resources::meta::meta_str(svc, "name")
+            .unwrap_or("")
+            .to_string();
         let ip = match asked {
             Some(ip) => {
                 let problem = match ip.parse::<Ipv4Addr>() {

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::{Registry, cache, decode, parse_rv, target};
 use crate::error::{ApiError, Result};
-use crate::meta;
 use crate::resources::ResourceType;
+use crate::resources::meta;
 
 /// `resourceVersionMatch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

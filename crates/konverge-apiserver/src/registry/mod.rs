@@ -12,8 +12,10 @@
 //! of events shared by every watcher), as kube-apiserver's cacher serves them.
 
 mod allocate;
+pub mod apply;
 mod cache;
 mod list;
+pub mod subresources;
 mod update;
 mod watch;
 
@@ -29,7 +31,7 @@ use update::{Change, Outcome, mark_deleted};
 pub use watch::{WatchEvent, WatchOptions};
 
 use crate::error::{ApiError, Cause, Reason, Result, Target};
-use crate::meta;
+use crate::resources::meta;
 use crate::resources::{Catalog, ResourceType};
 
 /// How many names a create with `generateName` tries (kube-apiserver's
@@ -527,7 +529,7 @@ impl Registry {
         if let Some(prepare) = rt.prepare_create {
             prepare(&mut obj);
         }
-        let mut obj = crate::apply::record_update(rt, None, obj, None, opts)?;
+        let mut obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
         let name = meta::meta_str(&obj, "name").unwrap_or("").to_string();
         self.validate(rt, &obj, None)?;
         if let (true, Some(ns)) = (rt.namespaced, ns) {
@@ -900,7 +902,8 @@ impl Registry {
         subresource: Option<&str>,
         opts: &WriteOptions,
     ) -> Result<Change> {
-        let merged = crate::apply::record_update(rt, Some(current), merged, subresource, opts)?;
+        let merged =
+            crate::registry::apply::record_update(rt, Some(current), merged, subresource, opts)?;
         self.validate(rt, &merged, Some(current))?;
         let mut unchanged = merged.clone();
         if let Some(rv) = current.pointer("/metadata/resourceVersion") {

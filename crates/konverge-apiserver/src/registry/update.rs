@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{Propagation, Registry, decode_as, encode, is_namespace, set_rv, target};
 use crate::error::{ApiError, Result};
-use crate::meta;
 use crate::resources::ResourceType;
+use crate::resources::meta;
 
 /// How many times a write decides again after losing a race.
 const MAX_ATTEMPTS: usize = 16;

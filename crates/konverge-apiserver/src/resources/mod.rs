@@ -6,6 +6,10 @@
 //! shared and can grow.
 
 pub mod builtin;
+pub mod crd;
+pub mod jsonpath;
+pub mod meta;
+pub(crate) mod reviews;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -47,7 +51,7 @@ pub enum Cell {
     /// By a function of the object (built-in resources).
     Fn(fn(&Value) -> Value),
     /// By a JSONPath (custom resources' `additionalPrinterColumns`).
-    Path(crate::jsonpath::JsonPath),
+    Path(crate::resources::jsonpath::JsonPath),
 }
 
 /// One column of `kubectl get` output: its header, and how to compute the cell.
@@ -135,7 +139,7 @@ pub struct Requester {
     /// The bearer token the server accepts, if it requires one (what a `TokenReview` checks).
     pub server_token: Option<String>,
     /// The key ServiceAccount tokens are signed with (what a `TokenReview` verifies).
-    pub tokens: Arc<crate::tokens::ServiceAccountTokens>,
+    pub tokens: Arc<crate::auth::tokens::ServiceAccountTokens>,
 }
 
 /// How a resource is served.
@@ -176,7 +180,7 @@ pub enum FieldValue {
     /// Computed (built-in resources).
     Fn(fn(&Value) -> String),
     /// A JSON path (custom resources' `selectableFields`).
-    Path(crate::jsonpath::JsonPath),
+    Path(crate::resources::jsonpath::JsonPath),
 }
 
 impl std::fmt::Debug for FieldValue {
@@ -267,7 +271,7 @@ pub struct ResourceType {
     pub create_on_update: bool,
     /// What a custom resource's definition says (schema, storage version, printer columns);
     /// `None` for built-in resources.
-    pub custom: Option<Arc<crate::crd::CustomResource>>,
+    pub custom: Option<Arc<crate::resources::crd::CustomResource>>,
     /// The verbs discovery lists (and the server serves).
     pub verbs: Verbs,
     /// Subresources besides `status` and `scale`.
@@ -379,7 +383,7 @@ impl ResourceType {
         if let Some(conversion) = self.conversion {
             (conversion.to_served)(obj);
         } else {
-            crate::crd::convert(self, obj);
+            crate::resources::crd::convert(self, obj);
         }
     }
 
@@ -399,7 +403,7 @@ impl ResourceType {
 
     /// Validates an object name by this resource's rule: a cause per problem.
     pub fn check_name(&self, name: &str, field: &str) -> Vec<Cause> {
-        crate::meta::check_name(self.name_rule, name, field)
+        crate::resources::meta::check_name(self.name_rule, name, field)
     }
 
     /// Rejects objects whose `apiVersion`/`kind` belong to another resource.

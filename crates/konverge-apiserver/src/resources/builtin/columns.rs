@@ -41,7 +41,7 @@ const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is requi
 
 fn age() -> Column {
     let mut column = col("Age", "string", |o| {
-        json!(crate::table::age(o, jiff::Timestamp::now()))
+        json!(crate::resources::meta::age(o, jiff::Timestamp::now()))
     });
     column.description = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata".into();
     column
@@ -198,7 +198,11 @@ fn since(o: &Value, pointer: &str) -> String {
     o.pointer(pointer)
         .and_then(Value::as_str)
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .map(|t| crate::table::human_duration(jiff::Timestamp::now().as_second() - t.as_second()))
+        .map(|t| {
+            crate::resources::meta::human_duration(
+                jiff::Timestamp::now().as_second() - t.as_second(),
+            )
+        })
         .unwrap_or_else(|| "<unknown>".into())
 }
 
@@ -589,7 +593,7 @@ pub(super) fn jobs() -> Vec<Column> {
                 return json!("");
             };
             let end = at("/status/completionTime").unwrap_or_else(jiff::Timestamp::now);
-            json!(crate::table::human_duration(
+            json!(crate::resources::meta::human_duration(
                 end.as_second() - start.as_second()
             ))
         }),
@@ -1330,7 +1334,7 @@ pub(super) fn certificate_signing_requests() -> Vec<Column> {
         col("Requestor", "string", |o| str_at(o, "/spec/username")),
         col("RequestedDuration", "string", |o| {
             match o.pointer("/spec/expirationSeconds").and_then(Value::as_i64) {
-                Some(seconds) => json!(crate::table::human_duration(seconds)),
+                Some(seconds) => json!(crate::resources::meta::human_duration(seconds)),
                 None => json!("<none>"),
             }
         }),

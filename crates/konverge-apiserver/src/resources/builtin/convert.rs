@@ -57,7 +57,7 @@ fn is_cpu_utilization(metric: &Value, side: &str) -> bool {
 }
 
 fn annotations(obj: &mut Value) -> &mut Map<String, Value> {
-    let md = crate::meta::metadata_mut(obj);
+    let md = crate::resources::meta::metadata_mut(obj);
     let annotations = md
         .entry("annotations")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -68,7 +68,7 @@ fn annotations(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 fn take_annotation(obj: &mut Value, key: &str) -> Option<Value> {
-    let md = crate::meta::metadata_mut(obj);
+    let md = crate::resources::meta::metadata_mut(obj);
     let annotations = md.get_mut("annotations")?.as_object_mut()?;
     let text = annotations.remove(key)?;
     if annotations.is_empty() {

@@ -426,7 +426,7 @@ pub(super) fn daemon_set(obj: &mut Value) {
 
 /// DaemonSets record their template generation, as kube-apiserver's apps/v1 conversion does.
 pub(super) fn prepare_daemon_set(obj: &mut Value) {
-    let md = crate::meta::metadata_mut(obj);
+    let md = crate::resources::meta::metadata_mut(obj);
     let annotations = md.entry("annotations").or_insert_with(|| json!({}));
     if let Some(a) = annotations.as_object_mut() {
         a.insert(
@@ -504,7 +504,7 @@ pub(super) fn job(obj: &mut Value) {
 /// An object without labels takes its pod template's (ReplicationControllers, Jobs).
 fn labels_from_template(obj: &mut Value) {
     if let Some(labels) = obj.pointer("/spec/template/metadata/labels").cloned() {
-        let md = crate::meta::metadata_mut(obj);
+        let md = crate::resources::meta::metadata_mut(obj);
         if md
             .get("labels")
             .and_then(Value::as_object)
@@ -520,8 +520,12 @@ pub(super) fn prepare_job(obj: &mut Value) {
     if obj.pointer("/spec/manualSelector") == Some(&json!(true)) {
         return;
     }
-    let uid = crate::meta::meta_str(obj, "uid").unwrap_or("").to_string();
-    let name = crate::meta::meta_str(obj, "name").unwrap_or("").to_string();
+    let uid = crate::resources::meta::meta_str(obj, "uid")
+        .unwrap_or("")
+        .to_string();
+    let name = crate::resources::meta::meta_str(obj, "name")
+        .unwrap_or("")
+        .to_string();
     // Labels the defaults copied from the template follow it (kube-apiserver copies them
     // again when it reads the new Job back).
     let copied = obj.pointer("/metadata/labels").is_none()
@@ -558,7 +562,7 @@ pub(super) fn prepare_job(obj: &mut Value) {
         }
     }
     if copied && let Some(labels) = obj.pointer("/spec/template/metadata/labels").cloned() {
-        crate::meta::metadata_mut(obj).insert("labels".into(), labels);
+        crate::resources::meta::metadata_mut(obj).insert("labels".into(), labels);
     }
 }
 

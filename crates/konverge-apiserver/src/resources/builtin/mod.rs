@@ -394,14 +394,14 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .with_generation()
             .storage_version("v1beta1")
-            .defaults(crate::crd::default_definition)
-            .on_create(crate::crd::prepare_definition)
-            .validate(crate::crd::validate_definition)
-            .columns(crate::crd::definition_columns()),
+            .defaults(crate::resources::crd::default_definition)
+            .on_create(crate::resources::crd::prepare_definition)
+            .validate(crate::resources::crd::validate_definition)
+            .columns(crate::resources::crd::definition_columns()),
         // apiregistration.k8s.io/v1
         declare::<APIService>()
             .names(PathSegment)
-            .on_create(crate::controllers::bootstrap::prepare_api_service)
+            .on_create(strategy::prepare_api_service)
             .status_resets(STATUS_RESETS_ALL)
             .in_api_extensions()
             .with_status()
@@ -446,16 +446,18 @@ pub fn catalog() -> Vec<ResourceType> {
             .validate(validation::stateful_set)
             .columns(columns::stateful_sets()),
         // authentication.k8s.io/v1
-        declare::<authentication::v1::SelfSubjectReview>().review(crate::reviews::self_subject),
-        declare::<authentication::v1::TokenReview>().review(crate::reviews::token),
+        declare::<authentication::v1::SelfSubjectReview>()
+            .review(crate::resources::reviews::self_subject),
+        declare::<authentication::v1::TokenReview>().review(crate::resources::reviews::token),
         // authorization.k8s.io/v1
         declare::<authorization::v1::LocalSubjectAccessReview>()
-            .review(crate::reviews::subject_access),
+            .review(crate::resources::reviews::subject_access),
         declare::<authorization::v1::SelfSubjectAccessReview>()
-            .review(crate::reviews::self_subject_access),
+            .review(crate::resources::reviews::self_subject_access),
         declare::<authorization::v1::SelfSubjectRulesReview>()
-            .review(crate::reviews::self_subject_rules),
-        declare::<authorization::v1::SubjectAccessReview>().review(crate::reviews::subject_access),
+            .review(crate::resources::reviews::self_subject_rules),
+        declare::<authorization::v1::SubjectAccessReview>()
+            .review(crate::resources::reviews::subject_access),
         // autoscaling/v1 and v2, stored as v2
         declare::<autoscaling::v1::HorizontalPodAutoscaler>()
             .short(&["hpa"])

@@ -153,3 +153,16 @@ pub(super) fn validate_service(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     }
     causes
 }
+
+/// A local APIService's status: always available.
+pub(super) fn prepare_api_service(obj: &mut Value) {
+    if obj.pointer("/spec/service").is_none_or(Value::is_null) {
+        obj["status"] = json!({"conditions": [{
+            "type": "Available",
+            "status": "True",
+            "lastTransitionTime": crate::resources::meta::now(),
+            "reason": "Local",
+            "message": "Local APIServices are always available",
+        }]});
+    }
+}

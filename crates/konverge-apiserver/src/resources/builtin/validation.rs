@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::error::Cause;
-use crate::meta::check_name;
 use crate::resources::NameRule;
+use crate::resources::meta::check_name;
 
 /// ConfigMaps and Secrets hold at most 1 MiB of data.
 const MAX_DATA_BYTES: usize = 1024 * 1024;
@@ -597,8 +597,8 @@ pub(super) fn job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
 
 pub(super) fn cron_job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
-    if crate::meta::meta_str(obj, "name").is_some_and(|n| n.len() > 52) {
-        let name = crate::meta::meta_str(obj, "name").unwrap_or_default();
+    if crate::resources::meta::meta_str(obj, "name").is_some_and(|n| n.len() > 52) {
+        let name = crate::resources::meta::meta_str(obj, "name").unwrap_or_default();
         causes.push(Cause::invalid(
             "metadata.name",
             &json!(name),

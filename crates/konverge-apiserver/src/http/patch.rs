@@ -63,7 +63,9 @@ impl Patch {
                     kind: rt.kind.clone(),
                 })
             }
-            "application/apply-patch+yaml" => Ok(Patch::Apply(crate::apply::parse_config(body)?)),
+            "application/apply-patch+yaml" => {
+                Ok(Patch::Apply(crate::registry::apply::parse_config(body)?))
+            }
             _ => Err(unsupported(media, ACCEPTED)),
         }
     }

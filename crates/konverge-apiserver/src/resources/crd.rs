@@ -17,7 +17,7 @@ use konverge_apimachinery::ssa::Shape;
 use serde_json::{Value, json};
 
 use crate::error::Cause;
-use crate::jsonpath::JsonPath;
+use crate::resources::jsonpath::JsonPath;
 use crate::resources::{Cell, Column, NameRule, ResourceType, ScalePaths};
 
 /// The API group of definitions.
@@ -174,7 +174,7 @@ pub fn default_definition(crd: &mut Value) {
 
 /// Prepares a new definition: the cleanup finalizer, and its stored version.
 pub fn prepare_definition(crd: &mut Value) {
-    let md = crate::meta::metadata_mut(crd);
+    let md = crate::resources::meta::metadata_mut(crd);
     let finalizers = md.entry("finalizers").or_insert_with(|| json!([]));
     if let Value::Array(list) = finalizers
         && !list.iter().any(|f| f == CLEANUP_FINALIZER)
@@ -187,7 +187,7 @@ pub fn prepare_definition(crd: &mut Value) {
 }
 
 fn dns1035(value: &str) -> Option<String> {
-    crate::meta::name_problems(NameRule::Rfc1035Label, value)
+    crate::resources::meta::name_problems(NameRule::Rfc1035Label, value)
         .into_iter()
         .next()
 }
@@ -207,7 +207,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
     }
     if group.is_empty() {
         errors.push(FieldError::required("spec.group", ""));
-    } else if !crate::meta::name_problems(NameRule::Subdomain, group).is_empty() {
+    } else if !crate::resources::meta::name_problems(NameRule::Subdomain, group).is_empty() {
         errors.push(FieldError::invalid(
             "spec.group",
             json!(group),

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Result};
-use crate::patch::Patch;
+use crate::http::patch::Patch;
 use crate::registry::{Registry, WriteOptions};
 use crate::resources::ResourceType;
 
@@ -104,10 +104,11 @@ async fn write_replicas(
         // A resourceVersion in the Scale is a precondition on the object.
         match scale.pointer("/metadata/resourceVersion") {
             Some(rv @ Value::String(s)) if !s.is_empty() => {
-                crate::meta::metadata_mut(&mut new).insert("resourceVersion".into(), rv.clone());
+                crate::resources::meta::metadata_mut(&mut new)
+                    .insert("resourceVersion".into(), rv.clone());
             }
             _ => {
-                crate::meta::metadata_mut(&mut new).remove("resourceVersion");
+                crate::resources::meta::metadata_mut(&mut new).remove("resourceVersion");
             }
         }
         Ok(new)

@@ -119,6 +119,76 @@ pub fn spec_part(obj: &Value) -> Value {
     copy
 }
 
+/// How old `obj` is, as the Age column shows it.
+pub(crate) fn age(obj: &Value, now: jiff::Timestamp) -> String {
+    let Some(created) = obj
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    else {
+        return "<unknown>".into();
+    };
+    human_duration(now.as_second() - created.as_second())
+}
+
+/// kubectl's short human durations (`duration.HumanDuration`): `45s`, `5m10s`, `3h`, `2d5h`,
+/// `120d`, `3y1d`.
+pub fn human_duration(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
+    if seconds < 0 {
+        return "0s".into();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let days = (hours / 24) % 365;
+        return if days == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{days}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +228,25 @@ mod tests {
         let t = now();
         assert_eq!(t.len(), 20, "{t}");
         assert!(t.ends_with('Z'));
+    }
+
+    #[test]
+    fn durations_read_as_kubectl_prints_them() {
+        for (seconds, text) in [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (59, "59s"),
+            (119, "119s"),
+            (125, "2m5s"),
+            (600, "10m"),
+            (3 * 3600 + 60, "3h1m"),
+            (30 * 3600, "30h"),
+            (3 * 86400 + 3600, "3d1h"),
+            (20 * 86400, "20d"),
+            (3 * 365 * 86400 + 86400, "3y1d"),
+            (9 * 365 * 86400, "9y"),
+        ] {
+            assert_eq!(human_duration(seconds), text, "{seconds}");
+        }
     }
 }

@@ -87,7 +87,7 @@ pub(crate) fn record_update(
         return Ok(new);
     }
     let api_version = rt.api_version();
-    let now = crate::meta::now();
+    let now = crate::resources::meta::now();
     let req = request(&api_version, manager, subresource, &now, false);
     ssa::update(&shape(rt), old, &new, &req).map_err(apply_error)
 }
@@ -250,7 +250,7 @@ impl Registry {
                 )));
             }
         }
-        let md = crate::meta::metadata_mut(&mut config);
+        let md = crate::resources::meta::metadata_mut(&mut config);
         match md.get("name").and_then(Value::as_str) {
             Some(given) if !given.is_empty() && given != name => {
                 return Err(ApiError::bad_request(format!(
@@ -273,7 +273,7 @@ impl Registry {
         };
         // Retried when the object is created or deleted underneath.
         let merge = |current: &Value| -> Result<Value> {
-            let now = crate::meta::now();
+            let now = crate::resources::meta::now();
             let req = request(&api_version, &manager, subresource, &now, force);
             ssa::apply(&shape, Some(current), &config, &req).map_err(apply_error)
         };
@@ -283,7 +283,7 @@ impl Registry {
                 Err(e) if e.reason == Reason::NotFound && subresource.is_none() => {}
                 other => return other,
             }
-            let now = crate::meta::now();
+            let now = crate::resources::meta::now();
             let req = request(&api_version, &manager, None, &now, force);
             let created = ssa::apply(&shape, None, &config, &req).map_err(apply_error)?;
             match self.create(rt, ns, created, &opts).await {

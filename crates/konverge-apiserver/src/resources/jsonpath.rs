@@ -130,7 +130,7 @@ impl JsonPath {
                     && let Some(t) = one.as_str().and_then(|s| s.parse::<jiff::Timestamp>().ok())
                 {
                     let seconds = jiff::Timestamp::now().as_second() - t.as_second();
-                    return json!(crate::table::human_duration(seconds));
+                    return json!(crate::resources::meta::human_duration(seconds));
                 }
                 (*one).clone()
             }

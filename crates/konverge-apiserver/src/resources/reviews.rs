@@ -17,7 +17,7 @@ fn answered(mut body: Value, status: Value) -> Value {
     if !body.get("metadata").is_some_and(Value::is_object) {
         body["metadata"] = json!({});
     }
-    crate::meta::metadata_mut(&mut body)
+    crate::resources::meta::metadata_mut(&mut body)
         .entry("creationTimestamp")
         .or_insert(Value::Null);
     body["status"] = status;
@@ -35,8 +35,10 @@ pub(crate) fn self_subject(
     body: Value,
 ) -> Result<Value, ApiError> {
     let mut answer = answered(body, json!({"userInfo": user_info(requester)}));
-    crate::meta::metadata_mut(&mut answer)
-        .insert("creationTimestamp".into(), json!(crate::meta::now()));
+    crate::resources::meta::metadata_mut(&mut answer).insert(
+        "creationTimestamp".into(),
+        json!(crate::resources::meta::now()),
+    );
     Ok(answer)
 }
 
@@ -50,7 +52,7 @@ pub(crate) fn token(
         .pointer("/spec/token")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let audiences = crate::tokens::audiences(&body);
+    let audiences = crate::auth::tokens::audiences(&body);
     let admin = match &requester.server_token {
         Some(expected) => !token.is_empty() && token == expected,
         None => false,
@@ -194,7 +196,7 @@ mod tests {
             username: crate::ADMIN_USER.into(),
             groups: crate::ADMIN_GROUPS.iter().map(|g| g.to_string()).collect(),
             server_token: token.map(String::from),
-            tokens: std::sync::Arc::new(crate::tokens::ServiceAccountTokens::generate()),
+            tokens: std::sync::Arc::new(crate::auth::tokens::ServiceAccountTokens::generate()),
         }
     }
 

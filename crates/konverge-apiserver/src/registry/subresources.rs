@@ -84,7 +84,7 @@ pub async fn bind(
             .pointer("/metadata/annotations")
             .and_then(Value::as_object)
         {
-            let md = crate::meta::metadata_mut(&mut pod);
+            let md = crate::resources::meta::metadata_mut(&mut pod);
             let into = md.entry("annotations").or_insert_with(|| json!({}));
             for (k, v) in annotations {
                 into[k] = v.clone();
@@ -131,7 +131,7 @@ pub async fn evict(
             .catalog()
             .get("policy", "v1", "poddisruptionbudgets")
     {
-        let labels = crate::meta::labels(&pod);
+        let labels = crate::resources::meta::labels(&pod);
         let listed = registry
             .list(&budgets, ns, &crate::registry::ListOptions::default())
             .await?;
@@ -280,7 +280,7 @@ pub async fn component_statuses(server: &ApiServer) -> Vec<Value> {
 /// default), valid for `expirationSeconds` (an hour by default, ten minutes at least).
 pub async fn token_request(
     registry: &Registry,
-    tokens: &crate::tokens::ServiceAccountTokens,
+    tokens: &crate::auth::tokens::ServiceAccountTokens,
     ns: Option<&str>,
     name: &str,
     mut request: Value,
@@ -322,7 +322,7 @@ pub async fn token_request(
             causes,
         ));
     }
-    let audiences = crate::tokens::audiences(&request);
+    let audiences = crate::auth::tokens::audiences(&request);
     let mut pod = None;
     if let Some(bound) = request
         .pointer("/spec/boundObjectRef")
@@ -373,7 +373,7 @@ pub async fn token_request(
         .unwrap_or_default();
     request["apiVersion"] = json!("authentication.k8s.io/v1");
     request["kind"] = json!("TokenRequest");
-    let md = crate::meta::metadata_mut(&mut request);
+    let md = crate::resources::meta::metadata_mut(&mut request);
     md.insert("name".into(), json!(name));
     md.insert("namespace".into(), json!(namespace));
     md.insert("creationTimestamp".into(), Value::Null);
