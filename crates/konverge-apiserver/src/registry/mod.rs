@@ -735,13 +735,7 @@ impl Registry {
             }
             Some("ephemeralcontainers") => {
                 // Only the pod's ephemeral containers change.
-                let mut merged = current.clone();
-                merged["spec"]["ephemeralContainers"] = new
-                    .pointer("/spec/ephemeralContainers")
-                    .cloned()
-                    .unwrap_or_else(|| json!([]));
-                keep_managed_fields(&mut merged, &new);
-                merged
+                current_with(current, &new, "spec", "ephemeralContainers", json!([]))
             }
             Some("resize") => {
                 // Only the containers' resources and resize policies change.
@@ -780,13 +774,7 @@ impl Registry {
             }
             Some("approval") => {
                 // A signing request's approval changes its conditions and nothing else.
-                let mut merged = current.clone();
-                merged["status"]["conditions"] = new
-                    .pointer("/status/conditions")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                keep_managed_fields(&mut merged, &new);
-                merged
+                current_with(current, &new, "status", "conditions", Value::Null)
             }
             Some("finalize") if is_namespace(rt) => {
                 // `/finalize` changes the namespace's spec.finalizers and nothing else.
@@ -1048,6 +1036,20 @@ fn generation_part(rt: &ResourceType, obj: &Value) -> Value {
         map.insert("status".into(), status.clone());
     }
     part
+}
+
+/// `current` with one field (`parent.field`) taken from `new` (`absent` when `new` lacks
+/// it), and the managed fields the write recorded: what a subresource that changes one
+/// field stores.
+fn current_with(current: &Value, new: &Value, parent: &str, field: &str, absent: Value) -> Value {
+    let mut merged = current.clone();
+    merged[parent][field] = new
+        .get(parent)
+        .and_then(|p| p.get(field))
+        .cloned()
+        .unwrap_or(absent);
+    keep_managed_fields(&mut merged, new);
+    merged
 }
 
 /// Keeps the managed fields the write recorded on `new`.

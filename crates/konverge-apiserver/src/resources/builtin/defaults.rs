@@ -116,6 +116,20 @@ fn container(c: &mut Value) {
     }
 }
 
+/// A downward API source: its field references default to `v1`.
+fn downward_api(source: &mut Value) {
+    for item in source
+        .get_mut("items")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(f) = item.get_mut("fieldRef") {
+            field_ref(f);
+        }
+    }
+}
+
 fn volume(v: &mut Value) {
     let Some(v) = object(v) else { return };
     if v.keys().all(|k| k == "name") {
@@ -129,16 +143,8 @@ fn volume(v: &mut Value) {
     if let Some(h) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
         h.entry("type").or_insert_with(|| json!(""));
     }
-    if let Some(items) = v
-        .get_mut("downwardAPI")
-        .and_then(|d| d.get_mut("items"))
-        .and_then(Value::as_array_mut)
-    {
-        for item in items {
-            if let Some(f) = item.get_mut("fieldRef") {
-                field_ref(f);
-            }
-        }
+    if let Some(d) = v.get_mut("downwardAPI") {
+        downward_api(d);
     }
     if let Some(sources) = v
         .get_mut("projected")
@@ -152,15 +158,8 @@ fn volume(v: &mut Value) {
             {
                 set_default(token, "expirationSeconds", json!(3600));
             }
-            if let Some(items) = source
-                .pointer_mut("/downwardAPI/items")
-                .and_then(Value::as_array_mut)
-            {
-                for item in items {
-                    if let Some(f) = item.get_mut("fieldRef") {
-                        field_ref(f);
-                    }
-                }
+            if let Some(d) = source.get_mut("downwardAPI") {
+                downward_api(d);
             }
         }
     }

@@ -70,6 +70,24 @@ fn forbidden(field: impl Into<String>, detail: &str) -> Cause {
     Cause::forbidden(field, detail)
 }
 
+/// Each of `fields` under `at` (a JSON pointer, reported as the dotted `path`) that is set
+/// must not be negative.
+fn non_negative(obj: &Value, at: &str, path: &str, fields: &[&str], causes: &mut Vec<Cause>) {
+    for field in fields {
+        if let Some(n) = obj
+            .pointer(&format!("{at}/{field}"))
+            .and_then(Value::as_i64)
+            && n < 0
+        {
+            causes.push(Cause::invalid(
+                format!("{path}.{field}"),
+                &json!(n),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+}
+
 /// `IsConfigMapKey`: every problem of a data key.
 fn config_key_problems(key: &str) -> Vec<String> {
     let mut problems = Vec::new();
@@ -457,24 +475,18 @@ fn selector_and_template(obj: &Value, kind: &str, causes: &mut Vec<Cause>) {
 
 fn workload(obj: &Value, kind: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
-    for field in [
-        "replicas",
-        "minReadySeconds",
-        "revisionHistoryLimit",
-        "progressDeadlineSeconds",
-    ] {
-        if let Some(n) = obj
-            .pointer(&format!("/spec/{field}"))
-            .and_then(Value::as_i64)
-            && n < 0
-        {
-            causes.push(Cause::invalid(
-                format!("spec.{field}"),
-                &json!(n),
-                "must be greater than or equal to 0",
-            ));
-        }
-    }
+    non_negative(
+        obj,
+        "/spec",
+        "spec",
+        &[
+            "replicas",
+            "minReadySeconds",
+            "revisionHistoryLimit",
+            "progressDeadlineSeconds",
+        ],
+        &mut causes,
+    );
     selector_and_template(obj, kind, &mut causes);
     let spec = obj
         .pointer("/spec/template/spec")
@@ -551,23 +563,19 @@ pub(super) fn stateful_set(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
 }
 
 fn job_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
-    for field in [
-        "parallelism",
-        "completions",
-        "activeDeadlineSeconds",
-        "backoffLimit",
-        "ttlSecondsAfterFinished",
-    ] {
-        if let Some(n) = spec.get(field).and_then(Value::as_i64)
-            && n < 0
-        {
-            causes.push(Cause::invalid(
-                format!("{path}.{field}"),
-                &json!(n),
-                "must be greater than or equal to 0",
-            ));
-        }
-    }
+    non_negative(
+        spec,
+        "",
+        path,
+        &[
+            "parallelism",
+            "completions",
+            "activeDeadlineSeconds",
+            "backoffLimit",
+            "ttlSecondsAfterFinished",
+        ],
+        causes,
+    );
     let pod = spec
         .pointer("/template/spec")
         .cloned()
@@ -626,23 +634,17 @@ pub(super) fn cron_job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
             "timeZone must be nil or non-empty string",
         ));
     }
-    for field in [
-        "startingDeadlineSeconds",
-        "successfulJobsHistoryLimit",
-        "failedJobsHistoryLimit",
-    ] {
-        if let Some(n) = obj
-            .pointer(&format!("/spec/{field}"))
-            .and_then(Value::as_i64)
-            && n < 0
-        {
-            causes.push(Cause::invalid(
-                format!("spec.{field}"),
-                &json!(n),
-                "must be greater than or equal to 0",
-            ));
-        }
-    }
+    non_negative(
+        obj,
+        "/spec",
+        "spec",
+        &[
+            "startingDeadlineSeconds",
+            "successfulJobsHistoryLimit",
+            "failedJobsHistoryLimit",
+        ],
+        &mut causes,
+    );
     match obj
         .pointer("/spec/concurrencyPolicy")
         .and_then(Value::as_str)
