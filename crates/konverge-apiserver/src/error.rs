@@ -179,7 +179,7 @@ pub struct Details {
 }
 
 /// A resource and object name, as errors name them: `configmaps "x"`, `deployments.apps "y"`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Target<'a> {
     /// The API group, empty for core.
     pub group: &'a str,

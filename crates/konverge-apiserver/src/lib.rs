@@ -109,7 +109,10 @@ impl ApiServerBuilder {
     }
 
     /// Creates the server and the objects a cluster has from the start (the system
-    /// namespaces and the `default/kubernetes` Service), if they are missing.
+    /// namespaces, bootstrap RBAC, the `default/kubernetes` Service), if they are missing.
+    /// With control loops on, their first pass also runs before this returns, so the server
+    /// is settled when its first client arrives: every namespace has its `default`
+    /// ServiceAccount (and `kube-root-ca.crt`), and aggregated ClusterRoles have their rules.
     pub async fn build(self) -> Result<Arc<ApiServer>, ApiError> {
         let catalog = Arc::new(Catalog::builtin());
         let tokens = match &self.service_account_key {
@@ -138,12 +141,13 @@ impl ApiServerBuilder {
             })?;
         tokio::spawn(controllers::crd::run(server.registry.clone()));
         if self.control_loops {
-            tokio::spawn(controllers::run(
-                server.registry.clone(),
-                controllers::Settings {
-                    root_ca: self.root_ca.clone(),
-                },
-            ));
+            let settings = controllers::Settings {
+                root_ca: self.root_ca.clone(),
+            };
+            controllers::settle(&server.registry, &settings)
+                .await
+                .map_err(|e| ApiError::from_store(e, error::Target::default()))?;
+            tokio::spawn(controllers::run(server.registry.clone(), settings));
             tokio::spawn(controllers::compaction::run(
                 server.registry.store().clone(),
                 self.compaction_interval,

@@ -23,18 +23,13 @@ pub async fn pass(registry: &Registry) {
             return;
         }
     };
-    let mut all: Vec<&Value> = listed.items.iter().map(|r| &**r).collect();
+    let mut all: Vec<Value> = listed.items.iter().map(|r| (**r).clone()).collect();
     all.sort_by_key(|r| name_of(r).to_string());
-    for role in &all {
-        let Some(selectors) = role
-            .pointer("/aggregationRule/clusterRoleSelectors")
-            .and_then(Value::as_array)
-        else {
-            continue;
-        };
-        let wanted = aggregate(role, selectors, &all);
-        let current = role.get("rules").cloned().unwrap_or_else(|| json!([]));
-        if current == wanted || (current.is_null() && wanted == json!([])) {
+    let before: Vec<Value> = all.iter().map(rules_of).collect();
+    settle_rules(&mut all);
+    for (role, old) in all.iter().zip(before) {
+        let wanted = rules_of(role);
+        if wanted == old {
             continue;
         }
         let name = name_of(role).to_string();
@@ -53,6 +48,40 @@ pub async fn pass(registry: &Registry) {
         {
             tracing::warn!(error = %e, role = %name, "aggregating a ClusterRole failed");
         }
+    }
+}
+
+/// Aggregates every role of `all` (sorted by name) until nothing changes, so that roles
+/// aggregating aggregated roles (`admin` takes `edit`'s rules, which takes `view`'s) are
+/// written once with their final rules rather than once per level. Gives up after one round
+/// per role: a longer chain than that can only be a cycle, whose rules stop growing anyway.
+fn settle_rules(all: &mut [Value]) {
+    for _ in 0..=all.len() {
+        let mut changed = false;
+        for i in 0..all.len() {
+            let Some(selectors) = all[i]
+                .pointer("/aggregationRule/clusterRoleSelectors")
+                .and_then(Value::as_array)
+            else {
+                continue;
+            };
+            let wanted = aggregate(&all[i], selectors, &all.iter().collect::<Vec<_>>());
+            if rules_of(&all[i]) != wanted {
+                all[i]["rules"] = wanted;
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
+/// A role's rules, an absent list read as an empty one.
+fn rules_of(role: &Value) -> Value {
+    match role.get("rules") {
+        Some(Value::Null) | None => json!([]),
+        Some(rules) => rules.clone(),
     }
 }
 
@@ -114,5 +143,31 @@ mod tests {
             aggregate(&edit, selectors, &all),
             json!([rule("secrets"), rule("pods")])
         );
+    }
+
+    #[test]
+    fn chained_aggregation_settles_in_one_pass() {
+        let rule = |r: &str| json!({"apiGroups": [""], "resources": [r], "verbs": ["get"]});
+        let role = |name: &str, label: &str, takes: &str| {
+            json!({"metadata": {"name": name, "labels": {"agg": label}},
+                "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": takes}}]}})
+        };
+        // admin <- edit <- view <- extra, listed in name order: one sweep would leave
+        // admin and edit a level behind.
+        let mut all = vec![
+            role("admin", "none", "admin"),
+            role("edit", "admin", "edit"),
+            json!({"metadata": {"name": "extra", "labels": {"agg": "view"}}, "rules": [rule("pods")]}),
+            role("view", "edit", "view"),
+        ];
+        settle_rules(&mut all);
+        for settled in &all {
+            assert_eq!(
+                rules_of(settled),
+                json!([rule("pods")]),
+                "{}",
+                name_of(settled)
+            );
+        }
     }
 }

@@ -182,10 +182,22 @@ pub async fn run(registry: Registry, settings: Settings) {
     }
 }
 
-async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
-    let store = registry.store().clone();
-    let all = KeyRange::prefix(Bytes::from_static(b"/registry/"));
-    let listed = store.range(RangeRequest::new(all.clone())).await?;
+/// One pass of every loop over the store as it is now: what [`ApiServerBuilder::build`]
+/// does before it returns, so a new server already has what these loops create (the default
+/// ServiceAccounts, aggregated ClusterRoles) and its first client does not race them.
+///
+/// [`ApiServerBuilder::build`]: crate::ApiServerBuilder::build
+pub async fn settle(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
+    let (index, _) = index_now(registry).await?;
+    pass(registry, &index, settings).await;
+    Ok(())
+}
+
+async fn index_now(registry: &Registry) -> Result<(ClusterIndex, i64), konverge_store::Error> {
+    let listed = registry
+        .store()
+        .range(RangeRequest::new(whole_registry()))
+        .await?;
     let mut index = ClusterIndex::default();
     for kv in &listed.kvs {
         let key = String::from_utf8_lossy(&kv.key);
@@ -193,8 +205,25 @@ async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konver
             index.upsert(&key, node);
         }
     }
-    let mut watch = store
-        .watch(WatchRequest::new(all).from_revision(listed.revision + 1))
+    Ok((index, listed.revision))
+}
+
+fn whole_registry() -> KeyRange {
+    KeyRange::prefix(Bytes::from_static(b"/registry/"))
+}
+
+async fn pass(registry: &Registry, index: &ClusterIndex, settings: &Settings) {
+    gc::pass(registry, index).await;
+    namespaces::pass(registry, index).await;
+    namespace_defaults::pass(registry, index, settings.root_ca.as_deref()).await;
+    aggregation::pass(registry).await;
+}
+
+async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
+    let (mut index, revision) = index_now(registry).await?;
+    let mut watch = registry
+        .store()
+        .watch(WatchRequest::new(whole_registry()).from_revision(revision + 1))
         .await?;
     let mut dirty = true;
     let mut resync = tokio::time::interval(RESYNC);
@@ -222,10 +251,7 @@ async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konver
             _ = resync.tick() => dirty = true,
             () = tokio::time::sleep(SETTLE), if dirty => {
                 dirty = false;
-                gc::pass(registry, &index).await;
-                namespaces::pass(registry, &index).await;
-                namespace_defaults::pass(registry, &index, settings.root_ca.as_deref()).await;
-                aggregation::pass(registry).await;
+                pass(registry, &index, settings).await;
             }
         }
     }

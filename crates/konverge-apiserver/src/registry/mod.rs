@@ -225,11 +225,7 @@ impl Registry {
     /// For fault injection in tests (konverge-testkit); a running server compacts
     /// periodically instead ([`crate::controllers::compaction`]).
     pub async fn expire_history(&self) -> Result<konverge_store::Revision> {
-        let whole_store = Target {
-            group: "",
-            resource: "",
-            name: "",
-        };
+        let whole_store = Target::default();
         let revision = self
             .store
             .current_revision()
