@@ -56,6 +56,7 @@ on_every_store!(
     no_op_update_keeps_resource_version,
     garbage_collection_background,
     garbage_collection_foreground,
+    garbage_collection_foreground_unwinds_owner_cycles,
     garbage_collection_orphan,
     namespace_deletion_empties_the_namespace,
 );
@@ -1010,6 +1011,86 @@ async fn garbage_collection_foreground(t: TestServer) {
     );
     eventually("dependent and owner are gone", || async {
         !exists(&api, "fg-dep").await && !exists(&api, "fg-owner").await
+    })
+    .await;
+}
+
+/// `a` owns `b` and `b` owns `a`, both references blocking: a foreground deletion of `a` would
+/// wait for `b`, which would wait for `a`. The collector makes `b`'s references non-blocking
+/// (as kube-controller-manager's does), and both go.
+async fn garbage_collection_foreground_unwinds_owner_cycles(t: TestServer) {
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    owned_pair(&api, "cycle-a", "cycle-b").await;
+    let b = api.get("cycle-b").await.expect("b");
+    let refer_to = |obj: &ConfigMap| {
+        json!({"metadata": {"ownerReferences": [{
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": obj.metadata.name.clone().expect("name"),
+            "uid": obj.metadata.uid.clone().expect("uid"),
+            "blockOwnerDeletion": true,
+        }]}})
+    };
+    api.patch(
+        "cycle-a",
+        &PatchParams::default(),
+        &Patch::Merge(refer_to(&b)),
+    )
+    .await
+    .expect("a is owned by b");
+    api.delete("cycle-a", &DeleteParams::foreground())
+        .await
+        .expect("delete a");
+    eventually("both ends of the cycle are gone", || async {
+        !exists(&api, "cycle-a").await && !exists(&api, "cycle-b").await
+    })
+    .await;
+
+    // A dependent that does not block its owner does not hold a foreground deletion, and
+    // is collected once the owner is gone.
+    let owner = api
+        .create(&PostParams::default(), &cm("loose-owner", json!({})))
+        .await
+        .expect("owner");
+    let mut loose = cm("loose-dep", json!({}));
+    loose.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    loose.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "loose-owner",
+            "uid": owner.metadata.uid.clone().expect("uid"),
+        }))
+        .expect("owner reference"),
+    ]);
+    api.create(&PostParams::default(), &loose)
+        .await
+        .expect("dependent");
+    api.delete("loose-owner", &DeleteParams::foreground())
+        .await
+        .expect("delete owner");
+    eventually("the owner is gone while its dependent is held", || async {
+        !exists(&api, "loose-owner").await
+    })
+    .await;
+    eventually("the dependent is being deleted", || async {
+        api.get("loose-dep")
+            .await
+            .expect("held by its finalizer")
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    })
+    .await;
+    api.patch(
+        "loose-dep",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release");
+    eventually("the dependent is gone", || async {
+        !exists(&api, "loose-dep").await
     })
     .await;
 }

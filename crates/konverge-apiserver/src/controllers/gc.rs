@@ -4,8 +4,11 @@
 //! - **Background**: once none of an object's owners exists, the object is deleted. While some
 //!   owner still exists, references to owners that are gone are removed.
 //! - **Foreground**: an owner being deleted with the `foregroundDeletion` finalizer has its
-//!   dependents deleted (in the foreground too); when none is left, the finalizer goes and
-//!   the owner with it.
+//!   dependents deleted (in the foreground too); when none that blocks it
+//!   (`blockOwnerDeletion: true`) is left, the finalizer goes and the owner with it. A
+//!   dependent that would wait for an owner that waits for it (an ownerReference cycle) has
+//!   its references made non-blocking first, as kube-controller-manager's collector does, so
+//!   the cycle unwinds instead of waiting forever.
 //! - **Orphan**: an owner being deleted with the `orphan` finalizer has its references removed
 //!   from every dependent, then the finalizer goes.
 
@@ -24,11 +27,11 @@ pub async fn pass(registry: &Registry, index: &ClusterIndex) {
         if !node.owners.is_empty() && !node.deleting {
             collect_dependent(registry, index, node).await;
         }
-        if node.deleting && node.finalizers.iter().any(|f| f == FOREGROUND) {
-            let dependents = index.dependents_of(&node.uid);
-            if dependents.is_empty() {
-                remove_finalizer(registry, node, FOREGROUND).await;
-            }
+        if node.deleting
+            && node.finalizers.iter().any(|f| f == FOREGROUND)
+            && index.blocking_dependents_of(&node.uid).is_empty()
+        {
+            remove_finalizer(registry, node, FOREGROUND).await;
         }
         if node.deleting && node.finalizers.iter().any(|f| f == ORPHAN) {
             for dependent in index.dependents_of(&node.uid) {
@@ -71,6 +74,16 @@ async fn collect_dependent(registry: &Registry, index: &ClusterIndex, node: &Nod
     let propagation = if waiting.is_empty() {
         Propagation::Background
     } else {
+        // Some owner waits for this object. If this object would in turn wait for one of its
+        // own dependents that is waiting too, the wait could be a cycle: stop blocking the
+        // owners first.
+        let cycle = index
+            .dependents_of(&node.uid)
+            .iter()
+            .any(|d| d.deleting && d.finalizers.iter().any(|f| f == FOREGROUND));
+        if cycle && node.owners.iter().any(|o| o.block_owner_deletion) {
+            unblock_owner_refs(registry, node).await;
+        }
         Propagation::Foreground
     };
     let opts = DeleteOptions {
@@ -111,6 +124,25 @@ async fn remove_owner_refs(registry: &Registry, node: &Node, uids: &[String]) {
         Ok(new)
     };
     patch_node(registry, node, "removing owner references", &apply).await;
+}
+
+/// Sets `blockOwnerDeletion: false` on every reference of `node` that blocked.
+async fn unblock_owner_refs(registry: &Registry, node: &Node) {
+    let apply = |current: &Value| {
+        let mut new = current.clone();
+        if let Some(refs) = new
+            .pointer_mut("/metadata/ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            for r in refs {
+                if r["blockOwnerDeletion"] == json!(true) {
+                    r["blockOwnerDeletion"] = json!(false);
+                }
+            }
+        }
+        Ok(new)
+    };
+    patch_node(registry, node, "unblocking owner references", &apply).await;
 }
 
 async fn remove_finalizer(registry: &Registry, node: &Node, finalizer: &str) {

@@ -37,6 +37,8 @@ pub struct OwnerRef {
     pub api_version: String,
     /// The owner's kind.
     pub kind: String,
+    /// `blockOwnerDeletion`: a foreground deletion of the owner waits for this dependent.
+    pub block_owner_deletion: bool,
 }
 
 /// What the control loops need to know of one object.
@@ -116,6 +118,19 @@ impl ClusterIndex {
             .collect()
     }
 
+    /// The objects whose reference to `uid` blocks its foreground deletion
+    /// (`blockOwnerDeletion: true`).
+    pub fn blocking_dependents_of(&self, uid: &str) -> Vec<&Node> {
+        self.dependents_of(uid)
+            .into_iter()
+            .filter(|d| {
+                d.owners
+                    .iter()
+                    .any(|o| o.uid == uid && o.block_owner_deletion)
+            })
+            .collect()
+    }
+
     /// How many objects live in a namespace.
     pub fn count_in_namespace(&self, namespace: &str) -> usize {
         self.by_uid
@@ -140,6 +155,8 @@ fn node_of(registry: &Registry, key: &str, value: &[u8]) -> Option<Node> {
                         uid: r.get("uid")?.as_str()?.to_string(),
                         api_version: r.get("apiVersion")?.as_str()?.to_string(),
                         kind: r.get("kind")?.as_str()?.to_string(),
+                        block_owner_deletion: r.get("blockOwnerDeletion")
+                            == Some(&Value::Bool(true)),
                     })
                 })
                 .collect()
