@@ -357,3 +357,150 @@ async fn cluster_scoped_resources_and_apply_options() -> anyhow::Result<()> {
     assert_eq!(west.spec.region, "us-west-2");
     Ok(())
 }
+
+/// `Widget::crd()` with `selectableFields` on its version.
+fn selectable_widgets(fields: &[&str]) -> anyhow::Result<CustomResourceDefinition> {
+    let mut crd = serde_json::to_value(Widget::crd())?;
+    crd["spec"]["versions"][0]["selectableFields"] = fields
+        .iter()
+        .map(|path| json!({"jsonPath": path}))
+        .collect();
+    Ok(serde_json::from_value(crd)?)
+}
+
+#[tokio::test]
+async fn selectable_fields_filter_lists_and_watches() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, selectable_widgets(&[".spec.color", ".spec.size"])?).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+    for (name, color, size) in [
+        ("a", Some("blue"), 1),
+        ("b", Some("red"), 2),
+        ("c", None, 2),
+    ] {
+        let mut w = widget(name, size);
+        w.spec.color = color.map(String::from);
+        widgets.create(&PostParams::default(), &w).await?;
+    }
+    let names = |fields: &str| {
+        let widgets = widgets.clone();
+        let params = ListParams::default().fields(fields);
+        async move {
+            let listed = widgets.list(&params).await?;
+            anyhow::Ok(listed.iter().map(ResourceExt::name_any).collect::<Vec<_>>())
+        }
+    };
+    assert_eq!(names("spec.color=blue").await?, ["a"]);
+    assert_eq!(names("spec.color!=blue").await?, ["b", "c"]);
+    // An absent field selects as the empty string; integers as their decimal text.
+    assert_eq!(names("spec.color=").await?, ["c"]);
+    assert_eq!(names("spec.size=2,metadata.name!=b").await?, ["c"]);
+
+    // A watch with the selector sees an object arrive when it starts to match.
+    let stream = watcher(
+        widgets.clone(),
+        watcher::Config::default().fields("spec.color=green"),
+    )
+    .applied_objects();
+    let mut stream = Box::pin(stream);
+    widgets
+        .patch(
+            "b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"color": "green"}})),
+        )
+        .await?;
+    let seen = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await??
+        .expect("an object");
+    assert_eq!(seen.name_any(), "b");
+
+    // Fields that are not selectable are refused as kube-apiserver refuses them for custom
+    // resources.
+    let err = widgets
+        .list(&ListParams::default().fields("spec.name=widget-a"))
+        .await
+        .expect_err("not selectable");
+    let kube::Error::Api(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!(
+        (status.code, status.message.as_str()),
+        (400, "field label not supported: spec.name")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_selectable_fields_are_refused_with_kubernetes_wording() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
+    let crd = selectable_widgets(&[
+        ".metadata.name",
+        ".spec.missing",
+        ".spec",
+        ".spec.color",
+        ".spec.color",
+        ".spec['color']",
+        "",
+    ])?;
+    let err = crds
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect_err("invalid");
+    let kube::Error::Api(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    let at = "spec.versions[0].selectableFields";
+    for expected in [
+        format!(
+            r#"{at}[0].jsonPath: Invalid value: ".metadata.name": is an invalid path: does not refer to a valid field"#
+        ),
+        format!(
+            r#"{at}[1].jsonPath: Invalid value: ".spec.missing": is an invalid path: does not refer to a valid field"#
+        ),
+        format!(
+            r#"{at}[2].jsonPath: Invalid value: ".spec": must point to a field of type string, boolean or integer. Enum string fields and strings with formats are allowed."#
+        ),
+        format!(r#"{at}[4].jsonPath: Duplicate value: ".spec.color""#),
+        format!(
+            r#"{at}[5].jsonPath: Invalid value: ".spec['color']": is an invalid path: array notation is not allowed"#
+        ),
+        format!("{at}[6].jsonPath: Required value"),
+    ] {
+        assert!(
+            status.message.contains(&expected),
+            "{expected}\nnot in\n{}",
+            status.message
+        );
+    }
+    assert!(crds.get_opt(&crd.name_any()).await?.is_none());
+
+    // More than eight distinct fields.
+    let mut crd = serde_json::to_value(Widget::crd())?;
+    let props = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"];
+    let mut paths = Vec::new();
+    for i in 0..9 {
+        props[format!("f{i}")] = json!({"type": "string"});
+        paths.push(json!({"jsonPath": format!(".spec.f{i}")}));
+    }
+    crd["spec"]["versions"][0]["selectableFields"] = json!(paths);
+    let crd: CustomResourceDefinition = serde_json::from_value(crd)?;
+    let err = crds
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect_err("too many");
+    let kube::Error::Api(status) = err else {
+        panic!("not a status: {err}")
+    };
+    assert!(
+        status
+            .message
+            .contains("spec.versions[0].selectableFields: Too many: 9: must have at most 8 items"),
+        "{}",
+        status.message
+    );
+    Ok(())
+}

@@ -603,41 +603,66 @@ fn unescape_single_quote(s: &str) -> Option<String> {
 /// `ValidFieldPath`: the normalized field path `json_path` (`.a['b'].c`) names in `schema`, or
 /// `None` when it names nothing there.
 fn valid_field_path(json_path: &str, schema: &Value) -> Option<String> {
+    field_path_in_schema(json_path, schema, true)
+        .ok()
+        .map(|(path, _)| path)
+        .filter(|path| !path.is_empty())
+}
+
+/// kube-apiserver's `ValidFieldPath`: the field path `json_path` (`.spec.a['b']`) names in a
+/// structural `schema` (`spec.a.b`, with `[key]` for map keys), and the schema of the field
+/// it names, or why it names nothing, in kube-apiserver's words (`does not refer to a valid
+/// field`, `array notation is not allowed`, …). `allow_array` permits the `['name']` form.
+pub fn field_path_in_schema<'s>(
+    json_path: &str,
+    schema: &'s Value,
+    allow_array: bool,
+) -> Result<(String, &'s Value), String> {
     let mut path = String::new();
     let mut schema = schema;
     let tokens = path_tokens(json_path);
+    let end = || "unexpected end of JSON path".to_string();
     let mut i = 0;
     while i < tokens.len() {
         let name = match tokens[i] {
             "[" => {
-                let quoted = tokens.get(i + 1)?;
-                if quoted.len() < 2 || !quoted.starts_with('\'') || !quoted.ends_with('\'') {
-                    return None;
+                if !allow_array {
+                    return Err("array notation is not allowed".into());
                 }
-                if tokens.get(i + 2) != Some(&"]") {
-                    return None;
+                let quoted = tokens.get(i + 1).ok_or_else(end)?;
+                if quoted.len() < 2 || !quoted.starts_with('\'') || !quoted.ends_with('\'') {
+                    return Err(format!("expected single quoted string but got {quoted}"));
+                }
+                let name = unescape_single_quote(&quoted[1..quoted.len() - 1])
+                    .ok_or_else(|| "invalid string literal: invalid syntax".to_string())?;
+                match tokens.get(i + 2) {
+                    Some(&"]") => {}
+                    Some(other) => return Err(format!("expected ] but got {other}")),
+                    None => return Err(end()),
                 }
                 i += 3;
-                unescape_single_quote(&quoted[1..quoted.len() - 1])?
+                name
             }
             "." => {
-                let name = tokens.get(i + 1)?;
+                let name = tokens.get(i + 1).ok_or_else(end)?;
                 i += 2;
                 name.to_string()
             }
-            _ => return None,
+            other => return Err(format!("expected [ or . but got: {other}")),
         };
         if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-            schema = props.get(&name)?;
+            schema = props
+                .get(&name)
+                .ok_or_else(|| "does not refer to a valid field".to_string())?;
             path = child_path(&path, &name);
         } else if let Some(additional) = schema.get("additionalProperties") {
             schema = additional;
             path = format!("{path}[{name}]");
         } else {
-            return None;
+            return Err("does not refer to a valid field".into());
         }
     }
-    (!path.is_empty()).then_some(path)
+    Ok((path, schema))
 }
 
 /// One call of [`Rules::validate`].

@@ -272,6 +272,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
                 ));
             }
         }
+        errors.extend(validate_selectable_fields(version, &path));
     }
     let shown_versions = Value::Array(all.to_vec());
     if !unique {
@@ -521,8 +522,8 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                 default: None,
                 prepare_create: None,
                 columns: printer_columns(version),
-                selectable_fields: Vec::new(),
-                field_labels: crate::resources::FieldLabels::MetadataOnly,
+                selectable_fields: selectable_fields(version),
+                field_labels: crate::resources::FieldLabels::Converted,
                 create_on_update: false,
                 verbs: crate::resources::ALL_VERBS,
                 subresources: Vec::new(),
@@ -545,6 +546,104 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                     shape,
                     fingerprint: fingerprint.clone(),
                 })),
+            })
+        })
+        .collect()
+}
+
+/// How many fields a version may make selectable.
+const MAX_SELECTABLE_FIELDS: usize = 8;
+
+/// A version's `selectableFields`: each a path to a string, boolean or integer field of its
+/// schema, outside metadata, once, and at most eight of them.
+fn validate_selectable_fields(version: &Value, path: &str) -> Vec<FieldError> {
+    let Some(fields) = version["selectableFields"]
+        .as_array()
+        .filter(|f| !f.is_empty())
+    else {
+        return Vec::new();
+    };
+    let at = format!("{path}.selectableFields");
+    let Some(schema) = version
+        .pointer("/schema/openAPIV3Schema")
+        .filter(|s| s.is_object())
+    else {
+        return vec![FieldError::invalid(
+            at,
+            json!(""),
+            "selectableFields may only be set when version.schema.openAPIV3Schema is not included",
+        )];
+    };
+    let mut errors = Vec::new();
+    let mut unique = std::collections::BTreeSet::new();
+    for (i, field) in fields.iter().enumerate() {
+        let field_at = format!("{at}[{i}].jsonPath");
+        let json_path = field["jsonPath"].as_str().unwrap_or("");
+        if json_path.is_empty() {
+            errors.push(FieldError::required(field_at, ""));
+            continue;
+        }
+        let (named, found) =
+            match konverge_apimachinery::cel::field_path_in_schema(json_path, schema, false) {
+                Ok(found) => found,
+                Err(problem) => {
+                    errors.push(FieldError::invalid(
+                        field_at,
+                        json!(json_path),
+                        format!("is an invalid path: {problem}"),
+                    ));
+                    continue;
+                }
+            };
+        if named.split(['.', '[']).next() == Some("metadata") {
+            errors.push(FieldError::invalid(
+                field_at.clone(),
+                json!(json_path),
+                "must not point to fields in metadata",
+            ));
+        }
+        if !matches!(
+            found.get("type").and_then(Value::as_str),
+            Some("string" | "boolean" | "integer")
+        ) {
+            errors.push(FieldError::invalid(
+                field_at.clone(),
+                json!(json_path),
+                "must point to a field of type string, boolean or integer. Enum string fields and strings with formats are allowed.",
+            ));
+        }
+        if !unique.insert(named) {
+            errors.push(FieldError::new(
+                ErrorType::Duplicate,
+                field_at,
+                Some(json!(json_path)),
+                "",
+            ));
+        }
+    }
+    if unique.len() > MAX_SELECTABLE_FIELDS {
+        errors.push(FieldError::new(
+            ErrorType::TooMany,
+            at,
+            Some(json!(unique.len())),
+            format!("must have at most {MAX_SELECTABLE_FIELDS} items"),
+        ));
+    }
+    errors
+}
+
+/// A version's `selectableFields`, selected by their path without the leading dot
+/// (`spec.color`), as kube-apiserver names them.
+fn selectable_fields(version: &Value) -> Vec<crate::resources::SelectableField> {
+    version["selectableFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            let json_path = f["jsonPath"].as_str()?;
+            Some(crate::resources::SelectableField {
+                label: json_path.strip_prefix('.').unwrap_or(json_path).to_string(),
+                value: crate::resources::FieldValue::Path(JsonPath::parse(json_path).ok()?),
             })
         })
         .collect()
