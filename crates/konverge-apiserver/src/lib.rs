@@ -9,7 +9,7 @@
 //! The folders follow a request's path:
 //!
 //! - [`ApiServer`]: build one over any [`KvStore`], then serve [`ApiServer::router`] — a
-//!   `tower::Service` — on a listener, or call it directly.
+//!   `tower::Service` — with [`serve::Serve`], or call it directly.
 //! - [`http`]: the front door: routing ([`http::route`]), query and body decoding, content
 //!   negotiation, discovery, OpenAPI, patch bodies, scale, `Table`s, health checks, and the
 //!   encoding of every answer.
@@ -23,6 +23,9 @@
 //! - [`controllers`]: what runs without a request: bootstrap objects, garbage collection,
 //!   namespaces, ClusterRole aggregation, definitions, compaction.
 //! - [`auth`]: ServiceAccount tokens.
+//! - [`serve`]: the network around the API: HTTPS or HTTP serving with graceful shutdown,
+//!   the CA, serving certificate and token, and kubeconfigs (what `konverge up` and the
+//!   testkit use).
 //! - [`error`]: `Status` failures, and the single place storage errors become API errors.
 //!
 //! `docs/architecture.md` in the repository walks the same path in prose.
@@ -33,6 +36,7 @@ pub mod error;
 pub mod http;
 pub mod registry;
 pub mod resources;
+pub mod serve;
 
 use std::sync::{Arc, RwLock};
 

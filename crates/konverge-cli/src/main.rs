@@ -1,12 +1,11 @@
 //! The `konverge` command.
 //!
-//! - `konverge up`: the API server on loopback over HTTPS, with a kubeconfig (see `up`, and
-//!   `serve` for TLS, credentials and the kubeconfig).
+//! - `konverge up`: the API server on loopback over HTTPS, with a kubeconfig (see `up`;
+//!   serving, credentials and the kubeconfig are `konverge_apiserver::serve`).
 //! - `konverge bench store`: durable commit rate and latency of the disk store against a real
 //!   etcd on loopback, and watch fan-out (see `bench::store`).
 
 mod bench;
-mod serve;
 mod up;
 
 use clap::{Parser, Subcommand};

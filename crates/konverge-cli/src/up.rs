@@ -13,7 +13,7 @@ use konverge_apiserver::ApiServer;
 use konverge_store::{KvStore, MemStore};
 use konverge_store_disk::DiskStore;
 
-use crate::serve::{Credentials, serve_https, server_url, write_kubeconfig};
+use konverge_apiserver::serve::{Credentials, Serve, write_kubeconfig};
 
 #[derive(clap::Args)]
 pub(crate) struct UpArgs {
@@ -107,21 +107,22 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .build()
         .await
         .context("starting the API server")?;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+    let serving = Serve::new(server.router())
+        .tls(&credentials)?
+        .bind(("127.0.0.1", args.port))
         .await
         .with_context(|| format!("listening on 127.0.0.1:{}", args.port))?;
-    let addr = listener.local_addr()?;
-    server.set_address(addr.to_string());
-    let url = server_url(addr);
+    server.set_address(serving.local_addr().to_string());
+    let url = serving.url();
     let kubeconfig = write_kubeconfig(&data_dir, &credentials, &url)?;
-    // Connections that arrive from here on wait in the listen backlog until serving starts.
+    serving.ready().await;
     println!(
         "konverge is ready in {:.1} ms: Kubernetes API at {url} ({described})",
         started.elapsed().as_secs_f64() * 1e3
     );
     println!("export KUBECONFIG={}", kubeconfig.display());
     println!("kubectl get namespaces");
-    serve_https(listener, server.router(), &credentials, shutdown_signal()).await?;
+    serving.until(shutdown_signal()).await;
     println!("konverge stopped");
     Ok(())
 }

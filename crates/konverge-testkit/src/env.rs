@@ -5,20 +5,16 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use konverge_apiserver::ApiServer;
 use konverge_apiserver::registry::WatchCacheConfig;
+use konverge_apiserver::serve::{Serve, Serving};
 use konverge_store::{
     KvStore, MemStore, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, WatchRequest,
     WatchStream,
 };
-use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 
-use crate::faults::{FaultService, Faults};
+use crate::faults::Faults;
 use crate::requests::RequestLog;
 
 /// Why a [`TestEnv`] could not start.
@@ -34,8 +30,8 @@ pub enum Error {
     #[error("building the API server")]
     Server(#[source] konverge_apiserver::error::ApiError),
     /// No loopback port could be bound.
-    #[error("binding a loopback port")]
-    Bind(#[source] io::Error),
+    #[error("serving on a loopback port")]
+    Serve(#[source] konverge_apiserver::serve::ServeError),
     /// The `kube::Client` could not be built.
     #[error("building the kube client")]
     Client(#[source] kube::Error),
@@ -104,18 +100,21 @@ impl TestEnvBuilder {
             .build()
             .await
             .map_err(Error::Server)?;
-        let listener = TcpListener::bind("127.0.0.1:0")
+        let faults = Faults::new(&server);
+        // The faults see every request before the server does.
+        let service = axum::Router::new().fallback_service(faults.layer().layer(server.router()));
+        let serving = Serve::new(service)
+            .bind("127.0.0.1:0")
             .await
-            .map_err(Error::Bind)?;
-        let addr = listener.local_addr().map_err(Error::Bind)?;
+            .map_err(Error::Serve)?;
+        let addr = serving.local_addr();
         server.set_address(addr.to_string());
-        let url = format!("http://{addr}");
+        let url = serving.url();
         let uri = url
             .parse()
             .expect("an http URL of a socket address is a valid URI");
         let client = kube::Client::try_from(kube::Config::new(uri)).map_err(Error::Client)?;
-        let faults = Faults::new(&server);
-        let task = tokio::spawn(serve(listener, faults.layer().layer(server.router())));
+        serving.ready().await;
         Ok(TestEnv {
             client,
             url,
@@ -123,7 +122,7 @@ impl TestEnvBuilder {
             server,
             store,
             faults,
-            task,
+            _serving: serving,
         })
     }
 }
@@ -141,7 +140,8 @@ pub struct TestEnv {
     server: Arc<ApiServer>,
     store: Arc<dyn KvStore>,
     faults: Faults,
-    task: JoinHandle<()>,
+    // Dropping it stops serving and cuts every connection.
+    _serving: Serving,
 }
 
 impl std::fmt::Debug for TestEnv {
@@ -208,18 +208,14 @@ impl TestEnv {
         self.faults.requests()
     }
 
-    /// Writes a kubeconfig for this server to `path`, so real tools (`kubectl --kubeconfig`)
-    /// can look at what a test did. The file is JSON, which every kubeconfig reader accepts
-    /// (YAML is a superset of JSON); the server needs no credentials.
+    /// Writes a kubeconfig for this server to `path` (cluster, user and context named
+    /// `konverge-testkit`; the server needs no credentials), so real tools
+    /// (`kubectl --kubeconfig`) can look at what a test did.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        std::fs::write(path, kubeconfig(&self.url))
-    }
-}
-
-impl Drop for TestEnv {
-    fn drop(&mut self) {
-        // The accept loop owns the connection tasks (a `JoinSet`), so aborting it cuts them all.
-        self.task.abort();
+        let config = konverge_apiserver::serve::kubeconfig("konverge-testkit", &self.url, None);
+        let yaml =
+            konverge_apiserver::serve::kubeconfig::render(&config).map_err(io::Error::other)?;
+        std::fs::write(path, yaml)
     }
 }
 
@@ -262,57 +258,6 @@ impl KvStore for TempDiskStore {
 
     async fn current_revision(&self) -> konverge_store::Result<Revision> {
         self.store.current_revision().await
-    }
-}
-
-/// A kubeconfig with one cluster, user and context, all named `konverge-testkit`.
-fn kubeconfig(url: &str) -> String {
-    let name = "konverge-testkit";
-    let config = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
-        "users": [{"name": name, "user": {}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
-        "current-context": name,
-        "preferences": {},
-    });
-    let mut text = serde_json::to_string_pretty(&config).expect("a JSON value serializes");
-    text.push('\n');
-    text
-}
-
-/// Accepts connections until aborted; dropping the `JoinSet` aborts every connection task.
-async fn serve(listener: TcpListener, service: FaultService<axum::Router>) {
-    let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let service = service.clone();
-                    let builder = builder.clone();
-                    connections.spawn(async move {
-                        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                            service.clone().oneshot(request.map(axum::body::Body::new))
-                        });
-                        if let Err(e) = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .await
-                        {
-                            tracing::debug!(error = %e, "testkit connection ended with an error");
-                        }
-                    });
-                }
-                Err(e) => {
-                    // Out of file descriptors, say: wait instead of spinning.
-                    tracing::debug!(error = %e, "testkit accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            },
-            // Reap finished connections so the set does not grow over a long test.
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
     }
 }
 

@@ -201,13 +201,7 @@ pub(crate) async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 struct Server {
     url: String,
     client: kube::Client,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _serving: konverge_apiserver::serve::Serving,
 }
 
 impl Server {
@@ -216,18 +210,17 @@ impl Server {
             konverge_apiserver::ApiServer::builder(Arc::new(konverge_store::MemStore::new()))
                 .build()
                 .await?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        server.set_address(addr.to_string());
-        let router = server.router();
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, router).await {
-                tracing::error!(%error, "serving the API failed");
-            }
-        });
-        let url = format!("http://{addr}");
+        let serving = konverge_apiserver::serve::Serve::new(server.router())
+            .bind("127.0.0.1:0")
+            .await?;
+        server.set_address(serving.local_addr().to_string());
+        let url = serving.url();
         let client = kube::Client::try_from(kube::Config::new(url.parse()?))?;
-        Ok(Server { url, client, task })
+        Ok(Server {
+            url,
+            client,
+            _serving: serving,
+        })
     }
 
     async fn create_sources(&self, objects: usize) -> anyhow::Result<()> {

@@ -1,4 +1,4 @@
-//! Serving an [`axum::Router`] over HTTPS (or plain HTTP, for tests): HTTP/1.1 and HTTP/2
+//! Serving an [`axum::Router`] over HTTPS (or plain HTTP): HTTP/1.1 and HTTP/2
 //! (ALPN `h2`, `http/1.1`), one task per connection, no request or idle timeouts (watches are
 //! long-lived streams), graceful shutdown bounded by a grace period.
 //!
@@ -22,30 +22,31 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::credentials::Credentials;
+use super::kubeconfig::server_url;
 
 /// Default time connections get to finish after shutdown begins before they are dropped.
-pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Default limit for a client to complete the TLS handshake.
-pub(crate) const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent HTTP/2 streams per connection (client-go multiplexes all watches of a process
 /// over one connection; kube-apiserver allows 1000 too).
 const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 1000;
 /// Pause after an accept error that is not about a single connection (e.g. EMFILE).
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Tuning for [`serve_https_with`] and [`serve_http_with`].
+/// Tuning for [`Serve`].
 #[derive(Debug, Clone)]
-pub(crate) struct ServeOptions {
+pub struct ServeOptions {
     /// After shutdown begins, how long open connections may keep running (finishing in-flight
     /// requests and streams) before they are dropped.
-    pub(crate) shutdown_grace: Duration,
+    pub shutdown_grace: Duration,
     /// How long a client may take to complete the TLS handshake before it is disconnected.
-    pub(crate) tls_handshake_timeout: Duration,
+    pub tls_handshake_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -59,7 +60,10 @@ impl Default for ServeOptions {
 
 /// Why serving could not start.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ServeError {
+pub enum ServeError {
+    /// The address could not be bound (or the listener's address read).
+    #[error("cannot listen")]
+    Bind(#[source] io::Error),
     /// The serving certificate or key in the credentials could not be parsed.
     #[error("cannot parse the serving {what}")]
     Pem {
@@ -76,9 +80,7 @@ pub(crate) enum ServeError {
 
 /// The rustls server configuration for `credentials`: the serving certificate, TLS 1.2 and
 /// 1.3 with the ring provider, ALPN `h2` then `http/1.1`, no client certificates.
-pub(crate) fn tls_server_config(
-    credentials: &Credentials,
-) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+fn tls_server_config(credentials: &Credentials) -> Result<Arc<rustls::ServerConfig>, ServeError> {
     let chain = CertificateDer::pem_slice_iter(credentials.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| ServeError::Pem {
@@ -108,53 +110,158 @@ pub(crate) fn tls_server_config(
     Ok(Arc::new(config))
 }
 
-/// Serves `service` over HTTPS on `listener` with the serving certificate of `credentials`
-/// until `shutdown` completes, then shuts down gracefully with [`ServeOptions::default`]
-/// (stops accepting, lets connections finish for up to [`DEFAULT_SHUTDOWN_GRACE`], then drops
-/// them).
+/// Serving a router on a TCP listener: over HTTPS with [`tls`](Self::tls), plain HTTP
+/// otherwise. [`bind`](Self::bind) or [`listen`](Self::listen) starts it and returns the
+/// [`Serving`] handle.
 ///
-/// Returns `Ok(())` once shut down. Failed handshakes and connection errors are logged at
-/// debug level and never end serving.
-pub(crate) async fn serve_https(
-    listener: TcpListener,
+/// ```no_run
+/// # async fn run(
+/// #     server: std::sync::Arc<konverge_apiserver::ApiServer>,
+/// #     credentials: konverge_apiserver::serve::Credentials,
+/// #     shutdown: impl std::future::Future<Output = ()>,
+/// # ) -> Result<(), Box<dyn std::error::Error>> {
+/// use konverge_apiserver::serve::Serve;
+///
+/// let serving = Serve::new(server.router())
+///     .tls(&credentials)?
+///     .bind(("127.0.0.1", 6443))
+///     .await?;
+/// println!("serving at {}", serving.url());
+/// serving.until(shutdown).await;
+/// # Ok(()) }
+/// ```
+pub struct Serve {
     service: Router,
-    credentials: &Credentials,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ServeError> {
-    serve_https_with(
-        listener,
-        service,
-        credentials,
-        shutdown,
-        ServeOptions::default(),
-    )
-    .await
+    tls: Option<TlsAcceptor>,
+    options: ServeOptions,
 }
 
-/// [`serve_https`] with explicit [`ServeOptions`].
-pub(crate) async fn serve_https_with(
-    listener: TcpListener,
-    service: Router,
-    credentials: &Credentials,
-    shutdown: impl Future<Output = ()>,
-    options: ServeOptions,
-) -> Result<(), ServeError> {
-    let acceptor = TlsAcceptor::from(tls_server_config(credentials)?);
-    serve(listener, service, Some(acceptor), shutdown, options).await;
-    Ok(())
+impl std::fmt::Debug for Serve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serve")
+            .field("tls", &self.tls.is_some())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
-/// Serves `service` over plain HTTP (HTTP/1.1, and HTTP/2 with prior knowledge) on `listener`
-/// until `shutdown` completes; otherwise the same as [`serve_https_with`]. Meant for tests.
-#[cfg(test)]
-pub(crate) async fn serve_http_with(
-    listener: TcpListener,
-    service: Router,
-    shutdown: impl Future<Output = ()>,
-    options: ServeOptions,
-) -> Result<(), ServeError> {
-    serve(listener, service, None, shutdown, options).await;
-    Ok(())
+impl Serve {
+    /// Serves `service` (typically [`ApiServer::router`](crate::ApiServer::router)).
+    pub fn new(service: Router) -> Self {
+        Serve {
+            service,
+            tls: None,
+            options: ServeOptions::default(),
+        }
+    }
+
+    /// Serves over TLS with the serving certificate of `credentials` (HTTP/2 and HTTP/1.1 by
+    /// ALPN).
+    pub fn tls(mut self, credentials: &Credentials) -> Result<Self, ServeError> {
+        self.tls = Some(TlsAcceptor::from(tls_server_config(credentials)?));
+        Ok(self)
+    }
+
+    /// Grace period and TLS handshake timeout (default: [`ServeOptions::default`]).
+    pub fn options(mut self, options: ServeOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Binds `addr` and starts serving on it.
+    pub async fn bind(self, addr: impl tokio::net::ToSocketAddrs) -> Result<Serving, ServeError> {
+        let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
+        self.listen(listener)
+    }
+
+    /// Starts serving on a listener bound already. Connections that arrived before wait in
+    /// its backlog and are served.
+    pub fn listen(self, listener: TcpListener) -> Result<Serving, ServeError> {
+        let addr = listener.local_addr().map_err(ServeError::Bind)?;
+        let tls = self.tls.is_some();
+        let (stop, stopping) = watch::channel(false);
+        let (accepting, ready) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            listener,
+            self.service,
+            self.tls,
+            stopping,
+            accepting,
+            self.options,
+        ));
+        Ok(Serving {
+            addr,
+            tls,
+            stop,
+            ready,
+            task: Some(task),
+        })
+    }
+}
+
+/// A running server: its address, whether it accepts connections yet, and how to stop it.
+///
+/// [`shutdown`](Self::shutdown) stops gracefully: no new connections, open ones get the grace
+/// period to finish. Dropping the handle instead stops at once, cutting every connection
+/// (what a test that simulates a crash wants).
+#[derive(Debug)]
+pub struct Serving {
+    addr: SocketAddr,
+    tls: bool,
+    stop: watch::Sender<bool>,
+    ready: watch::Receiver<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Serving {
+    /// The address the listener is bound to (the port picked when asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL clients use: `https://` and a name the serving certificate covers (see
+    /// [`server_url`]) over TLS, `http://ADDR` otherwise.
+    pub fn url(&self) -> String {
+        if self.tls {
+            server_url(self.addr)
+        } else {
+            format!("http://{}", self.addr)
+        }
+    }
+
+    /// Waits until the server accepts connections (a connection made earlier waits in the
+    /// listen backlog until then). Returns at once if it already does, or if it has stopped.
+    pub async fn ready(&self) {
+        let mut ready = self.ready.clone();
+        let _ = ready.wait_for(|accepting| *accepting).await;
+    }
+
+    /// Serves until `signal` completes, then shuts down gracefully.
+    pub async fn until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        self.shutdown().await;
+    }
+
+    /// Shuts down gracefully: stops accepting, lets open connections finish for up to the
+    /// grace period, then drops what is left. Returns once every connection is closed.
+    pub async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        if let Some(task) = self.task.take()
+            && let Err(e) = task.await
+            && e.is_panic()
+        {
+            tracing::error!(error = %e, "the accept loop panicked");
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        // The accept loop owns the connection tasks (a `JoinSet`): aborting it cuts them all.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
 }
 
 /// The accept loop shared by HTTPS and HTTP.
@@ -162,16 +269,22 @@ async fn serve(
     listener: TcpListener,
     service: Router,
     acceptor: Option<TlsAcceptor>,
-    shutdown: impl Future<Output = ()>,
+    mut stopping: watch::Receiver<bool>,
+    accepting: watch::Sender<bool>,
     options: ServeOptions,
 ) {
     let builder = Arc::new(connection_builder());
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
+    let shutdown = async move {
+        // An error means the handle is gone (its drop aborts this task anyway).
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
     let mut shutdown = pin!(shutdown);
     if let Ok(addr) = listener.local_addr() {
         tracing::debug!(%addr, tls = acceptor.is_some(), "serving");
     }
+    accepting.send_replace(true);
 
     loop {
         tokio::select! {

@@ -38,22 +38,22 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use super::fsutil;
 
 /// Path of the CA certificate, relative to the data directory.
-pub(crate) const CA_CERT_FILE: &str = "pki/ca.crt";
+pub const CA_CERT_FILE: &str = "pki/ca.crt";
 /// Path of the CA private key, relative to the data directory.
-pub(crate) const CA_KEY_FILE: &str = "pki/ca.key";
+pub const CA_KEY_FILE: &str = "pki/ca.key";
 /// Path of the serving certificate, relative to the data directory.
-pub(crate) const SERVING_CERT_FILE: &str = "pki/apiserver.crt";
+pub const SERVING_CERT_FILE: &str = "pki/apiserver.crt";
 /// Path of the serving certificate's private key, relative to the data directory.
-pub(crate) const SERVING_KEY_FILE: &str = "pki/apiserver.key";
+pub const SERVING_KEY_FILE: &str = "pki/apiserver.key";
 /// Path of the bearer token file, relative to the data directory.
-pub(crate) const TOKEN_FILE: &str = "token";
+pub const TOKEN_FILE: &str = "token";
 
 /// Common name of the generated CA certificate.
-pub(crate) const CA_COMMON_NAME: &str = "konverge-ca";
+pub const CA_COMMON_NAME: &str = "konverge-ca";
 /// Common name of the generated serving certificate.
-pub(crate) const SERVING_COMMON_NAME: &str = "konverge-apiserver";
+pub const SERVING_COMMON_NAME: &str = "konverge-apiserver";
 /// Subject alternative names of the generated serving certificate.
-pub(crate) const SERVING_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+pub const SERVING_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Validity of generated certificates (about ten years).
 const VALIDITY: Duration = Duration::from_secs(3652 * 24 * 60 * 60);
@@ -70,18 +70,18 @@ const RECOVERY_HINT: &str = "to start over with new credentials, delete the pki 
 ///
 /// `Debug` redacts the private key and the token.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Credentials {
+pub struct Credentials {
     /// The CA certificate (PEM): what clients trust (`certificate-authority-data`).
-    pub(crate) ca_pem: String,
+    pub ca_pem: String,
     /// The serving certificate (PEM), issued by the CA, for `localhost`, `127.0.0.1`, `::1`.
-    pub(crate) cert_pem: String,
+    pub cert_pem: String,
     /// The serving certificate's private key (PKCS#8 PEM).
-    pub(crate) key_pem: String,
+    pub key_pem: String,
     /// The bearer token clients send as `Authorization: Bearer <token>`.
-    pub(crate) token: String,
+    pub token: String,
     /// True when this call generated the credentials (first start in the data directory),
     /// false when they were loaded from an earlier start.
-    pub(crate) generated: bool,
+    pub generated: bool,
 }
 
 impl fmt::Debug for Credentials {
@@ -98,7 +98,7 @@ impl fmt::Debug for Credentials {
 
 /// Why credentials could not be loaded or created.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CredentialsError {
+pub enum CredentialsError {
     /// A directory could not be created.
     #[error("cannot create directory {}", path.display())]
     CreateDir {
@@ -208,7 +208,7 @@ impl Credentials {
     ///
     /// Errors (never panics) if only some of the files exist, or any of them cannot be read,
     /// is corrupt, or is inconsistent with the others; the error names the file.
-    pub(crate) fn load_or_create(data_dir: &Path) -> Result<Self, CredentialsError> {
+    pub fn load_or_create(data_dir: &Path) -> Result<Self, CredentialsError> {
         let files = Files::new(data_dir);
         let mut missing = Vec::new();
         let mut present = Vec::new();
@@ -239,7 +239,7 @@ impl Credentials {
 
     /// Loads the credentials stored in `data_dir`; errors if any file is missing or invalid.
     #[cfg(test)]
-    pub(crate) fn load(data_dir: &Path) -> Result<Self, CredentialsError> {
+    pub fn load(data_dir: &Path) -> Result<Self, CredentialsError> {
         Self::load_files(&Files::new(data_dir))
     }
 
@@ -479,7 +479,7 @@ fn random_serial() -> SerialNumber {
 }
 
 /// A new bearer token: URL-safe base64 (no padding) of 32 random bytes, 43 characters.
-pub(crate) fn generate_token() -> String {
+pub fn generate_token() -> String {
     let bytes: [u8; TOKEN_BYTES] = rand::random();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }

@@ -22,16 +22,15 @@ use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsConnector;
 
 use super::credentials::{
     CA_CERT_FILE, CA_KEY_FILE, Credentials, CredentialsError, SERVING_CERT_FILE, SERVING_KEY_FILE,
     TOKEN_FILE,
 };
-use super::https::{ServeError, ServeOptions, serve_http_with, serve_https, serve_https_with};
-use super::kubeconfig::{KUBECONFIG_FILE, render, server_url, write_kubeconfig};
+use super::https::{Serve, ServeOptions, Serving};
+use super::kubeconfig::{KUBECONFIG_FILE, kubeconfig, render, server_url, write_kubeconfig};
 
 const GIT_VERSION: &str = "v1.33.0+konverge-test";
 const VERSION_JSON: &str = r#"{"major":"1","minor":"33","gitVersion":"v1.33.0+konverge-test","gitCommit":"0000000000000000000000000000000000000000","gitTreeState":"clean","buildDate":"2025-01-01T00:00:00Z","goVersion":"none","compiler":"rustc","platform":"linux/amd64"}"#;
@@ -153,20 +152,16 @@ async fn forever() -> Response {
 
 struct Running {
     addr: SocketAddr,
-    stop: oneshot::Sender<()>,
-    handle: JoinHandle<Result<(), ServeError>>,
+    serving: Serving,
 }
 
 impl Running {
-    /// Triggers shutdown and returns how long serving took to return.
+    /// Shuts down gracefully and returns how long that took.
     async fn stop(self) -> Duration {
         let started = Instant::now();
-        let _ = self.stop.send(());
-        tokio::time::timeout(Duration::from_secs(30), self.handle)
+        tokio::time::timeout(Duration::from_secs(30), self.serving.shutdown())
             .await
-            .expect("server did not shut down")
-            .expect("server task panicked")
-            .expect("server failed");
+            .expect("server did not shut down");
         started.elapsed()
     }
 }
@@ -181,33 +176,31 @@ async fn start_https(
     credentials: &Credentials,
     options: Option<ServeOptions>,
 ) -> Running {
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let credentials = credentials.clone();
-    let handle = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        match options {
-            None => serve_https(listener, router, &credentials, shutdown).await,
-            Some(options) => {
-                serve_https_with(listener, router, &credentials, shutdown, options).await
-            }
-        }
-    });
-    Running { addr, stop, handle }
+    let mut serve = Serve::new(router)
+        .tls(credentials)
+        .expect("TLS configuration");
+    if let Some(options) = options {
+        serve = serve.options(options);
+    }
+    running(serve.listen(listener).expect("serving")).await
 }
 
 async fn start_http(listener: TcpListener, router: Router, options: ServeOptions) -> Running {
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let handle = tokio::spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        serve_http_with(listener, router, shutdown, options).await
-    });
-    Running { addr, stop, handle }
+    running(
+        Serve::new(router)
+            .options(options)
+            .listen(listener)
+            .expect("serving"),
+    )
+    .await
+}
+
+async fn running(serving: Serving) -> Running {
+    serving.ready().await;
+    Running {
+        addr: serving.local_addr(),
+        serving,
+    }
 }
 
 /// A data directory inside a fresh temporary directory (not created yet).
@@ -573,7 +566,12 @@ fn kubeconfig_is_written_private_and_rewritten_each_start() {
     let yaml = std::fs::read_to_string(&path).unwrap();
     assert_eq!(
         yaml,
-        render(&credentials, "https://127.0.0.1:2222").unwrap()
+        render(&kubeconfig(
+            "konverge",
+            "https://127.0.0.1:2222",
+            Some(&credentials)
+        ))
+        .unwrap()
     );
 
     let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
@@ -975,7 +973,7 @@ async fn graceful_shutdown_drops_endless_streams_after_the_grace_period() {
     }
 }
 
-/// The default grace period also bounds `serve_https` (no options) with an endless stream.
+/// The default grace period also bounds shutdown (no options) with an endless stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_grace_period_bounds_shutdown() {
     let (_tmp, dir) = data_dir();

@@ -1,0 +1,133 @@
+//! `DATA_DIR/kubeconfig`: how kubectl, client-go, kube-rs and the Python client reach the
+//! server (cluster, user and context all named `konverge`).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use kube::config::{
+    AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext, Preferences,
+};
+use secrecy::SecretString;
+
+use super::credentials::Credentials;
+use super::fsutil;
+
+/// Name of the kubeconfig file in the data directory.
+pub const KUBECONFIG_FILE: &str = "kubeconfig";
+/// Name of the cluster, user and context in the kubeconfig.
+pub const NAME: &str = "konverge";
+/// Namespace of the kubeconfig's context.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Why the kubeconfig could not be rendered or written.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    /// Serializing the kubeconfig as YAML failed.
+    #[error("cannot render the kubeconfig as YAML")]
+    Render(#[source] serde_saphyr::SerializeError),
+    /// A directory could not be created.
+    #[error("cannot create directory {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The kubeconfig file could not be written.
+    #[error("cannot write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The `https://` URL clients should use for a server listening on `addr`.
+///
+/// The serving certificate covers `localhost`, `127.0.0.1` and `::1`: an IPv6 loopback
+/// address gives `https://[::1]:PORT`, anything else (in particular `0.0.0.0`, `::` and
+/// `127.0.0.1`) gives `https://127.0.0.1:PORT`.
+pub fn server_url(addr: SocketAddr) -> String {
+    match addr.ip() {
+        IpAddr::V6(ip) if ip.is_loopback() => format!("https://[::1]:{}", addr.port()),
+        _ => format!("https://127.0.0.1:{}", addr.port()),
+    }
+}
+
+/// A kubeconfig with one cluster, user and context, all called `name`, for `server`: trusting
+/// the CA of `credentials` and sending its token, or (without credentials, for a plain-HTTP
+/// test server) neither. The context's namespace is `default`.
+pub fn kubeconfig(name: &str, server: &str, credentials: Option<&Credentials>) -> Kubeconfig {
+    let cluster = Cluster {
+        server: Some(server.to_string()),
+        certificate_authority_data: credentials
+            .map(|c| base64::engine::general_purpose::STANDARD.encode(c.ca_pem.as_bytes())),
+        ..Cluster::default()
+    };
+    let user = AuthInfo {
+        token: credentials.map(|c| SecretString::from(c.token.clone())),
+        ..AuthInfo::default()
+    };
+    Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        clusters: vec![NamedCluster {
+            name: name.into(),
+            cluster: Some(cluster),
+            ..NamedCluster::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: name.into(),
+            auth_info: Some(user),
+            ..NamedAuthInfo::default()
+        }],
+        contexts: vec![NamedContext {
+            name: name.into(),
+            context: Some(Context {
+                cluster: name.into(),
+                user: Some(name.into()),
+                namespace: Some(DEFAULT_NAMESPACE.into()),
+                ..Context::default()
+            }),
+            ..NamedContext::default()
+        }],
+        current_context: Some(name.into()),
+        preferences: Some(Preferences::default()),
+        ..Kubeconfig::default()
+    }
+}
+
+/// `config` as YAML, with plain one-line scalars (no folded `>-` blocks): what kubectl
+/// writes, and what scripts that grep a kubeconfig expect.
+pub fn render(config: &Kubeconfig) -> Result<String, KubeconfigError> {
+    let options = serde_saphyr::ser_options! { prefer_block_scalars: false };
+    serde_saphyr::to_string_with_options(config, options).map_err(KubeconfigError::Render)
+}
+
+/// Writes (replacing atomically) `DATA_DIR/kubeconfig` with mode 0600 for `server` (see
+/// [`kubeconfig`], named `konverge`), and returns its path. Call on every start: the port
+/// may differ from the last one.
+pub fn write_kubeconfig(
+    data_dir: &Path,
+    credentials: &Credentials,
+    server: &str,
+) -> Result<PathBuf, KubeconfigError> {
+    let yaml = render(&kubeconfig(NAME, server, Some(credentials)))?;
+    fsutil::create_private_dir_all(data_dir).map_err(|source| KubeconfigError::CreateDir {
+        path: data_dir.to_path_buf(),
+        source,
+    })?;
+    let path = data_dir.join(KUBECONFIG_FILE);
+    fsutil::write_private_atomic(&path, yaml.as_bytes()).map_err(|source| {
+        KubeconfigError::Write {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    Ok(path)
+}
