@@ -7,6 +7,8 @@
 //! - [`selector`]: label selectors (the full grammar, and the structured
 //!   `metav1.LabelSelector`) and field selectors, parsed from query strings and matched
 //!   against objects; label key and value validation.
+//! - [`decoding`]: request bodies read as kube-apiserver reads them: duplicate JSON fields
+//!   for strict field validation, YAML with sigs.k8s.io/yaml's YAML 1.1 scalars.
 //! - [`duration`]: Go's duration syntax (`?timeout=30s`), with Go's errors.
 //! - [`names`]: object name rules (RFC 1123 subdomains and labels, RFC 1035 labels, path
 //!   segments) with Kubernetes' messages.
@@ -21,6 +23,7 @@
 //!   describes what server-side apply needs of them: list map keys and atomic types).
 
 pub mod cel;
+pub mod decoding;
 pub mod duration;
 pub mod field;
 mod gofmt;

@@ -1209,3 +1209,112 @@ async fn a_restarted_server_keeps_what_it_bootstrapped() {
         .await
         .expect("a second start over the same store");
 }
+
+/// A request to the router in-process with a raw body: status, `Warning` headers and body.
+async fn send_text(
+    t: &TestServer,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, Vec<String>, Value) {
+    use tower::ServiceExt;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let response = t.router.clone().oneshot(req).await.unwrap();
+    let code = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        code,
+        warnings,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// Duplicate fields are refused under `fieldValidation=Strict` and warned about under Warn
+/// (the last one counts), in JSON and YAML; YAML is read as sigs.k8s.io/yaml reads it.
+#[tokio::test]
+async fn duplicate_fields_and_yaml_are_read_as_kube_apiserver_reads_them() {
+    let t = TestServer::start(Backend::Memory).await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let json_body = r#"{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dup", "name": "dup", "labels": {"a": "1", "a": "2"}},
+        "data": {"k": "first", "k": "last"}, "bogus": 1}"#;
+    let (code, _, status) = send_text(
+        &t,
+        "POST",
+        &format!("{path}?fieldValidation=Strict"),
+        "application/json",
+        json_body,
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
+    assert_eq!(
+        status["message"],
+        r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "metadata.name", duplicate field "metadata.labels.a", duplicate field "data.k", unknown field "bogus""#
+    );
+
+    let (code, warnings, created) =
+        send_text(&t, "POST", path, "application/json", json_body).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["data"]["k"], "last");
+    assert_eq!(created["metadata"]["labels"]["a"], "2");
+    for expected in [
+        r#"duplicate field \"metadata.name\""#,
+        r#"duplicate field \"data.k\""#,
+        r#"unknown field \"bogus\""#,
+    ] {
+        assert!(
+            warnings.iter().any(|w| w.contains(expected)),
+            "{expected} not in {warnings:?}"
+        );
+    }
+
+    // YAML: YAML 1.1 scalars (an unquoted `yes` is a boolean, which a ConfigMap's data
+    // refuses), and duplicate keys with their line.
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n  name: from-yaml\ndata:\n  mode: \"0755\"\n";
+    let (code, _, status) = send_text(
+        &t,
+        "POST",
+        &format!("{path}?fieldValidation=Strict"),
+        "application/yaml",
+        yaml,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        status["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: yaml: unmarshal errors:\n  line 5: key \"name\" already set in map"
+    );
+    let (code, _, created) = send_text(&t, "POST", path, "application/yaml", yaml).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["data"]["mode"], "0755");
+    let (code, _, status) = send_text(
+        &t,
+        "POST",
+        path,
+        "application/yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\ndata:\n  enabled: yes\n",
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("ConfigMap in version \"v1\" cannot be handled as a ConfigMap"),
+        "{status}"
+    );
+}

@@ -206,8 +206,10 @@ async fn resource(
         (crate::resources::Serving::Stored, None) => {}
         (crate::resources::Serving::Review(review), _) => {
             let body = request::body(req).await?;
-            let obj = request::decode_object(&body)?;
-            let obj = registry.decode_request(&rt, obj, query.write_options()?.field_validation)?;
+            let decoded = request::decode_object_strict(&body)?;
+            let mut opts = query.write_options()?;
+            opts.body_strict_errors = decoded.strict_errors;
+            let obj = registry.decode_request(&rt, decoded.value, &opts)?;
             let answer = review(&server.requester(), ns, obj)?;
             return Ok(json_response(StatusCode::CREATED, &answer, None));
         }
@@ -388,16 +390,20 @@ async fn resource(
         }
         ("POST", None) => {
             let body = request::body(req).await?;
-            let obj = request::decode_object(&body)?;
+            let decoded = request::decode_object_strict(&body)?;
+            let obj = decoded.value;
             let mut opts = query.write_options()?;
+            opts.body_strict_errors = decoded.strict_errors;
             opts.field_manager.get_or_insert(user_agent_manager);
             let written = registry.create(&rt, ns, obj, &opts).await?;
             Ok(written_response(&rt, written, &accept, &query))
         }
         ("PUT", Some(name)) => {
             let body = request::body(req).await?;
-            let obj = request::decode_object(&body)?;
+            let decoded = request::decode_object_strict(&body)?;
+            let obj = decoded.value;
             let mut opts = query.write_options()?;
+            opts.body_strict_errors = decoded.strict_errors;
             opts.field_manager.get_or_insert(user_agent_manager);
             if sub == Some("scale") {
                 let written =

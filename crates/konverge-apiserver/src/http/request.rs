@@ -5,6 +5,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use bytes::Bytes;
 use http::HeaderMap;
+use konverge_apimachinery::decoding::{self, Decoded};
 use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
 
@@ -412,9 +413,18 @@ pub(crate) async fn body(req: Request) -> Result<Body> {
 /// Decodes an object body: JSON, YAML, or Kubernetes protobuf (what client-go's typed
 /// clients send for built-in types since 1.32).
 pub(crate) fn decode_object(body: &Body) -> Result<Value> {
+    decode_object_strict(body).map(|decoded| decoded.value)
+}
+
+/// [`decode_object`], and what `fieldValidation=Strict` refuses in the body's text (duplicate
+/// fields), as kube-apiserver words it.
+pub(crate) fn decode_object_strict(body: &Body) -> Result<Decoded> {
     if body.is_protobuf() {
         return konverge_protobuf::decode(&body.bytes)
-            .map(|(_, object)| object)
+            .map(|(_, object)| Decoded {
+                value: object,
+                strict_errors: Vec::new(),
+            })
             .map_err(|e| {
                 if e.is_unsupported_kind() {
                     ApiError::unsupported_media_type(&body.content_type)
@@ -427,28 +437,28 @@ pub(crate) fn decode_object(body: &Body) -> Result<Value> {
     decode_text(&body.bytes)
 }
 
-/// Decodes a JSON or YAML body into an object.
-fn decode_text(body: &Bytes) -> Result<Value> {
+/// Decodes a JSON or YAML body into an object (YAML as sigs.k8s.io/yaml reads it).
+fn decode_text(body: &Bytes) -> Result<Decoded> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::bad_request("the request body is not valid UTF-8"))?;
     let trimmed = text.trim_start();
-    let value: Value = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        serde_json::from_str(text).map_err(|e| {
+    let decoded = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        decoding::json(text).map_err(|e| {
             ApiError::bad_request(format!(
                 "the body of the request could not be decoded as JSON: {e}"
             ))
         })?
     } else {
-        serde_saphyr::from_str(text).map_err(|e| {
+        decoding::yaml(text).map_err(|e| {
             ApiError::bad_request(format!(
                 "the body of the request could not be decoded as YAML: {e}"
             ))
         })?
     };
-    if !value.is_object() {
+    if !decoded.value.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request must be an object",
         ));
     }
-    Ok(value)
+    Ok(decoded)
 }

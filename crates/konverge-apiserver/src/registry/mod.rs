@@ -65,6 +65,9 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// Set by server-side apply, which computes the managed fields itself.
     pub(crate) applied: bool,
+    /// What reading the request body's text found that strict field validation refuses
+    /// (duplicate fields), in kube-apiserver's words (`duplicate field "spec.replicas"`).
+    pub body_strict_errors: Vec<String>,
 }
 
 /// What a write answers.
@@ -315,7 +318,7 @@ impl Registry {
         &self,
         rt: &ResourceType,
         mut body: Value,
-        validation: FieldValidation,
+        opts: &WriteOptions,
         warnings: &mut Vec<String>,
         from_body: bool,
     ) -> Result<Value> {
@@ -338,19 +341,30 @@ impl Registry {
         rt.check_type_meta(&body)?;
         body["apiVersion"] = json!(rt.api_version());
         body["kind"] = json!(rt.kind);
+        // Strict decoding errors in kube-apiserver's order: those of the body's text
+        // (duplicates), then the fields the type does not have.
+        let mut strict = if from_body {
+            opts.body_strict_errors.clone()
+        } else {
+            Vec::new()
+        };
+        let unknown =
+            |fields: Vec<String>| fields.into_iter().map(|f| format!("unknown field {f:?}"));
         if let Some(codec) = rt.codec {
-            let (decoded, unknown) = codec(body).map_err(|e| {
+            let (decoded, unknown_fields) = codec(body).map_err(|e| {
                 ApiError::bad_request(format!(
                     "{} in version {:?} cannot be handled as a {}: {e}",
                     rt.kind, rt.version, rt.kind
                 ))
             })?;
-            unknown_fields(&unknown, validation, &prefix, warnings)?;
+            strict.extend(unknown(unknown_fields));
             body = decoded;
         }
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
-            let unknown = structural.prune(&mut body);
-            unknown_fields(&unknown, validation, &prefix, warnings)?;
+            strict.extend(unknown(structural.prune(&mut body)));
+        }
+        strict_decoding(strict, opts.field_validation, &prefix, warnings)?;
+        if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
             structural.default(&mut body);
         }
         if let Some(default) = rt.default {
@@ -360,15 +374,15 @@ impl Registry {
     }
 
     /// Decodes a request body that is answered rather than stored (a review): wrong types are
-    /// refused, unknown fields handled as `fieldValidation` says.
+    /// refused, unknown and duplicate fields handled as `fieldValidation` says.
     pub fn decode_request(
         &self,
         rt: &ResourceType,
         body: Value,
-        validation: FieldValidation,
+        opts: &WriteOptions,
     ) -> Result<Value> {
         let mut warnings = Vec::new();
-        self.decode_body(rt, body, validation, &mut warnings, true)
+        self.decode_body(rt, body, opts, &mut warnings, true)
     }
 
     fn validate(&self, rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Result<()> {
@@ -445,13 +459,7 @@ impl Registry {
         opts: &WriteOptions,
     ) -> Result<Written> {
         let mut warnings = Vec::new();
-        let mut obj = self.decode_body(
-            rt,
-            body,
-            opts.field_validation,
-            &mut warnings,
-            !opts.applied,
-        )?;
+        let mut obj = self.decode_body(rt, body, opts, &mut warnings, !opts.applied)?;
         let md = meta::metadata_mut(&mut obj);
         match (rt.namespaced, ns) {
             (true, Some(ns)) => match md.get("namespace").and_then(Value::as_str) {
@@ -581,7 +589,7 @@ impl Registry {
         opts: &WriteOptions,
     ) -> Result<Written> {
         let mut warnings = Vec::new();
-        let new = self.decode_body(rt, body, opts.field_validation, &mut warnings, true)?;
+        let new = self.decode_body(rt, body, opts, &mut warnings, true)?;
         if let Some(body_name) = meta::meta_str(&new, "name")
             && body_name != name
         {
@@ -659,8 +667,7 @@ impl Registry {
                     return Err(ApiError::modified(target(rt, name)));
                 }
                 warnings.clear();
-                let new =
-                    self.decode_body(rt, patched, opts.field_validation, &mut warnings, false)?;
+                let new = self.decode_body(rt, patched, opts, &mut warnings, false)?;
                 if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
                     return Err(ApiError::invalid(
                         &rt.kind,
@@ -993,28 +1000,24 @@ impl Registry {
     }
 }
 
-/// Fields a body has that its type does not: refused, warned about or ignored, as
-/// `fieldValidation` says.
-fn unknown_fields(
-    unknown: &[String],
+/// Strict decoding errors (duplicate fields, fields the type does not have): refused,
+/// warned about or ignored, as `fieldValidation` says.
+fn strict_decoding(
+    errors: Vec<String>,
     validation: FieldValidation,
     prefix: &str,
     warnings: &mut Vec<String>,
 ) -> Result<()> {
-    if unknown.is_empty() {
+    if errors.is_empty() {
         return Ok(());
     }
-    let listed: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field {f:?}"))
-        .collect();
     match validation {
         FieldValidation::Strict => Err(ApiError::bad_request(format!(
             "{prefix}strict decoding error: {}",
-            listed.join(", ")
+            errors.join(", ")
         ))),
         FieldValidation::Warn => {
-            warnings.extend(listed);
+            warnings.extend(errors);
             Ok(())
         }
         FieldValidation::Ignore => Ok(()),
