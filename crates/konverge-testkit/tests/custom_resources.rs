@@ -504,3 +504,58 @@ async fn bad_selectable_fields_are_refused_with_kubernetes_wording() -> anyhow::
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn schema_defaults_apply_to_objects_stored_before_them() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Widget::crd()).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+    widgets
+        .create(&PostParams::default(), &widget("old", 1))
+        .await?;
+    assert_eq!(widgets.get("old").await?.spec.color, None);
+
+    // The definition gains a default: objects stored before read with it, as they do from
+    // kube-apiserver (which defaults what it decodes from storage).
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
+    let patch = json!([{
+        "op": "add",
+        "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/color/default",
+        "value": "blue",
+    }]);
+    crds.patch(
+        &Widget::crd().name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(serde_json::from_value(patch)?),
+    )
+    .await?;
+    let mut color = None;
+    for _ in 0..200 {
+        color = widgets.get("old").await?.spec.color;
+        if color.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(color.as_deref(), Some("blue"));
+    let listed = widgets.list(&ListParams::default()).await?;
+    assert_eq!(listed.items[0].spec.color.as_deref(), Some("blue"));
+    let first = tokio::time::timeout(
+        Duration::from_secs(5),
+        Box::pin(watcher(widgets.clone(), watcher::Config::default()).applied_objects()).try_next(),
+    )
+    .await??
+    .expect("an object");
+    assert_eq!(first.spec.color.as_deref(), Some("blue"));
+
+    // Reading does not write: the stored object is unchanged until something updates it.
+    let stored = env
+        .store()
+        .range(konverge_store::RangeRequest::new(
+            konverge_store::KeyRange::key(b"/registry/konverge.test/widgets/default/old".to_vec()),
+        ))
+        .await?;
+    let stored: serde_json::Value = serde_json::from_slice(&stored.kvs[0].value)?;
+    assert!(stored["spec"].get("color").is_none(), "{stored}");
+    Ok(())
+}

@@ -128,6 +128,14 @@ impl Structural {
         prune::default(self, obj, 0);
     }
 
+    /// Whether this schema or any schema inside it has a `default`.
+    pub fn has_defaults(&self) -> bool {
+        self.default.is_some()
+            || self.properties.values().any(Structural::has_defaults)
+            || self.items.as_ref().is_some_and(|i| i.has_defaults())
+            || matches!(&self.additional_properties, Some(AdditionalProperties::Schema(s)) if s.has_defaults())
+    }
+
     /// The schema of property or map entry `name` of this object schema.
     pub fn child(&self, name: &str) -> Option<&Structural> {
         self.properties

@@ -312,12 +312,7 @@ async fn resource(
         }
         ("GET", None) => {
             let opts = query.list_options(&rt)?;
-            let mut listed = registry.list(&rt, ns, &opts).await?;
-            if rt.converts() {
-                for item in &mut listed.items {
-                    rt.to_served(Arc::make_mut(item));
-                }
-            }
+            let listed = registry.list(&rt, ns, &opts).await?;
             let meta = list_meta(
                 listed.resource_version,
                 listed.continue_token,
@@ -566,17 +561,7 @@ fn watch_response(
     let rt = rt.clone();
     let table = accept.table;
     let metadata = accept.metadata;
-    let convert = rt.converts();
     let lines = stream.map(move |event| {
-        let event = match &event {
-            WatchEvent::Error(_) | WatchEvent::Bookmark(_) => event,
-            _ if convert => {
-                let mut obj = event.object().clone();
-                rt.to_served(&mut obj);
-                event.with_object(obj)
-            }
-            _ => event,
-        };
         let event = match (&event, table, metadata) {
             (WatchEvent::Error(_) | WatchEvent::Bookmark(_), _, _) => event,
             (_, true, _) => {

@@ -217,13 +217,25 @@ impl Registry {
             check_field_selector(rt, fields)?;
         }
         let at = read_at(opts)?;
-        if self.caches.config().enabled
+        let cached = if self.caches.config().enabled
             && matches!(at, ReadAt::Latest | ReadAt::Any | ReadAt::NotOlderThan(_))
-            && let Some(listed) = self.list_cached(rt, ns, opts, &at).await?
         {
-            return Ok(listed);
+            self.list_cached(rt, ns, opts, &at).await?
+        } else {
+            None
+        };
+        let mut listed = match cached {
+            Some(listed) => listed,
+            None => self.list_store(rt, ns, opts, at).await?,
+        };
+        // Selection and paging work on the stored form (shared with every version's readers
+        // through the cache); what is answered is the served form.
+        if rt.changes_on_read() {
+            for item in &mut listed.items {
+                rt.to_served(Arc::make_mut(item));
+            }
         }
-        self.list_store(rt, ns, opts, at).await
+        Ok(listed)
     }
 
     /// A list from the watch cache, or `None` when the cache cannot answer in time (then the

@@ -152,11 +152,11 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value> {
     Ok(obj)
 }
 
-/// A stored object, decoded as the version `rt` serves (custom resources are stored in their
-/// storage version; without conversion webhooks only `apiVersion` differs).
+/// A stored object, decoded as `rt` serves it (custom resources are stored in their storage
+/// version, and get their schema's defaults on read; see [`ResourceType::to_served`]).
 pub(crate) fn decode_as(rt: &ResourceType, kv: &KeyValue) -> Result<Value> {
     let mut obj = decode(kv)?;
-    if rt.converts() {
+    if rt.changes_on_read() {
         rt.to_served(&mut obj);
     }
     Ok(obj)

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use konverge_store::{Event, EventKind, KeyRange, WatchRequest, WatchResponse};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -150,8 +150,18 @@ impl Registry {
         };
         let (tx, rx) = mpsc::channel(BUFFER);
         let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
+        // The feeds select on the stored form; clients get the served form.
+        let served = rt.changes_on_read().then(|| rt.clone());
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (event, rx))
+        })
+        .map(move |event| match (&served, &event) {
+            (None, _) | (Some(_), WatchEvent::Error(_) | WatchEvent::Bookmark(_)) => event,
+            (Some(rt), _) => {
+                let mut obj = event.object().clone();
+                rt.to_served(&mut obj);
+                event.with_object(obj)
+            }
         });
         if self.caches.config().enabled
             && let Some((cache, initial, cursor)) =

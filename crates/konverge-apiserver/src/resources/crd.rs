@@ -36,6 +36,10 @@ pub struct CustomResource {
     pub schema: Option<Value>,
     /// The same, parsed: pruning, defaulting and validation.
     pub structural: Option<Structural>,
+    /// Whether the schema has defaults, which objects read from storage get too (as
+    /// kube-apiserver defaults what it decodes from etcd: a default added to the schema
+    /// later shows on objects stored before).
+    pub defaults_on_read: bool,
     /// Its `x-kubernetes-validations` rules.
     pub rules: Option<Rules>,
     /// What server-side apply needs to know of the type.
@@ -87,14 +91,22 @@ impl CustomResource {
     }
 }
 
-/// Presents a custom object in the version `rt` serves (conversion `None`: only `apiVersion`
-/// changes). Built-in objects are left alone.
+/// Presents a stored custom object as the version `rt` serves: conversion `None` changes only
+/// `apiVersion`; then the version's schema defaults apply, as they do to everything
+/// kube-apiserver reads from storage. Built-in objects are left alone.
 pub fn convert(rt: &ResourceType, obj: &mut Value) {
-    if rt.custom.is_some()
-        && obj.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
+    let Some(custom) = &rt.custom else {
+        return;
+    };
+    if obj.get("apiVersion").and_then(Value::as_str) != Some(&rt.api_version())
         && let Some(map) = obj.as_object_mut()
     {
         map.insert("apiVersion".into(), json!(rt.api_version()));
+    }
+    if custom.defaults_on_read
+        && let Some(structural) = &custom.structural
+    {
+        structural.default(obj);
     }
 }
 
@@ -541,6 +553,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                     crd_name: crd_name.clone(),
                     storage_version: storage.clone(),
                     schema,
+                    defaults_on_read: structural.as_ref().is_some_and(Structural::has_defaults),
                     structural,
                     rules,
                     shape,

@@ -378,7 +378,14 @@ impl ResourceType {
                 .is_some_and(|c| c.storage_version != self.version)
     }
 
-    /// Turns a stored object into this resource's version.
+    /// Whether objects read from storage are changed before they are served: converted
+    /// ([`converts`](Self::converts)), or given the defaults of a custom resource's schema.
+    pub fn changes_on_read(&self) -> bool {
+        self.converts() || self.custom.as_ref().is_some_and(|c| c.defaults_on_read)
+    }
+
+    /// Turns a stored object into what this resource serves: its version, and for custom
+    /// resources the schema's defaults.
     pub fn to_served(&self, obj: &mut Value) {
         if let Some(conversion) = self.conversion {
             (conversion.to_served)(obj);
