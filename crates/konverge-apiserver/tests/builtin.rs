@@ -1318,3 +1318,110 @@ async fn duplicate_fields_and_yaml_are_read_as_kube_apiserver_reads_them() {
         "{status}"
     );
 }
+
+/// A GET to the router in-process with an `Accept` header: status, content type and body.
+async fn get_as(t: &TestServer, path: &str, accept: &str) -> (u16, String, Vec<u8>) {
+    use tower::ServiceExt;
+    let req = http::Request::builder()
+        .uri(path)
+        .header("accept", accept)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = t.router.clone().oneshot(req).await.unwrap();
+    let code = response.status().as_u16();
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (code, content_type, bytes.to_vec())
+}
+
+/// Clients that prefer protobuf (client-go's typed clients, kubectl) get built-in objects,
+/// lists and errors in it; JSON stays the answer when it is preferred, for Tables, and for
+/// kinds without a protobuf encoding.
+#[tokio::test]
+async fn protobuf_is_answered_to_clients_that_prefer_it() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json!({"metadata": {"name": "pb"}, "data": {"k": "v"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "created");
+    let path = "/api/v1/namespaces/default/configmaps/pb";
+    let protobuf = konverge_protobuf::CONTENT_TYPE;
+
+    let (code, content_type, body) = get_as(
+        &t,
+        path,
+        "application/vnd.kubernetes.protobuf,application/json",
+    )
+    .await;
+    assert_eq!((code, content_type.as_str()), (200, protobuf));
+    let (_, decoded) = konverge_protobuf::decode(&body).unwrap();
+    let json_form = get(&t, path).await;
+    assert_eq!(decoded["data"], json_form["data"]);
+    assert_eq!(decoded["metadata"]["uid"], json_form["metadata"]["uid"]);
+    assert_eq!(
+        decoded["metadata"]["resourceVersion"],
+        json_form["metadata"]["resourceVersion"]
+    );
+
+    // JSON first, or a Table: JSON.
+    let (_, content_type, _) = get_as(
+        &t,
+        path,
+        "application/json,application/vnd.kubernetes.protobuf",
+    )
+    .await;
+    assert_eq!(content_type, "application/json");
+    let (_, content_type, _) = get_as(
+        &t,
+        path,
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/vnd.kubernetes.protobuf",
+    )
+    .await;
+    assert!(content_type.contains("as=Table"), "{content_type}");
+    // A lower q loses.
+    let (_, content_type, _) = get_as(
+        &t,
+        path,
+        "application/vnd.kubernetes.protobuf;q=0.5,application/json",
+    )
+    .await;
+    assert_eq!(content_type, "application/json");
+
+    // Lists and errors too.
+    let (code, content_type, body) = get_as(
+        &t,
+        "/api/v1/namespaces/default/configmaps",
+        "application/vnd.kubernetes.protobuf",
+    )
+    .await;
+    assert_eq!((code, content_type.as_str()), (200, protobuf));
+    assert!(body.starts_with(b"k8s\0"));
+    assert!(body.windows(13).any(|w| w == b"ConfigMapList"));
+    let (code, content_type, body) = get_as(
+        &t,
+        "/api/v1/namespaces/default/configmaps/missing",
+        "application/vnd.kubernetes.protobuf",
+    )
+    .await;
+    assert_eq!((code, content_type.as_str()), (404, protobuf));
+    assert!(body.windows(8).any(|w| w == b"NotFound"));
+
+    // Kinds without an encoding (component statuses here; custom resources likewise) are
+    // JSON when JSON is acceptable.
+    let (code, content_type, _) = get_as(
+        &t,
+        "/api/v1/componentstatuses",
+        "application/vnd.kubernetes.protobuf,application/json",
+    )
+    .await;
+    assert_eq!((code, content_type.as_str()), (200, "application/json"));
+}

@@ -87,6 +87,25 @@ fn everyday_kubectl_commands() {
         "team",
         "--tcp=80:8080",
     ]);
+    // kubectl's typed clients prefer protobuf answers too: objects, and errors as a
+    // protobuf Status that kubectl decodes into its message.
+    let (code, out, err) = up.run(
+        &["create", "configmap", "proto", "-n", "team", "-v=8"],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("configmap/proto created"), "{out}");
+    assert!(
+        err.contains("Accept: application/vnd.kubernetes.protobuf")
+            && err.contains("Content-Type: application/vnd.kubernetes.protobuf"),
+        "{err}"
+    );
+    let (code, _, err) = up.run(&["create", "configmap", "proto", "-n", "team"], None);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains(r#"configmaps "proto" already exists"#),
+        "{err}"
+    );
     assert_eq!(
         up.ok(&["get", "cm", "gen", "-n", "team", "-o", "jsonpath={.data.a}"]),
         "1"

@@ -158,6 +158,33 @@ impl DecodeError {
     }
 }
 
+/// Why a JSON object could not be encoded as protobuf.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    /// There is no table for the kind (protobuf is offered for built-in kinds only).
+    #[error("no protobuf encoding for {kind:?} in {api_version:?}")]
+    UnknownKind {
+        /// The object's apiVersion.
+        api_version: String,
+        /// The object's kind.
+        kind: String,
+    },
+    /// A value does not have the type its field needs.
+    #[error("{}: expected {expected}", show(path))]
+    Invalid {
+        /// The field path.
+        path: String,
+        /// What the field holds.
+        expected: &'static str,
+    },
+    /// The object nests deeper than the encoder follows.
+    #[error("{}: nested too deeply", show(path))]
+    TooDeep {
+        /// The field path.
+        path: String,
+    },
+}
+
 fn show(path: &str) -> &str {
     if path.is_empty() { "object" } else { path }
 }

@@ -74,6 +74,48 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     )
 }
 
+/// Go's `time.ParseDuration` (`1h2m3.5s`, `-1.5ms`, `0`), in nanoseconds; `None` when the
+/// text is not a duration or overflows.
+pub(crate) fn parse_duration(text: &str) -> Option<i64> {
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total += number * scale;
+    }
+    if total > i64::MAX as f64 {
+        return None;
+    }
+    let nanos = total.round() as i64;
+    Some(if negative { -nanos } else { nanos })
+}
+
 /// Go's `time.Duration(nanos).String()`.
 pub(crate) fn go_duration(nanos: i64) -> String {
     let neg = nanos < 0;

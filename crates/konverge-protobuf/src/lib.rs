@@ -1,13 +1,16 @@
-//! Decodes Kubernetes protobuf request bodies (`Content-Type:
-//! application/vnd.kubernetes.protobuf`, which client-go typed clients — and so kubectl,
-//! controller-runtime and most Go programs — send for built-in types since Kubernetes 1.32)
-//! into the JSON the same client would have sent as `application/json`: the JSON Go's
-//! `encoding/json` writes for the Go object the body encodes, which is also what
-//! kube-apiserver works from. Encoding responses as protobuf is not implemented (clients
-//! accept JSON); the table carries what an encoder would need.
+//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`) both ways. Request bodies,
+//! which client-go typed clients — and so kubectl, controller-runtime and most Go programs —
+//! send for built-in types since Kubernetes 1.32, decode into the JSON the same client would
+//! have sent as `application/json`: the JSON Go's `encoding/json` writes for the Go object
+//! the body encodes, which is also what kube-apiserver works from. Answers encode the other
+//! way, for the clients that prefer protobuf: objects byte for byte as Go's encoder writes
+//! them, lists, `Status` errors and watch frames.
 //!
 //! # Where to start
 //!
+//! - [`encode()`], [`encode_list`], [`encode_status`], [`watch_frame`]: answers (the `k8s\0`
+//!   prefix and `runtime.Unknown` envelope included); [`can_encode`]: whether a kind has an
+//!   encoding. `src/encode.rs` walks the same table as the decoder, the other way.
 //! - [`decode()`] / [`decode_with_defaults`]: a whole body (the `k8s\0` prefix, the
 //!   `runtime.Unknown` envelope and the object) → [`TypeMeta`] and the object's JSON,
 //!   `apiVersion` and `kind` included. [`decode_object`]: the object's message alone.
@@ -28,8 +31,6 @@
 //!   of supported kinds is `ROOTS` in the generator.
 //! - `src/wire.rs` reads the protobuf wire format; `src/decode.rs` walks a message with the
 //!   table and builds JSON; `src/gotime.rs` formats times and durations as Go does.
-//! - An encoder (JSON → protobuf, for protobuf responses) would walk the same table the
-//!   other way: every field's number, protobuf type, JSON name and Go pointer-ness is there.
 //! - `examples/decode.rs` prints the JSON of a body saved to a file (debugging aid).
 //! - Tests: `tests/kubectl.rs` (bodies captured from a real kubectl decode to exactly what
 //!   `kubectl create … --dry-run=client -o json` prints), `tests/roundtrip.rs` (every kind,
@@ -60,6 +61,7 @@
 //! skipped.
 
 mod decode;
+mod encode;
 mod error;
 mod gotime;
 mod schema;
@@ -71,7 +73,7 @@ mod wire;
 use serde_json::{Map, Value};
 
 pub use decode::{MAX_DEPTH, VALUES_BASE, VALUES_PER_BYTE};
-pub use error::DecodeError;
+pub use error::{DecodeError, EncodeError};
 
 use decode::{Path, decode_message, wire_error};
 use wire::{Reader, WireType};
@@ -164,6 +166,135 @@ pub fn decode_object(type_meta: &TypeMeta, message: &[u8]) -> Result<Value, Deco
         }
     }
     Ok(Value::Object(object))
+}
+
+/// Encodes an object (its JSON, with `apiVersion` and `kind`) as a Kubernetes protobuf body:
+/// the `k8s\0` prefix, the `runtime.Unknown` envelope and the object's message, byte for
+/// byte what kube-apiserver writes for the same object.
+pub fn encode(object: &Value) -> Result<Vec<u8>, EncodeError> {
+    let type_meta = type_meta_of(object);
+    let entry = encodable(&type_meta)?;
+    let raw = encode::encode_message(entry.message, object, "")?;
+    Ok(envelope_bytes(&type_meta, &raw))
+}
+
+/// Encodes a list (`PodList` in `v1`: its `metadata`, and `items` of the list's kind without
+/// `List`) as a protobuf body.
+pub fn encode_list<'a>(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    items: impl IntoIterator<Item = &'a Value>,
+) -> Result<Vec<u8>, EncodeError> {
+    let item = TypeMeta::new(
+        api_version,
+        list_kind.strip_suffix("List").unwrap_or_default(),
+    );
+    let entry = encodable(&item)?;
+    let mut out = encode::Writer::default();
+    out.bytes(1, &list_meta(metadata));
+    for (i, object) in items.into_iter().enumerate() {
+        out.bytes(
+            2,
+            &encode::encode_message(entry.message, object, &format!("items[{i}]"))?,
+        );
+    }
+    Ok(envelope_bytes(
+        &TypeMeta::new(api_version, list_kind),
+        &out.into_bytes(),
+    ))
+}
+
+/// Encodes a `meta/v1` `Status` (an error, or a delete's success) as a protobuf body.
+pub fn encode_status(status: &Value) -> Vec<u8> {
+    let text = |v: &Value, key: &str| v[key].as_str().unwrap_or_default().as_bytes().to_vec();
+    let mut out = encode::Writer::default();
+    out.bytes(1, &list_meta(&status["metadata"]));
+    out.bytes(2, &text(status, "status"));
+    out.bytes(3, &text(status, "message"));
+    out.bytes(4, &text(status, "reason"));
+    if let Some(details) = status.get("details").filter(|d| d.is_object()) {
+        let mut d = encode::Writer::default();
+        d.bytes(1, &text(details, "name"));
+        d.bytes(2, &text(details, "group"));
+        d.bytes(3, &text(details, "kind"));
+        for cause in details["causes"].as_array().into_iter().flatten() {
+            let mut c = encode::Writer::default();
+            c.bytes(1, &text(cause, "reason"));
+            c.bytes(2, &text(cause, "message"));
+            c.bytes(3, &text(cause, "field"));
+            d.bytes(4, &c.into_bytes());
+        }
+        d.int(5, details["retryAfterSeconds"].as_i64().unwrap_or(0));
+        d.bytes(6, &text(details, "uid"));
+        out.bytes(5, &d.into_bytes());
+    }
+    out.int(6, status["code"].as_i64().unwrap_or(0));
+    envelope_bytes(&TypeMeta::new("v1", "Status"), &out.into_bytes())
+}
+
+/// One frame of a protobuf watch stream (`application/vnd.kubernetes.protobuf;stream=watch`):
+/// a 4-byte big-endian length, then a `meta/v1` `WatchEvent` whose object is `object`, a
+/// whole protobuf body ([`encode`], or [`encode_status`] for `ERROR` events).
+pub fn watch_frame(event_type: &str, object: &[u8]) -> Vec<u8> {
+    let mut raw = encode::Writer::default();
+    raw.bytes(1, object);
+    let mut event = encode::Writer::default();
+    event.bytes(1, event_type.as_bytes());
+    event.bytes(2, &raw.into_bytes());
+    let event = event.into_bytes();
+    let mut frame = (event.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&event);
+    frame
+}
+
+/// Whether objects of this kind can be encoded ([`encode`]); lists of them too.
+pub fn can_encode(api_version: &str, kind: &str) -> bool {
+    lookup(api_version, kind).is_some_and(|entry| entry.api_version.is_some())
+}
+
+fn type_meta_of(object: &Value) -> TypeMeta {
+    TypeMeta::new(
+        object["apiVersion"].as_str().unwrap_or_default(),
+        object["kind"].as_str().unwrap_or_default(),
+    )
+}
+
+fn encodable(type_meta: &TypeMeta) -> Result<&'static schema::KindEntry, EncodeError> {
+    lookup(&type_meta.api_version, &type_meta.kind).ok_or_else(|| EncodeError::UnknownKind {
+        api_version: type_meta.api_version.clone(),
+        kind: type_meta.kind.clone(),
+    })
+}
+
+/// `meta/v1` `ListMeta`: `{1: selfLink, 2: resourceVersion, 3: continue, 4:
+/// remainingItemCount}` (the last a pointer, written only when set).
+fn list_meta(meta: &Value) -> Vec<u8> {
+    let text = |key: &str| meta[key].as_str().unwrap_or_default().as_bytes().to_vec();
+    let mut out = encode::Writer::default();
+    out.bytes(1, &text("selfLink"));
+    out.bytes(2, &text("resourceVersion"));
+    out.bytes(3, &text("continue"));
+    if let Some(remaining) = meta["remainingItemCount"].as_i64() {
+        out.int(4, remaining);
+    }
+    out.into_bytes()
+}
+
+/// The `k8s\0` prefix and the `runtime.Unknown` envelope around a message: `{1: typeMeta
+/// {1: apiVersion, 2: kind}, 2: raw, 3: contentEncoding, 4: contentType}`.
+fn envelope_bytes(type_meta: &TypeMeta, raw: &[u8]) -> Vec<u8> {
+    let mut tm = encode::Writer::default();
+    tm.bytes(1, type_meta.api_version.as_bytes());
+    tm.bytes(2, type_meta.kind.as_bytes());
+    let mut unknown = encode::Writer::default();
+    unknown.bytes(1, &tm.into_bytes());
+    unknown.bytes(2, raw);
+    unknown.bytes(3, b"");
+    unknown.bytes(4, b"");
+    let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&unknown.into_bytes());
+    out
 }
 
 /// Whether there is a table for this kind (`DeleteOptions` is accepted in every group

@@ -305,6 +305,15 @@ fn kubectl_create_bodies_decode_to_the_dry_run_json() {
             serde_json::to_string_pretty(&decoded).unwrap(),
             serde_json::to_string_pretty(&expected).unwrap()
         );
+        // And back: the encoder writes the very bytes client-go wrote.
+        let encoded =
+            konverge_protobuf::encode(&decoded).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        assert!(
+            encoded == post.body,
+            "{args:?}: encoded bytes differ from client-go's\nencoded:  {:02x?}\nclient-go: {:02x?}",
+            encoded,
+            post.body
+        );
         checked += 1;
     }
     assert_eq!(checked, commands.len());

@@ -559,3 +559,39 @@ async fn schema_defaults_apply_to_objects_stored_before_them() -> anyhow::Result
     assert!(stored["spec"].get("color").is_none(), "{stored}");
     Ok(())
 }
+
+#[tokio::test]
+async fn custom_resources_are_json_even_for_protobuf_clients() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    established(&env, Widget::crd()).await?;
+    let widgets: Api<Widget> = Api::namespaced(env.client(), "default");
+    widgets
+        .create(&PostParams::default(), &widget("w", 1))
+        .await?;
+    let path = "/apis/konverge.test/v1/namespaces/default/widgets/w";
+    // Protobuf preferred, JSON acceptable: JSON, as kube-apiserver answers for custom
+    // resources.
+    let request = http::Request::get(path)
+        .header(
+            "accept",
+            "application/vnd.kubernetes.protobuf,application/json",
+        )
+        .body(Vec::new())?;
+    let text = env.client().request_text(request).await?;
+    assert!(text.starts_with('{'), "{text}");
+    // Protobuf only: 406 with kube-apiserver's words.
+    let request = http::Request::get(path)
+        .header("accept", "application/vnd.kubernetes.protobuf")
+        .body(Vec::new())?;
+    match env.client().request_text(request).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 406);
+            assert_eq!(
+                status.message,
+                "only the following media types are accepted: application/json, application/yaml"
+            );
+        }
+        other => panic!("expected 406, got {other:?}"),
+    }
+    Ok(())
+}

@@ -60,6 +60,41 @@ fn bytes_response(code: StatusCode, bytes: Vec<u8>, content_type: Option<&str>) 
     response
 }
 
+/// An object, list or `Status` answer: Kubernetes protobuf when the client prefers it and the
+/// kind has a protobuf encoding (built-in kinds), JSON otherwise.
+fn respond(code: StatusCode, body: &Value, protobuf: bool) -> Response {
+    if protobuf && let Some(bytes) = protobuf_body(body) {
+        return bytes_response(code, bytes, Some(konverge_protobuf::CONTENT_TYPE));
+    }
+    json_response(code, body, None)
+}
+
+/// `body` as a Kubernetes protobuf body, if its kind has an encoding.
+fn protobuf_body(body: &Value) -> Option<Vec<u8>> {
+    let api_version = body["apiVersion"].as_str()?;
+    let kind = body["kind"].as_str()?;
+    if kind == "Status" {
+        return Some(konverge_protobuf::encode_status(body));
+    }
+    if let Some(item) = kind.strip_suffix("List")
+        && body.get("items").is_some()
+    {
+        if !konverge_protobuf::can_encode(api_version, item) {
+            return None;
+        }
+        let items = body["items"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        return konverge_protobuf::encode_list(api_version, kind, &body["metadata"], items.iter())
+            .ok();
+    }
+    if !konverge_protobuf::can_encode(api_version, kind) {
+        return None;
+    }
+    konverge_protobuf::encode(body).ok()
+}
+
 fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for warning in warnings {
         let text = format!("299 - {:?}", warning);
@@ -71,9 +106,17 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
 }
 
 async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
+    // Errors are written as the objects of the request would be: protobuf when the client
+    // prefers it and the resource has an encoding; JSON otherwise (kube-apiserver writes
+    // the errors of failed negotiations, 406 included, as JSON).
+    let protobuf = Accept::parse(req.headers()).protobuf
+        && matches!(
+            route::parse(req.uri().path(), server.registry.catalog()),
+            Ok(Route::Resource(r)) if konverge_protobuf::can_encode(&r.rt.api_version(), &r.rt.kind)
+        );
     match handle(&server, req).await {
         Ok(response) => response,
-        Err(err) => err.into_response(),
+        Err(err) => respond(err.code, &err.to_status(), protobuf),
     }
 }
 
@@ -177,6 +220,15 @@ async fn resource(
         ));
     }
     let rt = route.rt.clone();
+    if accept.protobuf
+        && !accept.json_acceptable
+        && !konverge_protobuf::can_encode(&rt.api_version(), &rt.kind)
+    {
+        return Err(ApiError::not_acceptable(
+            "application/json, application/yaml",
+        ));
+    }
+    let protobuf = accept.protobuf && !accept.table && !accept.metadata;
     let registry = &server.registry;
     if rt.namespaced && route.namespace.is_none() && route.name.is_some() {
         return Err(ApiError::no_route());
@@ -211,7 +263,7 @@ async fn resource(
             opts.body_strict_errors = decoded.strict_errors;
             let obj = registry.decode_request(&rt, decoded.value, &opts)?;
             let answer = review(&server.requester(), ns, obj)?;
-            return Ok(json_response(StatusCode::CREATED, &answer, None));
+            return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
         (crate::resources::Serving::ComponentStatus, _) => {
             let statuses = crate::registry::subresources::component_statuses(server).await;
@@ -253,7 +305,7 @@ async fn resource(
                 &query.write_options()?,
             )
             .await?;
-            return Ok(json_response(StatusCode::CREATED, &answer, None));
+            return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
         (_, Some("token")) => {
             let body = request::body(req).await?;
@@ -266,14 +318,14 @@ async fn resource(
                 obj,
             )
             .await?;
-            return Ok(json_response(StatusCode::CREATED, &answer, None));
+            return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
         (_, Some("eviction")) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
             let answer =
                 crate::registry::subresources::evict(registry, ns, name.unwrap_or(""), obj).await?;
-            return Ok(json_response(StatusCode::CREATED, &answer, None));
+            return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
         (_, Some(kubelet @ ("log" | "exec" | "attach" | "portforward" | "proxy"))) => {
             return Err(crate::registry::subresources::needs_kubelet(
@@ -333,6 +385,20 @@ async fn resource(
                     StatusCode::OK,
                     &accept.meta_body(list),
                     Some(&accept.meta_type(Accept::METADATA_LIST)),
+                ));
+            }
+            if protobuf
+                && let Ok(bytes) = konverge_protobuf::encode_list(
+                    &rt.api_version(),
+                    &rt.list_kind(),
+                    &meta,
+                    listed.items.iter().map(|item| &**item),
+                )
+            {
+                return Ok(bytes_response(
+                    StatusCode::OK,
+                    bytes,
+                    Some(konverge_protobuf::CONTENT_TYPE),
                 ));
             }
             // Serialized straight from the (cache-shared) objects, without a copy.
@@ -403,7 +469,7 @@ async fn resource(
             if sub == Some("scale") {
                 let written =
                     crate::http::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
-                return Ok(json_response(StatusCode::OK, &written, None));
+                return Ok(respond(StatusCode::OK, &written, protobuf));
             }
             let written = registry.update(&rt, ns, name, obj, sub, &opts).await?;
             Ok(written_response(&rt, written, &accept, &query))
@@ -446,7 +512,7 @@ async fn resource(
             if sub == Some("scale") {
                 let written =
                     crate::http::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
-                return Ok(json_response(StatusCode::OK, &written, None));
+                return Ok(respond(StatusCode::OK, &written, protobuf));
             }
             let apply = |current: &Value| patch.apply(current);
             let written = registry.patch(&rt, ns, name, sub, &opts, &apply).await?;
@@ -456,7 +522,7 @@ async fn resource(
             let body = request::body(req).await?;
             let opts = query.delete_options(&body)?;
             match registry.delete(&rt, ns, name, &opts).await? {
-                Deleted::Pending(obj) => Ok(json_response(StatusCode::OK, &obj, None)),
+                Deleted::Pending(obj) => Ok(respond(StatusCode::OK, &obj, protobuf)),
                 Deleted::Gone(obj) => {
                     let status = json!({
                         "kind": "Status",
@@ -470,7 +536,7 @@ async fn resource(
                             "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
                         },
                     });
-                    Ok(json_response(StatusCode::OK, &status, None))
+                    Ok(respond(StatusCode::OK, &status, protobuf))
                 }
             }
         }
@@ -485,7 +551,7 @@ async fn resource(
                 "metadata": {},
                 "items": deleted,
             });
-            Ok(json_response(StatusCode::OK, &list, None))
+            Ok(respond(StatusCode::OK, &list, protobuf))
         }
         _ => Err(ApiError::method_not_allowed(&method, &rt.plural)),
     }
@@ -514,7 +580,7 @@ fn object_response(
             Some(&accept.meta_type(Accept::METADATA)),
         );
     }
-    json_response(code, &obj, None)
+    respond(code, &obj, accept.protobuf)
 }
 
 fn written_response(
@@ -561,6 +627,10 @@ fn watch_response(
     let rt = rt.clone();
     let table = accept.table;
     let metadata = accept.metadata;
+    let protobuf = accept.protobuf
+        && !table
+        && !metadata
+        && konverge_protobuf::can_encode(&rt.api_version(), &rt.kind);
     let lines = stream.map(move |event| {
         let event = match (&event, table, metadata) {
             (WatchEvent::Error(_) | WatchEvent::Bookmark(_), _, _) => event,
@@ -568,20 +638,24 @@ fn watch_response(
                 let obj = event.object();
                 let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
                 let t = table::table(&rt, std::slice::from_ref(obj), meta, IncludeObject::Metadata);
-event.with_object(t)
+                event.with_object(t)
             }
-            (_, false, true) => {
-                let m = table::partial_metadata(event.object());
-event.with_object(m)
-            }
+            (_, false, true) => event.with_object(table::partial_metadata(event.object())),
             _ => event,
         };
-        Ok::<Bytes, std::convert::Infallible>(Bytes::from(watch_line(&event)))
+        let bytes = if protobuf {
+            protobuf_watch_frame(&event)
+        } else {
+            watch_line(&event)
+        };
+        Ok::<Bytes, std::convert::Infallible>(Bytes::from(bytes))
     });
     let content_type = if table {
         Accept::TABLE
     } else if metadata {
         Accept::METADATA
+    } else if protobuf {
+        "application/vnd.kubernetes.protobuf;stream=watch"
     } else {
         "application/json"
     };
@@ -590,4 +664,22 @@ event.with_object(m)
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
+}
+
+/// One watch event as a frame of a protobuf watch stream.
+fn protobuf_watch_frame(event: &WatchEvent) -> Vec<u8> {
+    let (kind, object) = event.parts();
+    let encoded = match event {
+        WatchEvent::Error(_) => Ok(konverge_protobuf::encode_status(object)),
+        _ => konverge_protobuf::encode(object),
+    };
+    match encoded {
+        Ok(body) => konverge_protobuf::watch_frame(kind, &body),
+        Err(e) => konverge_protobuf::watch_frame(
+            "ERROR",
+            &konverge_protobuf::encode_status(
+                &ApiError::internal(format!("encoding a watch event: {e}")).to_status(),
+            ),
+        ),
+    }
 }

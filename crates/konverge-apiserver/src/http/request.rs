@@ -34,6 +34,12 @@ pub(crate) struct Accept {
     pub(crate) meta_version: &'static str,
     /// Whether the client named media types and none is one the server writes.
     pub(crate) unacceptable: bool,
+    /// Whether the client prefers Kubernetes protobuf (its most preferred media type the
+    /// server writes): built-in objects, lists, watch events and errors are answered in it.
+    pub(crate) protobuf: bool,
+    /// Whether JSON (or any type) is acceptable as well: what is answered for kinds without
+    /// a protobuf encoding (custom resources) when protobuf is preferred.
+    pub(crate) json_acceptable: bool,
 }
 
 impl Accept {
@@ -50,6 +56,9 @@ impl Accept {
         };
         let mut named = false;
         let mut writable = false;
+        // The client's preference among the types the server writes: the highest `q`, then
+        // the more specific type, then the order given (as kube-apiserver's negotiation).
+        let mut best: Option<(u32, u8, bool)> = None;
         for value in headers.get_all(http::header::ACCEPT) {
             let Ok(value) = value.to_str() else { continue };
             for entry in value.split(',') {
@@ -77,6 +86,19 @@ impl Accept {
                         | "application/vnd.kubernetes.protobuf;stream=watch"
                 ) {
                     writable = true;
+                    let q = get("q")
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        .map_or(1000, |q| (q.clamp(0.0, 1.0) * 1000.0) as u32);
+                    if q > 0 {
+                        let protobuf = media == konverge_protobuf::CONTENT_TYPE;
+                        if !protobuf {
+                            accept.json_acceptable = true;
+                        }
+                        let specific = u8::from(!media.contains('*'));
+                        if best.is_none_or(|(bq, bs, _)| (q, specific) > (bq, bs)) {
+                            best = Some((q, specific, protobuf));
+                        }
+                    }
                 }
                 if media != "application/json" && media != "*/*" {
                     continue;
@@ -102,6 +124,10 @@ impl Accept {
             }
         }
         accept.unacceptable = named && !writable;
+        accept.protobuf = best.is_some_and(|(_, _, protobuf)| protobuf);
+        if !named {
+            accept.json_acceptable = true;
+        }
         accept
     }
 
