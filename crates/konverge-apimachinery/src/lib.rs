@@ -12,6 +12,7 @@
 //! - [`duration`]: Go's duration syntax (`?timeout=30s`), with Go's errors.
 //! - [`names`]: object name rules (RFC 1123 subdomains and labels, RFC 1035 labels, path
 //!   segments) with Kubernetes' messages.
+//! - [`quantity`]: resource quantities (`500m`, `1.5Gi`) and `ParseQuantity`'s errors.
 //! - [`field`]: field errors worded as Kubernetes words them (`spec.name: Invalid value: ...`).
 //! - [`schema`]: structural schemas of custom resources: validation with kube-openapi's
 //!   wording, pruning of unknown fields, defaulting.
@@ -29,6 +30,7 @@ pub mod field;
 mod gofmt;
 pub mod names;
 pub mod patch;
+pub mod quantity;
 pub mod schema;
 pub mod selector;
 pub mod ssa;

@@ -1190,6 +1190,43 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
         status["message"],
         r#"Secret "s" is invalid: data[tls.key]: Required value"#
     );
+    // A bad quantity fails decoding (400), wherever it is: a pod's limits, a quota.
+    let pod = |cpu: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
+               "spec": {"containers": [{"name": "c", "image": "busybox",
+                   "resources": {"limits": {"cpu": cpu, "memory": "64Mi"}}}]}})
+    };
+    for (cpu, error) in [
+        (
+            json!("1 core"),
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+        ),
+        (json!("2K"), "unable to parse quantity's suffix"),
+    ] {
+        let (code, status) = send(&t, "POST", "/api/v1/namespaces/default/pods", pod(cpu)).await;
+        assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
+        assert_eq!(
+            status["message"],
+            format!(r#"Pod in version "v1" cannot be handled as a Pod: {error}"#)
+        );
+    }
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        pod(json!(0.5)),
+    )
+    .await;
+    assert_eq!(code, 200, "a number is a quantity");
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/resourcequotas",
+        json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "rq"},
+               "spec": {"hard": {"pods": "ten"}}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
 }
 
 /// A server started again over the same store finds its bootstrap objects and starts.

@@ -338,3 +338,53 @@ fn join(path: &str, name: &str) -> String {
         format!("{path}.{name}")
     }
 }
+
+/// Every `resource.Quantity` value in `value` (the JSON of a `message`), with its field path.
+pub(crate) fn quantities<'a>(
+    message: &'static Message,
+    value: &'a Value,
+    path: &str,
+    depth: usize,
+    out: &mut Vec<(String, &'a Value)>,
+) {
+    if depth > MAX_DEPTH || message.repr != Repr::Object {
+        return;
+    }
+    for field in message.fields {
+        let Ty::Message(child) = field.ty else {
+            continue;
+        };
+        if !matches!(child.repr, Repr::Object | Repr::Quantity) {
+            continue;
+        }
+        let (found, at) = if field.inline {
+            (Some(value), path.to_string())
+        } else {
+            (
+                value.get(field.json).filter(|v| !v.is_null()),
+                join(path, field.json),
+            )
+        };
+        let Some(found) = found else { continue };
+        let mut visit = |v: &'a Value, at: String| {
+            if child.repr == Repr::Quantity {
+                out.push((at, v));
+            } else {
+                quantities(child, v, &at, depth + 1, out);
+            }
+        };
+        match field.card {
+            Card::Single => visit(found, at),
+            Card::Repeated => {
+                for (i, item) in found.as_array().into_iter().flatten().enumerate() {
+                    visit(item, format!("{at}[{i}]"));
+                }
+            }
+            Card::Map => {
+                for (key, item) in found.as_object().into_iter().flatten() {
+                    visit(item, format!("{at}[{key}]"));
+                }
+            }
+        }
+    }
+}

@@ -248,6 +248,16 @@ pub fn watch_frame(event_type: &str, object: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// Every `resource.Quantity` in an object of a built-in kind (`spec.containers[0].resources.
+/// limits[cpu]` and its JSON value), found with the kind's table; empty for other kinds.
+pub fn quantities(object: &Value) -> Vec<(String, &Value)> {
+    let mut found = Vec::new();
+    if let Ok(entry) = encodable(&type_meta_of(object)) {
+        encode::quantities(entry.message, object, "", 0, &mut found);
+    }
+    found
+}
+
 /// Whether objects of this kind can be encoded ([`encode`]); lists of them too.
 pub fn can_encode(api_version: &str, kind: &str) -> bool {
     lookup(api_version, kind).is_some_and(|entry| entry.api_version.is_some())

@@ -359,6 +359,7 @@ impl Registry {
             })?;
             strict.extend(unknown(unknown_fields));
             body = decoded;
+            check_quantities(rt, &body)?;
         }
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
             strict.extend(unknown(structural.prune(&mut body)));
@@ -998,6 +999,25 @@ impl Registry {
             .map_err(|e| ApiError::from_store(e, target(rt, "")))?;
         Ok(resp.count)
     }
+}
+
+/// Refuses a body holding a resource quantity that is not one (`cpu: "1 core"`), as
+/// kube-apiserver's decoder does, with `resource.ParseQuantity`'s words.
+fn check_quantities(rt: &ResourceType, body: &Value) -> Result<()> {
+    for (_, value) in konverge_protobuf::quantities(body) {
+        let text = match value {
+            Value::String(s) => s.trim().to_string(),
+            Value::Number(n) => n.to_string(),
+            _ => continue,
+        };
+        if let Err(e) = konverge_apimachinery::quantity::parse(&text) {
+            return Err(ApiError::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: {e}",
+                rt.kind, rt.version, rt.kind
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Strict decoding errors (duplicate fields, fields the type does not have): refused,
