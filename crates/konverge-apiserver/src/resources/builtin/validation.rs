@@ -603,7 +603,45 @@ pub(super) fn job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
     causes
 }
 
-pub(super) fn cron_job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+/// A CronJob's `timeZone`: an IANA name, as `time.LoadLocation` finds them (from the tz
+/// database of this machine; without one, only the name's form is checked).
+fn time_zone(zone: &str) -> Vec<Cause> {
+    let invalid = |detail: String| Cause::invalid("spec.timeZone", &json!(zone), detail);
+    if zone.is_empty() {
+        return vec![invalid("timeZone must be nil or non-empty string".into())];
+    }
+    let part_ok = |part: &str| {
+        !matches!(part, "." | "..")
+            && !part.starts_with('-')
+            && (1..=14).contains(&part.len())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+'))
+    };
+    if !zone.split('/').all(part_ok) {
+        return vec![invalid(format!("unknown time zone {zone}"))];
+    }
+    let mut causes = Vec::new();
+    if zone.eq_ignore_ascii_case("Local") {
+        causes.push(invalid(
+            "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones"
+                .into(),
+        ));
+    }
+    if zone != "Local" && !known_zone(zone) {
+        causes.push(invalid(format!("unknown time zone {zone}")));
+    }
+    causes
+}
+
+/// Whether `time.LoadLocation` finds `zone` (in this machine's tz database; without one,
+/// every name is taken).
+fn known_zone(zone: &str) -> bool {
+    let db = jiff::tz::db();
+    matches!(zone, "" | "UTC" | "Local") || db.is_definitively_empty() || db.get(zone).is_ok()
+}
+
+pub(super) fn cron_job(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
     if crate::resources::meta::meta_str(obj, "name").is_some_and(|n| n.len() > 52) {
         let name = crate::resources::meta::meta_str(obj, "name").unwrap_or_default();
@@ -616,23 +654,46 @@ pub(super) fn cron_job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
     match obj.pointer("/spec/schedule").and_then(Value::as_str) {
         None | Some("") => causes.push(required("spec.schedule")),
         Some(schedule) => {
-            if schedule.starts_with("TZ=") || schedule.starts_with("CRON_TZ=") {
-                causes.push(Cause::invalid(
-                    "spec.schedule",
-                    &json!(schedule),
-                    "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
-                ));
-            } else if let Err(problem) = cron_schedule(schedule) {
+            // robfig/cron takes a `TZ=` or `CRON_TZ=` prefix; the API forbids it, except in
+            // updates of CronJobs that had one already (and no timeZone).
+            let parsed = match schedule
+                .strip_prefix("TZ=")
+                .or_else(|| schedule.strip_prefix("CRON_TZ="))
+                .and_then(|rest| rest.split_once(' '))
+            {
+                Some((zone, rest)) if known_zone(zone) => cron_schedule(rest.trim()),
+                Some((zone, _)) => Err(format!(
+                    "provided bad location {zone}: unknown time zone {zone}"
+                )),
+                None => cron_schedule(schedule),
+            };
+            if let Err(problem) = parsed {
                 causes.push(Cause::invalid("spec.schedule", &json!(schedule), problem));
+            }
+            let allow_tz = old
+                .and_then(|o| o.pointer("/spec/schedule"))
+                .and_then(Value::as_str)
+                .is_some_and(|s| s.contains("TZ"));
+            let has_zone = obj.pointer("/spec/timeZone").is_some_and(|z| !z.is_null());
+            if schedule.contains("TZ") {
+                if !allow_tz {
+                    causes.push(Cause::invalid(
+                        "spec.schedule",
+                        &json!(schedule),
+                        "cannot use TZ or CRON_TZ in schedule, use timeZone field instead",
+                    ));
+                } else if has_zone {
+                    causes.push(Cause::invalid(
+                        "spec.schedule",
+                        &json!(schedule),
+                        "cannot use both timeZone field and TZ or CRON_TZ in schedule",
+                    ));
+                }
             }
         }
     }
-    if obj.pointer("/spec/timeZone") == Some(&json!("")) {
-        causes.push(Cause::invalid(
-            "spec.timeZone",
-            &json!(""),
-            "timeZone must be nil or non-empty string",
-        ));
+    if let Some(zone) = obj.pointer("/spec/timeZone").and_then(Value::as_str) {
+        causes.extend(time_zone(zone));
     }
     non_negative(
         obj,
@@ -886,6 +947,61 @@ mod tests {
             [
                 "spec.template.spec.containers[1].name: Duplicate value: \"c\"",
                 "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn cron_time_zones_are_iana_names() {
+        let cron = |schedule: &str, zone: Option<&str>| {
+            let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,
+                "jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "x"}]}}}}}});
+            if let Some(zone) = zone {
+                obj["spec"]["timeZone"] = json!(zone);
+            }
+            obj
+        };
+        let zone_messages = |zone: &str| -> Vec<String> {
+            messages(&cron_job(&cron("0 * * * *", Some(zone)), None))
+                .into_iter()
+                .filter(|m| m.starts_with("spec.timeZone"))
+                .collect()
+        };
+        assert!(zone_messages("Europe/Berlin").is_empty());
+        assert!(zone_messages("UTC").is_empty());
+        assert_eq!(
+            zone_messages("Local"),
+            [
+                "spec.timeZone: Invalid value: \"Local\": timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones"
+            ]
+        );
+        assert_eq!(
+            zone_messages("../etc/passwd"),
+            ["spec.timeZone: Invalid value: \"../etc/passwd\": unknown time zone ../etc/passwd"]
+        );
+        if !jiff::tz::db().is_definitively_empty() {
+            assert_eq!(
+                zone_messages("Amerrica/New_York"),
+                [
+                    "spec.timeZone: Invalid value: \"Amerrica/New_York\": unknown time zone Amerrica/New_York"
+                ]
+            );
+        }
+        // TZ in the schedule: refused on create, kept on update of a CronJob that had it.
+        let tz = cron("TZ=UTC 0 * * * *", None);
+        assert_eq!(
+            messages(&cron_job(&tz, None)),
+            [
+                "spec.schedule: Invalid value: \"TZ=UTC 0 * * * *\": cannot use TZ or CRON_TZ in schedule, use timeZone field instead"
+            ]
+        );
+        assert!(messages(&cron_job(&tz, Some(&tz))).is_empty());
+        let both = cron("TZ=UTC 0 * * * *", Some("UTC"));
+        assert_eq!(
+            messages(&cron_job(&both, Some(&tz))),
+            [
+                "spec.schedule: Invalid value: \"TZ=UTC 0 * * * *\": cannot use both timeZone field and TZ or CRON_TZ in schedule"
             ]
         );
     }
