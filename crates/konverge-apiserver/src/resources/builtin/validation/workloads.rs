@@ -1,0 +1,191 @@
+//! apps/v1 workloads and Jobs: selectors, templates, restart policies, StatefulSet updates.
+
+use serde_json::Value;
+
+use super::pod::containers;
+use super::*;
+use crate::error::Cause;
+
+/// The selector and template of a workload, as apps/v1 checks them.
+fn selector_and_template(obj: &Value, kind: &str, causes: &mut Vec<Cause>) {
+    let selector = obj.pointer("/spec/selector").filter(|s| !s.is_null());
+    match selector {
+        None => {
+            if kind != "daemonset" {
+                causes.push(required("spec.selector"));
+            }
+        }
+        Some(sel) => {
+            let empty = sel
+                .get("matchLabels")
+                .and_then(Value::as_object)
+                .is_none_or(|m| m.is_empty())
+                && sel
+                    .get("matchExpressions")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty);
+            if empty {
+                causes.push(cause(
+                    "FieldValueInvalid",
+                    "spec.selector",
+                    format!("Invalid value: v1.LabelSelector{{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement(nil)}}: empty selector is invalid for {kind}"),
+                ));
+                return;
+            }
+        }
+    }
+    let labels = obj.pointer("/spec/template/metadata/labels");
+    let matches = selector
+        .and_then(|s| konverge_apimachinery::selector::LabelSelector::from_json(s).ok())
+        .map(|s| {
+            let set = labels
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            s.matches(&set)
+        });
+    if matches == Some(false) || (selector.is_none() && kind == "daemonset") {
+        causes.push(cause(
+            "FieldValueInvalid",
+            "spec.template.metadata.labels",
+            format!(
+                "Invalid value: {}: `selector` does not match template `labels`",
+                go_string_map(labels)
+            ),
+        ));
+    }
+}
+
+fn workload(obj: &Value, kind: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    non_negative(
+        obj,
+        "/spec",
+        "spec",
+        &[
+            "replicas",
+            "minReadySeconds",
+            "revisionHistoryLimit",
+            "progressDeadlineSeconds",
+        ],
+        &mut causes,
+    );
+    selector_and_template(obj, kind, &mut causes);
+    let spec = obj
+        .pointer("/spec/template/spec")
+        .cloned()
+        .unwrap_or(Value::Null);
+    containers(&spec, "spec.template.spec", &mut causes);
+    match spec.get("restartPolicy").and_then(Value::as_str) {
+        Some("Always") => {}
+        None | Some("") => causes.push(required("spec.template.spec.restartPolicy")),
+        Some(other) => causes.push(not_supported(
+            "spec.template.spec.restartPolicy",
+            other,
+            &["Always"],
+        )),
+    }
+    if spec
+        .get("activeDeadlineSeconds")
+        .is_some_and(|v| !v.is_null())
+    {
+        let owner = match kind {
+            "daemonset" => "DaemonSet",
+            "statefulset" => "StatefulSet",
+            _ => "ReplicaSet",
+        };
+        causes.push(forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            &format!("activeDeadlineSeconds in {owner} is not Supported"),
+        ));
+    }
+    causes
+}
+
+pub(crate) fn deployment(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    workload(obj, "deployment")
+}
+
+/// ReplicaSets share Deployments' checks, and their wording.
+pub(crate) fn replica_set(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    workload(obj, "deployment")
+}
+
+pub(crate) fn daemon_set(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    workload(obj, "daemonset")
+}
+
+pub(crate) fn stateful_set(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = workload(obj, "statefulset");
+    if let Some(old) = old {
+        // Only these may change.
+        let mut a = obj.get("spec").cloned().unwrap_or(Value::Null);
+        let mut b = old.get("spec").cloned().unwrap_or(Value::Null);
+        for field in [
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+        ] {
+            for spec in [&mut a, &mut b] {
+                if let Some(s) = spec.as_object_mut() {
+                    s.remove(field);
+                }
+            }
+        }
+        if a != b {
+            causes.push(forbidden(
+                "spec",
+                "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+            ));
+        }
+    }
+    causes
+}
+
+pub(super) fn job_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    non_negative(
+        spec,
+        "",
+        path,
+        &[
+            "parallelism",
+            "completions",
+            "activeDeadlineSeconds",
+            "backoffLimit",
+            "ttlSecondsAfterFinished",
+        ],
+        causes,
+    );
+    let pod = spec
+        .pointer("/template/spec")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let pod_path = format!("{path}.template.spec");
+    containers(&pod, &pod_path, causes);
+    match pod.get("restartPolicy").and_then(Value::as_str) {
+        Some("OnFailure" | "Never") => {}
+        None | Some("" | "Always") => causes.push(required_because(
+            format!("{pod_path}.restartPolicy"),
+            "valid values: \"OnFailure\", \"Never\"",
+        )),
+        Some(other) => causes.push(not_supported(
+            format!("{pod_path}.restartPolicy"),
+            other,
+            &["OnFailure", "Never"],
+        )),
+    }
+}
+
+pub(crate) fn job(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    job_spec(&spec, "spec", &mut causes);
+    causes
+}
