@@ -104,7 +104,7 @@ fn rules_on_nested_objects_array_items_and_map_values() {
             "template": {"type": "object", "properties": {
                 "port": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0 && self < 65536", "message": "bad port"}]},
             }},
-            "names": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.matches('^[a-z]+$')"}]}},
+            "names": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [{"rule": "self.matches('^[a-z]+$')"}]}},
             "limits": {"type": "object", "additionalProperties": {"type": "number", "x-kubernetes-validations": [{"rule": "self >= 0.5"}]}},
         }}},
     });
@@ -128,16 +128,17 @@ fn rules_on_nested_objects_array_items_and_map_values() {
 fn message_expression_wins_and_falls_back() {
     let r = rules(spec_schema(
         json!([
-            {"rule": "self.x > 1", "message": "static", "messageExpression": "'x is ' + string(self.x)"},
-            {"rule": "self.x > 2", "message": "fallback", "messageExpression": "self.missing"},
+            {"rule": "self.x > 1", "message": "static", "messageExpression": "'x is too small for ' + self.label"},
+            {"rule": "self.x > 2", "message": "fallback", "messageExpression": "self.note"},
             {"rule": "self.x > 3", "messageExpression": "'  '"},
         ]),
-        json!({"x": {"type": "integer"}}),
+        json!({"x": {"type": "integer"}, "label": {"type": "string", "maxLength": 16},
+               "note": {"type": "string", "maxLength": 16}}),
     ));
     assert_eq!(
-        errors(&r, json!({"spec": {"x": 0}}), None),
+        errors(&r, json!({"spec": {"x": 0, "label": "a"}}), None),
         [
-            "spec: Invalid value: \"object\": x is 0",
+            "spec: Invalid value: \"object\": x is too small for a",
             "spec: Invalid value: \"object\": fallback",
             "spec: Invalid value: \"object\": failed rule: self.x > 3",
         ]
@@ -267,7 +268,7 @@ fn standard_macros_and_functions_work() {
             {"rule": "self.when < timestamp('2030-01-01T00:00:00Z') && self.wait > duration('1m')"},
             {"rule": "self.dashed__dash__name == 1 && self.__namespace__ == 'n'"},
         ]),
-        json!({"items": {"type": "array", "items": {"type": "string"}}, "n": {"type": "integer"},
+        json!({"items": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 10}}, "n": {"type": "integer"},
                "when": {"type": "string", "format": "date-time"}, "wait": {"type": "string", "format": "duration"},
                "dashed-name": {"type": "integer"}, "namespace": {"type": "string"}}),
     ));
@@ -303,7 +304,7 @@ fn rule_field_errors_at_their_path() {
     let schema = json!({
         "type": "object",
         "properties": {"spec": {"type": "object", "properties": {
-            "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}},
+            "list": {"type": "array", "maxItems": 10, "items": {"type": "object", "properties": {"a": {"type": "string", "maxLength": 10}},
                 "x-kubernetes-validations": [{"rule": "self.a == oldSelf.a"}]}},
             "x": {"type": "integer", "x-kubernetes-validations": [
                 {"rule": ""},
@@ -353,19 +354,137 @@ fn rule_field_errors_at_their_path() {
 }
 
 #[test]
-fn oversized_comprehensions_are_refused() {
-    let r = rules(spec_schema(
-        json!([{"rule": "self.l.all(a, self.l.all(b, self.l.all(c, a + b + c >= 0)))"}]),
-        json!({"l": {"type": "array", "items": {"type": "integer"}}}),
-    ));
-    let big: Vec<i64> = (0..1000).collect();
+fn rules_that_cost_too_much_are_refused_at_create_and_at_run_time() {
+    let rule = "self.l.all(a, self.l.all(b, self.l.all(c, a + b + c >= 0)))";
+    // Unbounded, the rule could cost more than any budget: the CRD is refused.
+    let schema = |bound: Value| {
+        let mut list = json!({"type": "array", "items": {"type": "integer"}});
+        if !bound.is_null() {
+            list["maxItems"] = bound;
+        }
+        spec_schema(json!([{ "rule": rule }]), json!({ "l": list }))
+    };
+    let budget = "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)";
     assert_eq!(
-        errors(&r, json!({"spec": {"l": big}}), None),
+        compile_errors(schema(Value::Null)),
         [
-            "spec: Invalid value: \"object\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: self.l.all(a, self.l.all(b, self.l.all(c, a + b + c >= 0)))"
+            format!(
+                "{AT}.properties[spec].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of more than 100x {budget}"
+            ),
+            format!(
+                "{AT}.properties[spec].x-kubernetes-validations[0].rule: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"
+            ),
+            format!(
+                "{AT}: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x {budget}"
+            ),
         ]
     );
+    // Close to the limit, the factor is printed.
+    assert_eq!(
+        compile_errors(schema(json!(120))),
+        [format!(
+            "{AT}.properties[spec].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of 1.6x {budget}"
+        )]
+    );
+    // Bounded, the CRD is taken; a large object still costs too much to check.
+    let r = rules(schema(json!(100)));
+    let big: Vec<i64> = (0..100).collect();
+    assert_eq!(
+        errors(&r, json!({"spec": {"l": big}}), None),
+        [format!(
+            "spec: Invalid value: \"object\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {rule}"
+        )]
+    );
     assert!(errors(&r, json!({"spec": {"l": [1, 2, 3]}}), None).is_empty());
+}
+
+#[test]
+fn rules_are_type_checked_against_the_schema() {
+    let spec = json!({
+        "replicas": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "names": {"type": "array", "maxItems": 4, "items": {"type": "string", "maxLength": 8}},
+        "labels": {"type": "object", "maxProperties": 4, "additionalProperties": {"type": "string", "maxLength": 8}},
+        "port": {"x-kubernetes-int-or-string": true},
+    });
+    let error = |rule: &str| -> String {
+        let errs = compile_errors(spec_schema(json!([{ "rule": rule }]), spec.clone()));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        let detail = errs[0].split("OptionalOldSelf:(*bool)(nil)}: ").nth(1);
+        detail.unwrap_or(&errs[0]).to_string()
+    };
+    assert_eq!(
+        error("self.replicas > 0 && self.replicsa < 10"),
+        "compilation failed: ERROR: <input>:1:26: undefined field 'replicsa'\n | self.replicas > 0 && self.replicsa < 10\n | .........................^"
+    );
+    assert_eq!(
+        error("self.replicas == 'three'"),
+        "compilation failed: ERROR: <input>:1:15: found no matching overload for '_==_' applied to '(int, string)'\n | self.replicas == 'three'\n | ..............^"
+    );
+    assert_eq!(
+        error("self.ratio == 1"),
+        "compilation failed: ERROR: <input>:1:12: found no matching overload for '_==_' applied to '(double, int)'\n | self.ratio == 1\n | ...........^"
+    );
+    assert_eq!(
+        error("self.names.size() > 0 && self.names.foo"),
+        "compilation failed: ERROR: <input>:1:36: type 'list(string)' does not support field selection\n | self.names.size() > 0 && self.names.foo\n | ...................................^"
+    );
+    assert_eq!(
+        error("self.replicas.all(x, x > 0)"),
+        "compilation failed: ERROR: <input>:1:5: expression of type 'int' cannot be range of a comprehension (must be list, map, or dynamic)\n | self.replicas.all(x, x > 0)\n | ....^"
+    );
+    assert_eq!(
+        error("self.names.all(n, n)"),
+        "compilation failed: ERROR: <input>:1:19: expected type 'bool' but found 'string'\n | self.names.all(n, n)\n | ..................^"
+    );
+    assert_eq!(
+        error("size(self.ratio) > 1"),
+        "compilation failed: ERROR: <input>:1:5: found no matching overload for 'size' applied to '(double)'\n | size(self.ratio) > 1\n | ....^"
+    );
+    assert_eq!(
+        error("self.replicas.startsWith('a')"),
+        "compilation failed: ERROR: <input>:1:25: found no matching overload for 'startsWith' applied to 'int.(string)'\n | self.replicas.startsWith('a')\n | ........................^"
+    );
+    assert_eq!(error("self.port"), "cel expression must evaluate to a bool");
+    assert_eq!(
+        error("self.replicas + 1"),
+        "cel expression must evaluate to a bool"
+    );
+    assert_eq!(
+        error("[1, 'a'].size() == 2"),
+        "compilation failed: ERROR: <input>:1:5: expected type 'int' but found 'string'\n | [1, 'a'].size() == 2\n | ....^"
+    );
+    assert_eq!(
+        error("duration('1d') > duration('1h')"),
+        "compilation failed: ERROR: <input>:1:10: invalid duration argument\n | duration('1d') > duration('1h')\n | .........^"
+    );
+    // What type-checks: map values, dyn int-or-string, comprehensions, optionals, libraries.
+    let ok = [
+        "self.labels.all(k, self.labels[k].size() < 9)",
+        "self.port == 80 || self.port == 'http'",
+        "self.names.map(n, n.size()).all(s, s > 0)",
+        "self.?ratio.orValue(1.0) > 0.5",
+        "sets.contains(self.names, ['a'])",
+        "self.names.exists(n, n.lowerAscii() == 'a') || self.replicas < 2.5",
+        "has(self.ratio) ? self.ratio > 0.0 : true",
+        "self.metadata.name.startsWith('a')",
+    ];
+    for rule in ok {
+        let mut schema = spec_schema(
+            json!([{ "rule": rule.replace("self.metadata", "self.spec") }]),
+            spec.clone(),
+        );
+        if rule.contains("metadata") {
+            schema["x-kubernetes-validations"] = json!([{ "rule": rule }]);
+            schema["properties"]["spec"]["x-kubernetes-validations"] = json!([]);
+        }
+        if let Err(e) = Rules::compile(&schema, AT) {
+            panic!(
+                "{rule}: {:?}",
+                e.iter().map(|e| e.to_string()).collect::<Vec<_>>()
+            );
+        }
+    }
 }
 
 #[test]

@@ -63,6 +63,19 @@ pub(crate) fn escape(name: &str) -> Option<String> {
     Some(out)
 }
 
+/// The property name an escaped CEL field name stands for (`foo__dash__bar` → `foo-bar`).
+pub(crate) fn unescape(name: &str) -> String {
+    if let Some(word) = name.strip_prefix("__").and_then(|n| n.strip_suffix("__"))
+        && RESERVED.contains(&word)
+    {
+        return word.to_string();
+    }
+    name.replace("__underscores__", "__")
+        .replace("__dot__", ".")
+        .replace("__dash__", "-")
+        .replace("__slash__", "/")
+}
+
 /// The schema's `type`, or `""` when it has none (int-or-string, preserved unknown fields).
 pub(crate) fn schema_type(schema: &Value) -> &str {
     schema.get("type").and_then(Value::as_str).unwrap_or("")

@@ -5,20 +5,29 @@
 //! # Map
 //!
 //! - this file: walking the schema (compile) and the object (validate), transition rules,
-//!   ratcheting, and the wording of every error.
-//! - `check`: what a type checker would say about an untyped AST (undeclared references,
-//!   `oldSelf` use, result type, comprehension depth).
+//!   ratcheting, cost limits, and the wording of every error.
+//! - `types`: the CEL type of each schema node (`self`), and the size bounds it declares.
+//! - `functions`: the functions and overloads a rule may call.
+//! - `checker`: the type checker and AST validators, worded as cel-go words its issues.
+//! - `cost`: cel-go's cost model, over the schema's bounds (at CRD create) or the object's
+//!   own sizes (when it is validated).
+//! - `check`: rendering issues with the source line and a caret.
 //! - `convert`: JSON values as the CEL values a rule sees as `self`, typed by the schema.
-//! - `library`: the CEL environment (standard library, strings extension, Kubernetes' list and
-//!   set functions).
+//! - `library`: the CEL run-time environment (standard library, strings extension,
+//!   Kubernetes' list and set functions).
 //!
-//! Expressions are parsed and evaluated by the `cel` crate. It has no cost limit: rules whose
-//! comprehensions nest over a value too large for them are refused with Kubernetes' per-call
-//! cost error instead of being run (see [`Rules::validate`]).
+//! Expressions are parsed and evaluated by the `cel` crate, which counts no cost while it
+//! evaluates: before a rule runs, its cost is computed with the estimator over the sizes of
+//! the object being validated, and held to kube-apiserver's per-call limit and per-object
+//! budget (see [`Rules::validate`]).
 
 mod check;
+mod checker;
 mod convert;
+mod cost;
+mod functions;
 mod library;
+mod types;
 
 use std::sync::Arc;
 
@@ -27,10 +36,7 @@ use serde_json::Value;
 
 use crate::field::{ErrorType, FieldError};
 use crate::gofmt;
-
-/// The largest `size ^ depth` a rule may reach, where `size` counts the JSON values of `self`
-/// (and `oldSelf`) and `depth` is how deeply the rule's comprehensions nest.
-const MAX_ESTIMATED_COST: f64 = 1e7;
+use types::{Decl, Type};
 
 /// The longest message a `messageExpression` may produce (`MaxEvaluatedMessageExpressionSizeBytes`).
 const MAX_MESSAGE_EXPRESSION_BYTES: usize = 5 * 1024;
@@ -54,6 +60,8 @@ impl std::fmt::Debug for Rules {
 struct Node {
     /// JSON pointer, into [`Rules::schema`], of the structural schema values here follow.
     schema_ptr: String,
+    /// What `self` is here, for sizing values when a rule's cost is counted.
+    decl: Option<Arc<Decl>>,
     rules: Vec<Rule>,
     properties: Vec<(String, Node)>,
     items: Option<Box<Node>>,
@@ -80,16 +88,15 @@ struct Rule {
     /// `rule`, as written.
     source: String,
     program: Program,
+    checked: checker::Checked,
     /// `message`, trimmed, when not empty.
     message: Option<String>,
-    message_expression: Option<Program>,
+    message_expression: Option<(Program, checker::Checked)>,
     reason: ErrorType,
     /// `fieldPath`, normalized (`spec.x`), when set.
     field_path: Option<String>,
     uses_old_self: bool,
     optional_old_self: bool,
-    /// How deeply comprehensions nest.
-    depth: u32,
 }
 
 impl Rule {
@@ -119,8 +126,31 @@ impl Rules {
     /// apiextensions.ValidationRule{...}: compilation failed: ERROR: <input>:1:8: ...`.
     pub fn compile(schema: &Value, path: &str) -> Result<Rules, Vec<FieldError>> {
         let env = library::env();
-        let mut errors = Vec::new();
-        let root = compile_node(&env, schema, "", schema, path, None, &mut errors);
+        let mut compiler = Compiler {
+            env: &env,
+            errors: Vec::new(),
+            total: Total::default(),
+        };
+        let root = compiler.node(schema, "", schema, path, None, true, Some(1));
+        let Compiler {
+            mut errors, total, ..
+        } = compiler;
+        if total.cost > cost::SCHEMA_LIMIT {
+            for (rule, _) in total.expensive {
+                errors.push(FieldError::forbidden(
+                    rule,
+                    "contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema",
+                ));
+            }
+            errors.push(FieldError::forbidden(
+                path,
+                cost::exceeds_budget(
+                    "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                    total.cost,
+                    cost::SCHEMA_LIMIT,
+                ),
+            ));
+        }
         if errors.is_empty() {
             Ok(Rules {
                 schema: schema.clone(),
@@ -155,6 +185,7 @@ impl Rules {
             rules: self,
             errors: Vec::new(),
             stopped: false,
+            budget: cost::OBJECT_BUDGET,
         };
         if let Some(root) = &self.root {
             let ratchet = old.is_some_and(|old| old == new);
@@ -191,167 +222,363 @@ fn list_type(schema: &Value) -> &str {
         .unwrap_or("")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn compile_node(
-    env: &Env,
-    rule_schema: &Value,
-    node_ptr: &str,
-    node_schema: &Value,
-    path: &str,
-    forbid_old_self: Option<&str>,
-    errors: &mut Vec<FieldError>,
-) -> Option<Node> {
-    let rules = compile_rules(env, rule_schema, node_schema, path, forbid_old_self, errors);
-    let correlatable = map_correlatable(rule_schema);
-    let mut properties = Vec::new();
-    if let (Some(props), Some(node_props)) = (
-        rule_schema.get("properties").and_then(Value::as_object),
-        node_schema.get("properties").and_then(Value::as_object),
-    ) {
-        for (name, sub) in props {
-            let Some(node_sub) = node_props.get(name) else {
+/// The running total of a schema's estimated rule costs.
+#[derive(Default)]
+struct Total {
+    cost: u64,
+    /// The costliest rules (each at least 1% of the limit), costliest first, at most 4.
+    expensive: Vec<(String, u64)>,
+}
+
+impl Total {
+    fn observe(&mut self, path: String, cost: u64) {
+        self.cost = self.cost.saturating_add(cost);
+        if cost >= cost::SCHEMA_LIMIT / 100 {
+            self.expensive.push((path, cost));
+            self.expensive.sort_by_key(|e| std::cmp::Reverse(e.1));
+            self.expensive.truncate(4);
+        }
+    }
+}
+
+/// How many values a schema node holds for each of its children: its `maxItems` or
+/// `maxProperties` (`None` when unbounded), one for objects and scalars.
+fn max_elements(schema: &Value) -> Option<u64> {
+    let bound = |key: &str| {
+        schema
+            .get(key)
+            .and_then(Value::as_i64)
+            .map(|n| n.max(0) as u64)
+    };
+    match convert::schema_type(schema) {
+        "object"
+            if schema
+                .get("additionalProperties")
+                .is_some_and(|a| !a.is_null()) =>
+        {
+            bound("maxProperties")
+        }
+        "array" => bound("maxItems"),
+        _ => Some(1),
+    }
+}
+
+/// A rule compiled and type-checked.
+type Compiled = Result<(Program, checker::Checked), String>;
+
+/// Compiles the rules of one schema, keeping what went wrong and what the rules cost.
+struct Compiler<'e> {
+    env: &'e Env,
+    errors: Vec<FieldError>,
+    total: Total,
+}
+
+impl Compiler<'_> {
+    /// The rules at `node_schema` and below. `cardinality` is how many times a rule here can
+    /// run for one object, `None` when no ancestor bounds it.
+    #[allow(clippy::too_many_arguments)]
+    fn node(
+        &mut self,
+        rule_schema: &Value,
+        node_ptr: &str,
+        node_schema: &Value,
+        path: &str,
+        forbid_old_self: Option<&str>,
+        resource_root: bool,
+        cardinality: Option<u64>,
+    ) -> Option<Node> {
+        let decl = Decl::of_schema(node_schema, "selfType0", resource_root);
+        let rules = self.rules(
+            rule_schema,
+            node_schema,
+            decl.as_ref(),
+            path,
+            forbid_old_self,
+            cardinality,
+        );
+        let embedded = |s: &Value| {
+            s.get("x-kubernetes-embedded-resource")
+                .and_then(Value::as_bool)
+                == Some(true)
+        };
+        let child_cardinality = cardinality
+            .zip(max_elements(node_schema))
+            .map(|(c, n)| c.saturating_mul(n));
+        let correlatable = map_correlatable(rule_schema);
+        let mut properties = Vec::new();
+        if let (Some(props), Some(node_props)) = (
+            rule_schema.get("properties").and_then(Value::as_object),
+            node_schema.get("properties").and_then(Value::as_object),
+        ) {
+            for (name, sub) in props {
+                let Some(node_sub) = node_props.get(name) else {
+                    continue;
+                };
+                let sub_path = format!("{path}.properties[{name}]");
+                let forbid = forbid_old_self
+                    .map(str::to_string)
+                    .or_else(|| (!correlatable).then(|| path.to_string()));
+                let ptr = format!("{node_ptr}/properties/{}", pointer_token(name));
+                if let Some(node) = self.node(
+                    sub,
+                    &ptr,
+                    node_sub,
+                    &sub_path,
+                    forbid.as_deref(),
+                    embedded(node_sub),
+                    child_cardinality,
+                ) {
+                    properties.push((name.clone(), node));
+                }
+            }
+        }
+        let items = match (rule_schema.get("items"), node_schema.get("items")) {
+            (Some(sub), Some(node_sub)) if sub.is_object() => {
+                let forbid = forbid_old_self
+                    .map(str::to_string)
+                    .or_else(|| (list_type(rule_schema) != "map").then(|| path.to_string()));
+                self.node(
+                    sub,
+                    &format!("{node_ptr}/items"),
+                    node_sub,
+                    &format!("{path}.items"),
+                    forbid.as_deref(),
+                    embedded(node_sub),
+                    child_cardinality,
+                )
+                .map(Box::new)
+            }
+            _ => None,
+        };
+        let additional = match (
+            rule_schema.get("additionalProperties"),
+            node_schema.get("additionalProperties"),
+        ) {
+            (Some(sub), Some(node_sub)) if sub.is_object() && node_sub.is_object() => {
+                let forbid = forbid_old_self
+                    .map(str::to_string)
+                    .or_else(|| (!correlatable).then(|| path.to_string()));
+                self.node(
+                    sub,
+                    &format!("{node_ptr}/additionalProperties"),
+                    node_sub,
+                    &format!("{path}.additionalProperties"),
+                    forbid.as_deref(),
+                    embedded(node_sub),
+                    child_cardinality,
+                )
+                .map(Box::new)
+            }
+            _ => None,
+        };
+        let mut all_of = Vec::new();
+        if let Some(list) = rule_schema.get("allOf").and_then(Value::as_array) {
+            for (i, sub) in list.iter().enumerate() {
+                if let Some(node) = self.node(
+                    sub,
+                    node_ptr,
+                    node_schema,
+                    &format!("{path}.allOf[{i}]"),
+                    forbid_old_self,
+                    resource_root,
+                    cardinality,
+                ) {
+                    all_of.push(node);
+                }
+            }
+        }
+        let empty = rules.is_empty()
+            && properties.is_empty()
+            && items.is_none()
+            && additional.is_none()
+            && all_of.is_empty();
+        (!empty).then(|| Node {
+            schema_ptr: node_ptr.to_string(),
+            decl,
+            rules,
+            properties,
+            items,
+            additional,
+            all_of,
+        })
+    }
+
+    /// Compiles `source` with `self` (and `oldSelf`) declared: parsed, type-checked, and of
+    /// the `want`ed result type; `prefix` starts the error (`compilation failed: `).
+    fn compile(&self, source: &str, vars: &[(&str, Type)], want: &Type, prefix: &str) -> Compiled {
+        let program = self
+            .env
+            .compile(source)
+            .map_err(|e| format!("{prefix}compilation failed: {}", check::parse_errors(&e)))?;
+        let checked = checker::check(&program, vars).map_err(|issues| {
+            format!(
+                "{prefix}compilation failed: {}",
+                check::issues(source, &issues)
+            )
+        })?;
+        let result = checked.type_of(program.expression());
+        // Exactly: a `dyn` result is refused too.
+        if !result.same(want) || result.is_dyn_or_error() {
+            let what = if prefix.is_empty() {
+                "cel expression"
+            } else {
+                "messageExpression"
+            };
+            return Err(format!("{what} must evaluate to a {want}"));
+        }
+        Ok((program, checked))
+    }
+
+    fn rules(
+        &mut self,
+        schema: &Value,
+        node_schema: &Value,
+        decl: Option<&Arc<Decl>>,
+        path: &str,
+        forbid_old_self: Option<&str>,
+        cardinality: Option<u64>,
+    ) -> Vec<Rule> {
+        let Some(list) = schema
+            .get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+        else {
+            return Vec::new();
+        };
+        let base = format!("{path}.x-kubernetes-validations");
+        let schema_errors = rule_schema_errors(list, &base, node_schema);
+        if !schema_errors.is_empty() {
+            self.errors.extend(schema_errors);
+            return Vec::new();
+        }
+        let Some(decl) = decl else {
+            self.errors.push(FieldError::new(
+                ErrorType::Internal,
+                base,
+                None,
+                "internal error: failed to construct type information for x-kubernetes-validations rules: unable to convert structural schema to CEL declarations",
+            ));
+            return Vec::new();
+        };
+        let self_type = decl.cel_type();
+        let sizes = cost::DeclSizes(decl);
+        let cardinality = cardinality.unwrap_or(types::MAX_REQUEST_BYTES / (decl.min_size + 1));
+        let mut rules = Vec::new();
+        for (i, rule) in list.iter().enumerate() {
+            let at = |name: &str| format!("{base}[{i}].{name}");
+            let source = string_field(rule, "rule");
+            let optional_old_self = rule.get("optionalOldSelf").and_then(Value::as_bool);
+            let old_type = if optional_old_self == Some(true) {
+                Type::optional(self_type.clone())
+            } else {
+                self_type.clone()
+            };
+            let vars = [("self", self_type.clone()), ("oldSelf", old_type)];
+            let compiled = self.compile(source, &vars, &Type::Bool, "");
+            let mut failed = false;
+            match &compiled {
+                Ok((program, checked)) => {
+                    let estimated = cost::estimate(program, checked, &sizes).max;
+                    let total = estimated.saturating_mul(cardinality);
+                    if total > cost::RULE_LIMIT {
+                        self.errors.push(FieldError::forbidden(
+                            at("rule"),
+                            cost::exceeds_budget("estimated rule cost", total, cost::RULE_LIMIT),
+                        ));
+                        failed = true;
+                    }
+                    self.total.observe(at("rule"), total);
+                }
+                Err(detail) => {
+                    self.errors.push(invalid_rule(at("rule"), rule, detail));
+                    failed = true;
+                }
+            }
+            let mut message_program = None;
+            let message_expression = string_field(rule, "messageExpression");
+            if compiled.is_ok() && !message_expression.is_empty() {
+                match self.compile(
+                    message_expression,
+                    &vars,
+                    &Type::String,
+                    "messageExpression ",
+                ) {
+                    Ok((program, checked)) => {
+                        let estimated = cost::estimate(&program, &checked, &sizes).max;
+                        if estimated > cost::RULE_LIMIT {
+                            self.errors.push(FieldError::forbidden(
+                                at("messageExpression"),
+                                cost::exceeds_budget(
+                                    "estimated messageExpression cost",
+                                    estimated,
+                                    cost::RULE_LIMIT,
+                                ),
+                            ));
+                            failed = true;
+                        }
+                        self.total.observe(at("messageExpression"), estimated);
+                        message_program = Some((program, checked));
+                    }
+                    Err(detail) => {
+                        self.errors
+                            .push(invalid_rule(at("messageExpression"), rule, &detail));
+                        failed = true;
+                    }
+                }
+            }
+            let uses_old_self = compiled.as_ref().is_ok_and(|(_, c)| c.uses_old_self);
+            if uses_old_self {
+                if let Some(within) = forbid_old_self {
+                    self.errors.push(FieldError::invalid(
+                        at("rule"),
+                        Value::String(source.to_string()),
+                        format!(
+                            "oldSelf cannot be used on the uncorrelatable portion of the schema within {within}"
+                        ),
+                    ));
+                    failed = true;
+                }
+            } else if let Some(flag) = optional_old_self {
+                self.errors.push(FieldError::invalid(
+                    at("optionalOldSelf"),
+                    Value::Bool(flag),
+                    "may not be set if oldSelf is not used in rule",
+                ));
+                failed = true;
+            }
+            let (false, Ok((program, checked))) = (failed, compiled) else {
                 continue;
             };
-            let sub_path = format!("{path}.properties[{name}]");
-            let forbid = forbid_old_self
-                .map(str::to_string)
-                .or_else(|| (!correlatable).then(|| path.to_string()));
-            let ptr = format!("{node_ptr}/properties/{}", pointer_token(name));
-            if let Some(node) = compile_node(
-                env,
-                sub,
-                &ptr,
-                node_sub,
-                &sub_path,
-                forbid.as_deref(),
-                errors,
-            ) {
-                properties.push((name.clone(), node));
-            }
+            let reason = match rule.get("reason").and_then(Value::as_str) {
+                Some("FieldValueForbidden") => ErrorType::Forbidden,
+                Some("FieldValueRequired") => ErrorType::Required,
+                Some("FieldValueDuplicate") => ErrorType::Duplicate,
+                _ => ErrorType::Invalid,
+            };
+            let field_path = string_field(rule, "fieldPath");
+            let message = string_field(rule, "message").trim();
+            rules.push(Rule {
+                source: source.to_string(),
+                program,
+                checked,
+                message: (!message.is_empty()).then(|| message.to_string()),
+                message_expression: message_program,
+                reason,
+                field_path: if field_path.is_empty() {
+                    None
+                } else {
+                    valid_field_path(field_path, node_schema)
+                },
+                uses_old_self,
+                optional_old_self: optional_old_self.unwrap_or(false),
+            });
         }
+        rules
     }
-    let items = match (rule_schema.get("items"), node_schema.get("items")) {
-        (Some(sub), Some(node_sub)) if sub.is_object() => {
-            let forbid = forbid_old_self
-                .map(str::to_string)
-                .or_else(|| (list_type(rule_schema) != "map").then(|| path.to_string()));
-            compile_node(
-                env,
-                sub,
-                &format!("{node_ptr}/items"),
-                node_sub,
-                &format!("{path}.items"),
-                forbid.as_deref(),
-                errors,
-            )
-            .map(Box::new)
-        }
-        _ => None,
-    };
-    let additional = match (
-        rule_schema.get("additionalProperties"),
-        node_schema.get("additionalProperties"),
-    ) {
-        (Some(sub), Some(node_sub)) if sub.is_object() && node_sub.is_object() => {
-            let forbid = forbid_old_self
-                .map(str::to_string)
-                .or_else(|| (!correlatable).then(|| path.to_string()));
-            compile_node(
-                env,
-                sub,
-                &format!("{node_ptr}/additionalProperties"),
-                node_sub,
-                &format!("{path}.additionalProperties"),
-                forbid.as_deref(),
-                errors,
-            )
-            .map(Box::new)
-        }
-        _ => None,
-    };
-    let mut all_of = Vec::new();
-    if let Some(list) = rule_schema.get("allOf").and_then(Value::as_array) {
-        for (i, sub) in list.iter().enumerate() {
-            if let Some(node) = compile_node(
-                env,
-                sub,
-                node_ptr,
-                node_schema,
-                &format!("{path}.allOf[{i}]"),
-                forbid_old_self,
-                errors,
-            ) {
-                all_of.push(node);
-            }
-        }
-    }
-    let empty = rules.is_empty()
-        && properties.is_empty()
-        && items.is_none()
-        && additional.is_none()
-        && all_of.is_empty();
-    (!empty).then(|| Node {
-        schema_ptr: node_ptr.to_string(),
-        rules,
-        properties,
-        items,
-        additional,
-        all_of,
-    })
 }
 
-fn string_field<'a>(rule: &'a Value, name: &str) -> &'a str {
-    rule.get(name).and_then(Value::as_str).unwrap_or("")
-}
-
-/// Go's `%#v` of the internal `apiextensions.ValidationRule` kube-apiserver shows as the bad
-/// value of a rule that does not compile (pointers print as addresses; ours is a stand-in).
-fn go_rule(rule: &Value) -> String {
-    let s = |name: &str| gofmt::quote(string_field(rule, name));
-    let reason = if rule.get("reason").is_some_and(|r| !r.is_null()) {
-        "(*apiextensions.FieldValueErrorReason)(0xc000010000)"
-    } else {
-        "(*apiextensions.FieldValueErrorReason)(nil)"
-    };
-    let optional = if rule.get("optionalOldSelf").is_some_and(|r| !r.is_null()) {
-        "(*bool)(0xc000010008)"
-    } else {
-        "(*bool)(nil)"
-    };
-    format!(
-        "apiextensions.ValidationRule{{Rule:{}, Message:{}, MessageExpression:{}, Reason:{reason}, FieldPath:{}, OptionalOldSelf:{optional}}}",
-        s("rule"),
-        s("message"),
-        s("messageExpression"),
-        s("fieldPath"),
-    )
-}
-
-/// An `Invalid value` whose value is the rule itself, as Go prints it.
-fn invalid_rule(field: String, rule: &Value, detail: &str) -> FieldError {
-    FieldError::new(
-        ErrorType::Invalid,
-        field,
-        None,
-        format!("{}: {detail}", go_rule(rule)),
-    )
-}
-
-fn compile_rules(
-    env: &Env,
-    schema: &Value,
-    node_schema: &Value,
-    path: &str,
-    forbid_old_self: Option<&str>,
-    errors: &mut Vec<FieldError>,
-) -> Vec<Rule> {
-    let Some(list) = schema
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-    else {
-        return Vec::new();
-    };
-    let base = format!("{path}.x-kubernetes-validations");
+/// The checks of a node's rules that come before compiling any: required and well-formed
+/// `rule`, `message`, `messageExpression`, `reason` and `fieldPath`.
+fn rule_schema_errors(list: &[Value], base: &str, node_schema: &Value) -> Vec<FieldError> {
     let mut schema_errors = Vec::new();
     for (i, rule) in list.iter().enumerate() {
         let at = |name: &str| format!("{base}[{i}].{name}");
@@ -424,125 +651,44 @@ fn compile_rules(
             ));
         }
     }
-    if !schema_errors.is_empty() {
-        errors.extend(schema_errors);
-        return Vec::new();
-    }
+    schema_errors
+}
 
-    let mut rules = Vec::new();
-    for (i, rule) in list.iter().enumerate() {
-        let at = |name: &str| format!("{base}[{i}].{name}");
-        let source = string_field(rule, "rule");
-        let program = match env.compile(source) {
-            Ok(p) => p,
-            Err(e) => {
-                let detail = format!("compilation failed: {}", check::parse_errors(&e));
-                errors.push(invalid_rule(at("rule"), rule, &detail));
-                continue;
-            }
-        };
-        let analysis = check::analyze(&program);
-        if !analysis.undeclared.is_empty() {
-            let issues: Vec<String> = analysis
-                .undeclared
-                .iter()
-                .map(|(name, offset)| {
-                    let m = format!("undeclared reference to '{name}' (in container '')");
-                    check::issue(source, *offset, &m)
-                })
-                .collect();
-            let detail = format!("compilation failed: {}", issues.join("\n"));
-            errors.push(invalid_rule(at("rule"), rule, &detail));
-            continue;
-        }
-        if check::surely_not_bool(program.expression()) {
-            errors.push(invalid_rule(
-                at("rule"),
-                rule,
-                "cel expression must evaluate to a bool",
-            ));
-            continue;
-        }
-        let optional_old_self = rule.get("optionalOldSelf").and_then(Value::as_bool);
-        if analysis.uses_old_self {
-            if let Some(within) = forbid_old_self {
-                errors.push(FieldError::invalid(
-                    at("rule"),
-                    Value::String(source.to_string()),
-                    format!(
-                        "oldSelf cannot be used on the uncorrelatable portion of the schema within {within}"
-                    ),
-                ));
-                continue;
-            }
-        } else if let Some(flag) = optional_old_self {
-            errors.push(FieldError::invalid(
-                at("optionalOldSelf"),
-                Value::Bool(flag),
-                "may not be set if oldSelf is not used in rule",
-            ));
-            continue;
-        }
-        let mut message_program = None;
-        let message_expression = string_field(rule, "messageExpression");
-        if !message_expression.is_empty() {
-            match env.compile(message_expression) {
-                Ok(p) => {
-                    let analysis = check::analyze(&p);
-                    if let Some((name, offset)) = analysis.undeclared.first() {
-                        let m = format!("undeclared reference to '{name}' (in container '')");
-                        let detail = format!(
-                            "messageExpression compilation failed: {}",
-                            check::issue(message_expression, *offset, &m)
-                        );
-                        errors.push(invalid_rule(at("messageExpression"), rule, &detail));
-                        continue;
-                    }
-                    if check::surely_not_string(p.expression()) {
-                        errors.push(invalid_rule(
-                            at("messageExpression"),
-                            rule,
-                            "messageExpression must evaluate to a string",
-                        ));
-                        continue;
-                    }
-                    message_program = Some(p);
-                }
-                Err(e) => {
-                    let detail = format!(
-                        "messageExpression compilation failed: {}",
-                        check::parse_errors(&e)
-                    );
-                    errors.push(invalid_rule(at("messageExpression"), rule, &detail));
-                    continue;
-                }
-            }
-        }
-        let reason = match rule.get("reason").and_then(Value::as_str) {
-            Some("FieldValueForbidden") => ErrorType::Forbidden,
-            Some("FieldValueRequired") => ErrorType::Required,
-            Some("FieldValueDuplicate") => ErrorType::Duplicate,
-            _ => ErrorType::Invalid,
-        };
-        let field_path = string_field(rule, "fieldPath");
-        let message = string_field(rule, "message").trim();
-        rules.push(Rule {
-            source: source.to_string(),
-            program,
-            message: (!message.is_empty()).then(|| message.to_string()),
-            message_expression: message_program,
-            reason,
-            field_path: if field_path.is_empty() {
-                None
-            } else {
-                valid_field_path(field_path, node_schema)
-            },
-            uses_old_self: analysis.uses_old_self,
-            optional_old_self: optional_old_self.unwrap_or(false),
-            depth: analysis.depth,
-        });
-    }
-    rules
+fn string_field<'a>(rule: &'a Value, name: &str) -> &'a str {
+    rule.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Go's `%#v` of the internal `apiextensions.ValidationRule` kube-apiserver shows as the bad
+/// value of a rule that does not compile (pointers print as addresses; ours is a stand-in).
+fn go_rule(rule: &Value) -> String {
+    let s = |name: &str| gofmt::quote(string_field(rule, name));
+    let reason = if rule.get("reason").is_some_and(|r| !r.is_null()) {
+        "(*apiextensions.FieldValueErrorReason)(0xc000010000)"
+    } else {
+        "(*apiextensions.FieldValueErrorReason)(nil)"
+    };
+    let optional = if rule.get("optionalOldSelf").is_some_and(|r| !r.is_null()) {
+        "(*bool)(0xc000010008)"
+    } else {
+        "(*bool)(nil)"
+    };
+    format!(
+        "apiextensions.ValidationRule{{Rule:{}, Message:{}, MessageExpression:{}, Reason:{reason}, FieldPath:{}, OptionalOldSelf:{optional}}}",
+        s("rule"),
+        s("message"),
+        s("messageExpression"),
+        s("fieldPath"),
+    )
+}
+
+/// An `Invalid value` whose value is the rule itself, as Go prints it.
+fn invalid_rule(field: String, rule: &Value, detail: &str) -> FieldError {
+    FieldError::new(
+        ErrorType::Invalid,
+        field,
+        None,
+        format!("{}: {detail}", go_rule(rule)),
+    )
 }
 
 /// Splits a JSON path into `.`, `[`, `]` and the text between them (a single-quoted string
@@ -669,26 +815,10 @@ pub fn field_path_in_schema<'s>(
 struct Run<'a> {
     rules: &'a Rules,
     errors: Vec<FieldError>,
-    /// Set once a rule exceeded the cost limit: nothing more runs.
+    /// Set once a rule exceeded the cost limit or the budget: nothing more runs.
     stopped: bool,
-}
-
-/// Counts the JSON values in `value`, up to `limit`.
-fn size(value: &Value, limit: usize) -> usize {
-    let mut count = 0;
-    let mut stack = vec![value];
-    while let Some(v) = stack.pop() {
-        count += 1;
-        if count >= limit {
-            return count;
-        }
-        match v {
-            Value::Array(items) => stack.extend(items.iter()),
-            Value::Object(map) => stack.extend(map.values()),
-            _ => {}
-        }
-    }
-    count
+    /// What is left of the object's cost budget.
+    budget: u64,
 }
 
 /// The field as Kubernetes prints a path: `<nil>` for the root.
@@ -858,29 +988,50 @@ impl Run<'_> {
             plain.add_variable_from_value("oldSelf", o.clone());
         }
         let mut optional: Option<Context> = None;
-        let limit = MAX_ESTIMATED_COST as usize;
-        let mut value_size: Option<usize> = None;
+        let out_of_budget = |detail: &str| {
+            FieldError::invalid(
+                shown(path),
+                Value::String(ty.to_string()),
+                format!(
+                    "{detail} failed due to running out of cost budget, no further validation rules will be run"
+                ),
+            )
+        };
+        if self.budget == 0 {
+            self.errors.push(out_of_budget("validation"));
+            self.stopped = true;
+            return;
+        }
         for rule in &node.rules {
             if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
                 continue;
             }
-            if rule.depth > 0 {
-                let n = *value_size.get_or_insert_with(|| {
-                    size(new, limit).saturating_add(old.map_or(0, |o| size(o, limit)))
-                });
-                if (n as f64).powi(rule.depth.min(64) as i32) > MAX_ESTIMATED_COST {
-                    self.errors.push(FieldError::invalid(
-                        shown(path),
-                        Value::String(ty.to_string()),
-                        format!(
-                            "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {}",
-                            rule.error_string()
-                        ),
-                    ));
-                    self.stopped = true;
-                    return;
+            // The rule's cost over this object's sizes, counted before it runs.
+            let cost = match &node.decl {
+                Some(decl) => {
+                    let sizes = cost::ValueSizes { decl, new, old };
+                    cost::estimate(&rule.program, &rule.checked, &sizes).max
                 }
+                None => 0,
+            };
+            if cost > self.budget {
+                self.errors.push(out_of_budget("validation"));
+                self.stopped = true;
+                return;
             }
+            if cost > cost::CALL_LIMIT {
+                self.errors.push(FieldError::invalid(
+                    shown(path),
+                    Value::String(ty.to_string()),
+                    format!(
+                        "'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {}",
+                        rule.error_string()
+                    ),
+                ));
+                self.stopped = true;
+                return;
+            }
+            self.budget -= cost;
             let context = if rule.optional_old_self {
                 optional.get_or_insert_with(|| {
                     let mut c = Context::with_env(env.clone());
@@ -922,7 +1073,7 @@ impl Run<'_> {
                     let message = rule
                         .message_expression
                         .as_ref()
-                        .and_then(|p| message_expression(p, &plain))
+                        .and_then(|(p, _)| message_expression(p, &plain))
                         .unwrap_or_else(|| rule.message_or_default());
                     let error = reason_error(rule.reason, &at, ty, message);
                     if rule.uses_old_self || !ratchet {
