@@ -125,17 +125,32 @@ impl Rules {
     /// `<path>.properties[spec].x-kubernetes-validations[0].rule: Invalid value:
     /// apiextensions.ValidationRule{...}: compilation failed: ERROR: <input>:1:8: ...`.
     pub fn compile(schema: &Value, path: &str) -> Result<Rules, Vec<FieldError>> {
+        Rules::compile_with(schema, path, true)
+    }
+
+    /// Compiles the rules of a stored definition to serve its objects, as kube-apiserver
+    /// does: their cost was limited when the definition was written, and is not again.
+    pub fn compile_stored(schema: &Value) -> Result<Rules, Vec<FieldError>> {
+        Rules::compile_with(schema, "", false)
+    }
+
+    fn compile_with(
+        schema: &Value,
+        path: &str,
+        limit_costs: bool,
+    ) -> Result<Rules, Vec<FieldError>> {
         let env = library::env();
         let mut compiler = Compiler {
             env: &env,
             errors: Vec::new(),
             total: Total::default(),
+            limit_costs,
         };
         let root = compiler.node(schema, "", schema, path, None, true, Some(1));
         let Compiler {
             mut errors, total, ..
         } = compiler;
-        if total.cost > cost::SCHEMA_LIMIT {
+        if limit_costs && total.cost > cost::SCHEMA_LIMIT {
             for (rule, _) in total.expensive {
                 errors.push(FieldError::forbidden(
                     rule,
@@ -271,6 +286,8 @@ struct Compiler<'e> {
     env: &'e Env,
     errors: Vec<FieldError>,
     total: Total,
+    /// Refuse rules over the cost limits (when a definition is written).
+    limit_costs: bool,
 }
 
 impl Compiler<'_> {
@@ -479,7 +496,7 @@ impl Compiler<'_> {
                 Ok((program, checked)) => {
                     let estimated = cost::estimate(program, checked, &sizes).max;
                     let total = estimated.saturating_mul(cardinality);
-                    if total > cost::RULE_LIMIT {
+                    if self.limit_costs && total > cost::RULE_LIMIT {
                         self.errors.push(FieldError::forbidden(
                             at("rule"),
                             cost::exceeds_budget("estimated rule cost", total, cost::RULE_LIMIT),
@@ -504,7 +521,7 @@ impl Compiler<'_> {
                 ) {
                     Ok((program, checked)) => {
                         let estimated = cost::estimate(&program, &checked, &sizes).max;
-                        if estimated > cost::RULE_LIMIT {
+                        if self.limit_costs && estimated > cost::RULE_LIMIT {
                             self.errors.push(FieldError::forbidden(
                                 at("messageExpression"),
                                 cost::exceeds_budget(

@@ -489,7 +489,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                 .and_then(|s| Structural::from_json(s, "").ok());
             let rules = schema
                 .as_ref()
-                .and_then(|s| Rules::compile(s, "").ok())
+                .and_then(|s| Rules::compile_stored(s).ok())
                 .filter(|r| !r.is_empty());
             let shape = Arc::new(
                 schema
