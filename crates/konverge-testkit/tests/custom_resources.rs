@@ -595,3 +595,81 @@ async fn custom_resources_are_json_even_for_protobuf_clients() -> anyhow::Result
     }
     Ok(())
 }
+
+/// A definition whose rules do not type-check, or could cost too much, is refused as
+/// kube-apiserver refuses it: at the path its one shared schema is kept under
+/// (`spec.validation`), in cel-go's words.
+#[tokio::test]
+async fn rules_are_type_checked_and_costed_when_a_definition_is_written() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
+    let with_rules = |rules: serde_json::Value, extra: serde_json::Value| -> anyhow::Result<_> {
+        let mut crd = serde_json::to_value(Widget::crd())?;
+        let spec =
+            &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        spec["x-kubernetes-validations"] = rules;
+        if let Some(extra) = extra.as_object() {
+            for (k, v) in extra {
+                spec["properties"][k] = v.clone();
+            }
+        }
+        Ok(serde_json::from_value::<CustomResourceDefinition>(crd)?)
+    };
+    let refused = |crd: CustomResourceDefinition| {
+        let crds = crds.clone();
+        async move {
+            match crds.create(&PostParams::default(), &crd).await {
+                Err(kube::Error::Api(status)) => {
+                    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+                    status.message
+                }
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+    };
+    let at = "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule";
+    let message = refused(with_rules(json!([{"rule": "self.sise <= 10"}]), json!({}))?).await;
+    assert_eq!(
+        message,
+        format!(
+            "CustomResourceDefinition.apiextensions.k8s.io \"widgets.konverge.test\" is invalid: {at}: Invalid value: apiextensions.ValidationRule{{Rule:\"self.sise <= 10\", Message:\"\", MessageExpression:\"\", Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}}: compilation failed: ERROR: <input>:1:5: undefined field 'sise'\n | self.sise <= 10\n | ....^"
+        )
+    );
+    let message = refused(with_rules(
+        json!([{"rule": "self.tags.all(a, self.tags.all(b, a == b || a != b))"}]),
+        json!({"tags": {"type": "array", "items": {"type": "string"}}}),
+    )?)
+    .await;
+    assert!(
+        message.contains(&format!(
+            "{at}: Forbidden: estimated rule cost exceeds budget by factor of more than 100x"
+        )),
+        "{message}"
+    );
+    // Bounded, the same rule is taken, and runs.
+    let crd = with_rules(
+        json!([{"rule": "self.tags.all(a, self.tags.exists_one(b, a == b))", "message": "tags must be unique"}]),
+        json!({"tags": {"type": "array", "maxItems": 8, "items": {"type": "string", "maxLength": 16}}}),
+    )?;
+    established(&env, crd).await?;
+    // A typed Widget has no tags: write it as a dynamic object.
+    let resource = kube::api::ApiResource::erase::<Widget>(&());
+    let widgets: Api<kube::api::DynamicObject> =
+        Api::default_namespaced_with(env.client(), &resource);
+    let mut w = serde_json::to_value(widget("w", 1))?;
+    w["spec"]["tags"] = json!(["a", "a"]);
+    let err = widgets
+        .create(&PostParams::default(), &serde_json::from_value(w.clone())?)
+        .await
+        .expect_err("duplicate tags");
+    assert!(
+        err.to_string()
+            .contains("spec: Invalid value: \"object\": tags must be unique"),
+        "{err}"
+    );
+    w["spec"]["tags"] = json!(["a", "b"]);
+    widgets
+        .create(&PostParams::default(), &serde_json::from_value(w)?)
+        .await?;
+    Ok(())
+}

@@ -242,6 +242,16 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
         )),
     }
     let all = versions(crd);
+    // kube-apiserver keeps one schema every version shares as `spec.validation` (internal
+    // version), and reports its problems there.
+    let first_schema = all
+        .first()
+        .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+        .filter(|s| s.is_object());
+    let shared_schema = first_schema.is_some()
+        && all
+            .iter()
+            .all(|v| v.pointer("/schema/openAPIV3Schema") == first_schema);
     let mut seen = std::collections::BTreeSet::new();
     let mut unique = true;
     let mut storage = 0;
@@ -266,8 +276,14 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
                 format!("{path}.schema.openAPIV3Schema"),
                 "schemas are required",
             )),
+            // Checked once, at the first version, under the path it is hoisted to.
+            Some(_) if shared_schema && i > 0 => {}
             Some(schema) => {
-                let at = format!("{path}.schema.openAPIV3Schema");
+                let at = if shared_schema {
+                    "spec.validation.openAPIV3Schema".to_string()
+                } else {
+                    format!("{path}.schema.openAPIV3Schema")
+                };
                 if let Err(errs) = Structural::from_json(schema, &at) {
                     errors.extend(errs);
                 } else if let Err(errs) = Rules::compile(schema, &at) {
