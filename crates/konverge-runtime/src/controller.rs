@@ -41,6 +41,7 @@ use crate::predicate::{Predicate, generation_changed};
 use crate::queue::{RateLimit, WorkQueue};
 use crate::reconcile::{
     Action, ErrorClass, Middleware, Outcome, ReconcileInfo, ReconcileScope, SCOPE, Stop, classify,
+    retry_after,
 };
 use crate::watcher;
 
@@ -645,7 +646,14 @@ where
                         self.queue.forget(key);
                     }
                     ErrorClass::Retry => {
-                        let delay = self.queue.add_rate_limited(key.clone());
+                        // The server's Retry-After wins over our own backoff: it knows its load.
+                        let delay = match retry_after(&error) {
+                            Some(after) => {
+                                self.queue.add_after(key.clone(), after);
+                                after
+                            }
+                            None => self.queue.add_rate_limited(key.clone()),
+                        };
                         tracing::warn!(%error, retry_in = ?delay, "reconcile failed");
                     }
                 }

@@ -8,7 +8,7 @@
 //! | [`ErrorClass::NotFound`] | done: the object (or what it needed) is gone; a new event will come |
 //! | [`ErrorClass::Conflict`] | requeued at once: the cache is about to catch up with the newer version |
 //! | [`ErrorClass::Terminal`] | not retried (counted in `controller_runtime_terminal_reconcile_errors_total`) |
-//! | [`ErrorClass::Retry`] | retried with per-object exponential backoff and jitter |
+//! | [`ErrorClass::Retry`] | retried with per-object exponential backoff and jitter, or after the server's `Retry-After` when it sent one ([`retry_after`]) |
 //!
 //! Inside a reconcile, [`current`] gives its [`ReconcileScope`]: the object key, a reconcile
 //! id (also on the tracing span), the deadline and a cancellation token that fires when the
@@ -126,6 +126,25 @@ pub fn classify(error: &(dyn StdError + 'static)) -> ErrorClass {
     class.unwrap_or(ErrorClass::Retry)
 }
 
+/// How long the server asked the client to wait before trying again (`Retry-After`, as the
+/// `retryAfterSeconds` of a 429 or 5xx `Status`), found by walking the error's `source()`
+/// chain to the first `kube::Error` answer.
+pub fn retry_after(error: &(dyn StdError + 'static)) -> Option<Duration> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(kube::Error::Api(status)) = e.downcast_ref::<kube::Error>() {
+            return status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(u64::from(s)));
+        }
+        current = e.source();
+    }
+    None
+}
+
 /// The running reconcile, as seen from inside it.
 #[derive(Clone, Debug)]
 pub struct ReconcileScope {
@@ -225,6 +244,24 @@ mod tests {
         Invalid(#[source] TerminalError),
         #[error("flaky")]
         Flaky,
+    }
+
+    #[test]
+    fn retry_after_comes_from_the_status_details() {
+        let mut status = Status {
+            code: 429,
+            reason: "TooManyRequests".into(),
+            ..Status::default()
+        };
+        assert_eq!(
+            retry_after(&kube::Error::Api(Box::new(status.clone()))),
+            None
+        );
+        status.details =
+            Some(serde_json::from_value(serde_json::json!({"retryAfterSeconds": 7})).unwrap());
+        let error = AppError::Kube(kube::Error::Api(Box::new(status)));
+        assert_eq!(retry_after(&error), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&AppError::Flaky), None);
     }
 
     #[test]

@@ -527,6 +527,16 @@ async fn failing(cm: Arc<ConfigMap>, ctx: Arc<Attempts>) -> Result<Action, TestE
             Ok(Action::await_change())
         }
         "panics" if attempt <= 2 => panic!("reconciler bug on attempt {attempt}"),
+        "throttled" if attempt == 1 => Err(TestError::Kube(kube::Error::Api(Box::new(
+            kube::core::Status {
+                code: 429,
+                reason: "TooManyRequests".into(),
+                details: Some(
+                    serde_json::from_value(serde_json::json!({"retryAfterSeconds": 3})).unwrap(),
+                ),
+                ..Default::default()
+            },
+        )))),
         _ => Ok(Action::await_change()),
     }
 }
@@ -553,7 +563,14 @@ async fn error_policy_by_class_with_exact_backoff_in_paused_time() {
     // when every task is idle, straight to the next timer.
     tokio::time::sleep(Duration::from_millis(200)).await;
     tokio::time::pause();
-    for name in ["transient", "terminal", "conflict", "missing", "panics"] {
+    for name in [
+        "transient",
+        "terminal",
+        "conflict",
+        "missing",
+        "panics",
+        "throttled",
+    ] {
         api.create(&PostParams::default(), &source(name, "x"))
             .await
             .unwrap();
@@ -592,6 +609,13 @@ async fn error_policy_by_class_with_exact_backoff_in_paused_time() {
         "at once, without backoff"
     );
     tokio::time::sleep(Duration::from_secs(60)).await;
+    let throttled = attempts("throttled");
+    assert_eq!(throttled.len(), 2, "{throttled:?}");
+    assert!(
+        (throttled[1] - throttled[0]).abs_diff(Duration::from_secs(3)) <= Duration::from_millis(1),
+        "retried after the server's Retry-After, not our 5 ms backoff: {:?}",
+        throttled[1] - throttled[0]
+    );
     assert_eq!(
         attempts("terminal").len(),
         1,
@@ -603,7 +627,7 @@ async fn error_policy_by_class_with_exact_backoff_in_paused_time() {
     for expected in [
         r#"controller_runtime_reconcile_panics_total{controller="policy"} 2"#,
         r#"controller_runtime_terminal_reconcile_errors_total{controller="policy"} 1"#,
-        r#"controller_runtime_reconcile_errors_total{controller="policy"} 11"#,
+        r#"controller_runtime_reconcile_errors_total{controller="policy"} 12"#,
     ] {
         assert!(text.contains(expected), "{expected} in\n{text}");
     }
