@@ -288,6 +288,8 @@ impl Failure {
 enum Effect {
     Fail(Failure),
     Delay(Duration),
+    /// The server handles the request; its answer is lost on the way back.
+    LoseResponse,
 }
 
 #[derive(Debug)]
@@ -302,6 +304,7 @@ struct Injected {
 struct Verdict {
     delay: Duration,
     failure: Option<Failure>,
+    lose_response: bool,
 }
 
 struct Shared {
@@ -323,14 +326,17 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Every matching delay adds up; the first matching failure with requests left answers.
+    /// Every matching delay adds up; the first matching failure with requests left answers;
+    /// failing that, the first matching lost response takes the server's answer.
     fn verdict(&self, request: &RequestInfo) -> Verdict {
         let mut verdict = Verdict {
             delay: Duration::ZERO,
             failure: None,
+            lose_response: false,
         };
         let mut injected = self.injected();
-        for fault in injected.iter_mut() {
+        let mut lost = None;
+        for (i, fault) in injected.iter_mut().enumerate() {
             if fault.remaining == Some(0) || !fault.rule.matches(request) {
                 continue;
             }
@@ -338,8 +344,19 @@ impl Shared {
                 Effect::Delay(delay) => verdict.delay += *delay,
                 Effect::Fail(_) if verdict.failure.is_some() => continue,
                 Effect::Fail(failure) => verdict.failure = Some(failure.clone()),
+                // Only used if no failure answers first.
+                Effect::LoseResponse => {
+                    lost.get_or_insert(i);
+                    continue;
+                }
             }
             if let Some(remaining) = &mut fault.remaining {
+                *remaining -= 1;
+            }
+        }
+        if let (None, Some(i)) = (&verdict.failure, lost) {
+            verdict.lose_response = true;
+            if let Some(remaining) = &mut injected[i].remaining {
                 *remaining -= 1;
             }
         }
@@ -452,12 +469,25 @@ impl Faults {
         self.inject(rule, Effect::Delay(latency), None);
     }
 
+    /// Lets the next `times` requests that `rule` matches reach the server, which handles
+    /// them (a write is applied), and answers the client 504 Timeout instead of the server's
+    /// answer, as when a connection breaks after the request was sent: the client cannot
+    /// tell whether its write happened, and must find out by reading.
+    pub fn lose_responses(&self, rule: Rule, times: usize) {
+        self.inject(rule, Effect::LoseResponse, Some(times));
+    }
+
+    /// Holds each of the next `times` requests that `rule` matches for `latency`.
+    pub fn delay_next(&self, rule: Rule, latency: Duration, times: usize) {
+        self.inject(rule, Effect::Delay(latency), Some(times));
+    }
+
     /// How many injected failures have not been used yet.
     pub fn pending_failures(&self) -> usize {
         self.shared
             .injected()
             .iter()
-            .filter(|f| matches!(f.effect, Effect::Fail(_)))
+            .filter(|f| matches!(f.effect, Effect::Fail(_) | Effect::LoseResponse))
             .map(|f| f.remaining.unwrap_or(0))
             .sum()
     }
@@ -500,10 +530,18 @@ impl Faults {
             self.record(info, response.status(), true);
             return response;
         }
+        let name = info.name.clone().unwrap_or_default();
         let response = match inner.call(request).await {
             Ok(response) => response,
             Err(never) => match never {},
         };
+        if verdict.lose_response {
+            // The server's answer (and any stream it started) is dropped unread.
+            drop(response);
+            let lost = Failure::from_code(StatusCode::GATEWAY_TIMEOUT).response(&info, &name);
+            self.record(info, lost.status(), true);
+            return lost;
+        }
         let status = response.status();
         let is_watch = info.verb == Some(Verb::Watch) && status.is_success();
         self.record(info, status, false);

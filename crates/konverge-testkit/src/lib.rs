@@ -27,6 +27,18 @@
 //! reconcile did over the API — for example that a second reconcile of a converged object
 //! writes nothing ([`RequestLog::writes`]).
 //!
+//! [`FaultPlan::random`] draws a schedule of all of these (plus 429s with `Retry-After`,
+//! 500s, and writes applied by the server whose answers are lost, [`Faults::lose_responses`])
+//! from a seed: the same seed replays the same faults, and a plan prints its seed.
+//!
+//! [`TestEnv::invariants`] checks a whole controller while a test drives its inputs
+//! ([`Invariants`]): it **converges** (the desired state is reached and writes stop), is
+//! **idempotent** (a resync of a converged world writes nothing), stays **bounded** (no
+//! object grows when the same inputs are added and removed again and again, nothing nears
+//! 1.5 MiB), has **no hot loop** (no object rewritten over and over), **releases
+//! finalizers**, and creates children **in dependency order**. A failed check is a
+//! [`Violation`] that names the object, the field manager and the fields.
+//!
 //! # Example
 //!
 //! ```
@@ -64,17 +76,27 @@
 //! - [`Faults`], [`Rule`], [`Failure`], [`FaultLayer`]: fault injection; the layer also
 //!   wraps [`ApiServer::router`](konverge_apiserver::ApiServer::router) for in-process tests
 //!   without a socket.
+//! - [`FaultPlan`], [`Step`], [`Fault`]: seeded schedules of faults.
+//! - [`Invariants`], [`InvariantsBuilder`], [`Violation`], [`World`], [`Change`],
+//!   [`ObjectRef`]: invariant checks over a whole controller.
 //! - [`RequestLog`], [`RequestRecord`], [`RequestInfo`], [`Verb`]: request accounting, and how
 //!   a request's verb and resource are read from its method and path (as kube-apiserver
 //!   does).
 
 mod env;
 mod faults;
+mod invariants;
+mod plan;
 mod request_info;
 mod requests;
 
 pub use env::{Error, TestEnv, TestEnvBuilder};
 pub use faults::{Failure, FaultLayer, FaultService, Faults, Rule};
 pub use http::StatusCode;
+pub use invariants::{
+    Change, ChangeKind, Invariants, InvariantsBuilder, MAX_OBJECT_BYTES, ObjectRef, Violation,
+    World,
+};
+pub use plan::{Fault, FaultPlan, Step};
 pub use request_info::{RequestInfo, Verb};
 pub use requests::{RequestLog, RequestRecord};

@@ -362,3 +362,90 @@ async fn the_fault_layer_wraps_the_router_in_process() -> anyhow::Result<()> {
     assert_eq!(faults.requests().len(), 2);
     Ok(())
 }
+
+/// A lost response: the server applies the write and the client is told 504 Timeout. kube's
+/// client retries a 504 on its own, so the caller of a create sees the retry's 409
+/// AlreadyExists for an object it made itself, as on a cluster whose connection broke.
+#[tokio::test]
+async fn lost_responses_apply_the_write_and_answer_a_timeout() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let api = config_maps(&env);
+    env.faults()
+        .lose_responses(Rule::new().verb(Verb::Create).resource("configmaps"), 1);
+    let err = create(&api, "lost").await.expect_err("answer lost");
+    assert!(err.to_string().contains("already exists"), "{err}");
+    assert!(
+        api.get_opt("lost").await?.is_some(),
+        "the write was applied"
+    );
+    let answers: Vec<(u16, bool)> = env
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.request.verb == Some(Verb::Create))
+        .map(|r| (r.status.as_u16(), r.injected))
+        .collect();
+    assert_eq!(answers, [(504, true), (409, false)]);
+    assert_eq!(env.faults().pending_failures(), 0);
+    Ok(())
+}
+
+/// A fault plan carries out each of its steps: here a conflict and a lost response, as the
+/// request log shows.
+#[tokio::test]
+async fn fault_plans_carry_out_their_steps() -> anyhow::Result<()> {
+    use konverge_testkit::{Fault, FaultPlan, Step};
+    let env = TestEnv::start().await;
+    let api = config_maps(&env);
+    let cm = create(&api, "x").await?;
+    let plan = FaultPlan::from_steps(vec![
+        Step {
+            at: Duration::ZERO,
+            fault: Fault::Conflicts { times: 1 },
+        },
+        Step {
+            at: Duration::from_millis(10),
+            fault: Fault::LostResponses { times: 1 },
+        },
+    ]);
+    plan.run(&env.faults()).await;
+    let conflict = api
+        .replace("x", &PostParams::default(), &config_map("x", "1"))
+        .await
+        .expect_err("409");
+    assert!(
+        conflict
+            .to_string()
+            .contains("the object has been modified"),
+        "{conflict}"
+    );
+    // The lost update is applied; kube's retry of it then conflicts with itself.
+    let mut changed = cm.clone();
+    changed.data = Some(BTreeMap::from([("v".to_string(), "2".to_string())]));
+    let lost = api
+        .replace("x", &PostParams::default(), &changed)
+        .await
+        .expect_err("lost, then a conflict");
+    assert!(
+        lost.to_string().contains("the object has been modified"),
+        "{lost}"
+    );
+    assert_eq!(
+        api.get("x").await?.data,
+        changed.data,
+        "the lost write was applied"
+    );
+    let injected: Vec<u16> = env
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.injected)
+        .map(|r| r.status.as_u16())
+        .collect();
+    assert_eq!(injected, [409, 504]);
+    assert!(
+        plan.to_string()
+            .starts_with("fault plan 0: at 0 ms 1 conflicts")
+    );
+    Ok(())
+}
