@@ -534,13 +534,15 @@ impl Invariants {
     }
 
     /// **Converges**: waits until `desired` accepts the world and nothing has changed for the
-    /// quiet period. `desired` says what is still wrong as `Err(reason)`.
+    /// quiet period (counted from this call at the earliest, so changes still on their way
+    /// are seen). `desired` says what is still wrong as `Err(reason)`.
     pub async fn converges(
         &self,
         within: Duration,
         desired: impl Fn(&World) -> Result<(), String>,
     ) -> Result<(), Violation> {
-        let deadline = Instant::now() + within;
+        let started = Instant::now();
+        let deadline = started + within;
         let mut unmet;
         loop {
             let (last_change, verdict) = {
@@ -548,7 +550,10 @@ impl Invariants {
                 let last = state.history.last().map(|c| c.at);
                 (last, desired(&state.world))
             };
-            let quiet_since = last_change.map_or(Duration::MAX, |t| t.elapsed());
+            // Quiet counts from the call too: a write the test just made may not have been
+            // seen yet, and must not pass for a converged world.
+            let quiet_since =
+                last_change.map_or(started.elapsed(), |t| t.elapsed().min(started.elapsed()));
             match verdict {
                 Ok(()) if quiet_since >= self.quiet => return Ok(()),
                 Ok(()) => unmet = "still writing".to_string(),
