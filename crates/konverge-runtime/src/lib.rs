@@ -76,7 +76,7 @@ pub mod watcher;
 pub use cache::Store;
 pub use controller::Controller;
 pub use key::ObjectKey;
-pub use manager::Manager;
+pub use manager::{Manager, RunningManager};
 pub use queue::WorkQueue;
 pub use reconcile::{Action, ErrorClass, Middleware, TerminalError};
 

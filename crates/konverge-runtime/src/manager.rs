@@ -204,6 +204,19 @@ impl Manager {
             )
     }
 
+    /// Runs in the background (a Tokio task) until the returned handle is stopped or
+    /// dropped: what tests and embedding programs want instead of [`run`](Self::run)'s
+    /// shutdown future.
+    pub fn spawn(self) -> RunningManager {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(self.run(async move { stopped.cancelled().await }));
+        RunningManager {
+            stop,
+            task: Some(task),
+        }
+    }
+
     /// Runs until `shutdown` completes, then stops everything in order. Returns
     /// [`Error::LeadershipLost`] if the Lease was lost while leading.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
@@ -311,5 +324,35 @@ impl Manager {
         } else {
             Ok(())
         }
+    }
+}
+
+/// A manager running in the background ([`Manager::spawn`]). Dropping it asks the manager to
+/// shut down (gracefully, in the background); [`stop`](Self::stop) also waits for it.
+pub struct RunningManager {
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<Result<(), Error>>>,
+}
+
+impl RunningManager {
+    /// Shuts the manager down and waits until it stopped; returns what [`Manager::run`]
+    /// returned.
+    pub async fn stop(mut self) -> Result<(), Error> {
+        self.stop.cancel();
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        match task.await {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            // Cancelled with its runtime: nothing is left to stop.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningManager {
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }

@@ -14,8 +14,6 @@ use konverge_testkit::TestEnv;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::json;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 fn source(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
@@ -108,29 +106,6 @@ async fn mirror(src: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, kube::Erro
     Ok(Action::await_change())
 }
 
-struct Running {
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), konverge_runtime::manager::Error>>,
-}
-
-impl Running {
-    fn start(manager: Manager) -> Running {
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(manager.run(async move {
-            let _ = rx.await;
-        }));
-        Running {
-            stop: Some(tx),
-            task,
-        }
-    }
-
-    async fn stop(mut self) -> Result<(), konverge_runtime::manager::Error> {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.expect("manager task")
-    }
-}
-
 async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -202,7 +177,7 @@ async fn mirrors_converge_children_are_restored_and_a_converged_pass_writes_noth
         want.insert(format!("s{i:02}"), "v1".to_string());
     }
     let ctx = Ctx::new(env.client());
-    let running = Running::start(mirror_manager(&env, ctx.clone()));
+    let running = mirror_manager(&env, ctx.clone()).spawn();
     eventually("mirrors", || mirrors_match(&api, &want)).await;
 
     // A spec change flows through; a deleted child is recreated via its owner.
@@ -285,7 +260,7 @@ async fn first_reconcile_order(seed: u64) -> Vec<String> {
         log_only,
         ctx.clone(),
     );
-    let running = Running::start(manager);
+    let running = manager.spawn();
     eventually("all reconciled", || async { ctx.log().len() == 12 }).await;
     running.stop().await.unwrap();
     ctx.log()
@@ -383,7 +358,7 @@ async fn a_self_triggering_object_is_caught_and_backed_off_while_its_neighbour_i
             ..HotLoopConfig::default()
         });
     manager.add(controller, stamp, ctx.clone());
-    let running = Running::start(manager);
+    let running = manager.spawn();
 
     eventually("detection", || async {
         metrics
@@ -439,7 +414,7 @@ async fn converges_through_dropped_watches_and_expired_history() {
     let ctx = Ctx::new(env.client());
     let manager = mirror_manager(&env, ctx.clone());
     let metrics = manager.metrics();
-    let running = Running::start(manager);
+    let running = manager.spawn();
     eventually("initial mirrors", || mirrors_match(&api, &want)).await;
 
     let faults = env.faults();
@@ -558,7 +533,7 @@ async fn error_policy_by_class_with_exact_backoff_in_paused_time() {
             ..RateLimit::default()
         });
     manager.add(controller, failing, ctx.clone());
-    let running = Running::start(manager);
+    let running = manager.spawn();
     // Let the caches fill in real time, then freeze the clock: from here on time only moves
     // when every task is idle, straight to the next timer.
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -690,7 +665,7 @@ async fn middleware_runs_around_reconciles_and_can_stop_them() {
         log_only,
         ctx.clone(),
     );
-    let running = Running::start(manager);
+    let running = manager.spawn();
     eventually("both seen", || async { hooks.lock().unwrap().len() == 3 }).await;
     running.stop().await.unwrap();
     assert_eq!(
@@ -731,7 +706,7 @@ async fn shutdown_lets_in_flight_reconciles_finish_and_cancels_them_after_the_gr
         slow,
         finished.clone(),
     );
-    let running = Running::start(manager);
+    let running = manager.spawn();
     tokio::time::sleep(Duration::from_millis(150)).await;
     running.stop().await.unwrap();
     assert_eq!(
@@ -757,7 +732,7 @@ async fn shutdown_lets_in_flight_reconciles_finish_and_cancels_them_after_the_gr
         never_done,
         finished.clone(),
     );
-    let running = Running::start(manager);
+    let running = manager.spawn();
     tokio::time::sleep(Duration::from_millis(150)).await;
     tokio::time::timeout(Duration::from_secs(5), running.stop())
         .await
@@ -794,7 +769,7 @@ async fn a_reconcile_past_its_deadline_is_cancelled_and_retried() {
         stuck_once,
         ctx.clone(),
     );
-    let running = Running::start(manager);
+    let running = manager.spawn();
     eventually("retried after the deadline", || async {
         ctx.log().len() == 2
     })
@@ -858,7 +833,7 @@ async fn finalizer_cleanup_runs_on_deletion_before_the_object_goes() {
         with_cleanup,
         ctx.clone(),
     );
-    let running = Running::start(manager);
+    let running = manager.spawn();
     eventually("finalizer added", || async {
         api.get("web").await.unwrap().metadata.finalizers
             == Some(vec!["konverge.dev/cleanup".into()])
@@ -908,7 +883,7 @@ async fn a_watched_resource_reconciles_the_objects_its_mapping_names() {
         );
     let mut manager = Manager::new(env.client());
     manager.add(controller, log_only, ctx.clone());
-    let running = Running::start(manager);
+    let running = manager.spawn();
     eventually("initial pass", || async { ctx.log().len() == 2 }).await;
     let secrets: Api<Secret> = Api::namespaced(env.client(), "default");
     let secret: Secret = serde_json::from_value(json!({

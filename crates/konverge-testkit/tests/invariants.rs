@@ -10,12 +10,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use konverge_runtime::apply::{ChildSet, owner_reference};
-use konverge_runtime::{Action, Controller, Manager, watcher::Config};
+use konverge_runtime::{Action, Controller, Manager, RunningManager, watcher::Config};
 use konverge_testkit::{FaultPlan, TestEnv, Violation, World};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 /// What the mirror controller does wrong, if anything.
 #[derive(Clone, Copy, PartialEq)]
@@ -92,18 +91,7 @@ async fn reconcile(src: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, MirrorE
     Ok(Action::await_change())
 }
 
-/// Runs the mirror controller until dropped.
-struct Running(Option<oneshot::Sender<()>>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.0.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-fn start(env: &TestEnv, mode: Mode) -> Running {
+fn start(env: &TestEnv, mode: Mode) -> RunningManager {
     let client = env.client();
     let controller = Controller::new(
         Api::<ConfigMap>::all(client.clone()),
@@ -120,11 +108,7 @@ fn start(env: &TestEnv, mode: Mode) -> Running {
         passes: AtomicU64::new(0),
     });
     manager.add(controller, reconcile, ctx);
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
-    Running(Some(tx))
+    manager.spawn()
 }
 
 fn source(name: &str, data: &[(&str, &str)]) -> ConfigMap {

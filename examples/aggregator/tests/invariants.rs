@@ -7,24 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use konverge_example_aggregator::{Context, INTO, MANAGER, Mode, TARGET, controller, reconcile};
-use konverge_runtime::Manager;
+use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, TestEnv, Violation, World};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio::sync::oneshot;
 
-/// Stops the manager when dropped.
-struct Running(Option<oneshot::Sender<()>>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.0.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-fn run(env: &TestEnv, mode: Mode) -> Running {
+fn run(env: &TestEnv, mode: Mode) -> RunningManager {
     let client = env.client();
     let mut manager = Manager::new(client.clone());
     manager.add(
@@ -32,11 +20,7 @@ fn run(env: &TestEnv, mode: Mode) -> Running {
         reconcile,
         Arc::new(Context { client, mode }),
     );
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
-    Running(Some(tx))
+    manager.spawn()
 }
 
 fn config_map(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> ConfigMap {

@@ -10,26 +10,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use konverge_example_app_operator::{App, AppSpec, Context, Mode, controller, reconcile};
-use konverge_runtime::Manager;
+use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, Invariants, TestEnv, Violation, World};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt};
 use serde_json::json;
-use tokio::sync::oneshot;
 
-/// Stops the manager when dropped.
-struct Running(Option<oneshot::Sender<()>>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.0.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-fn run(env: &TestEnv, mode: Mode) -> Running {
+fn run(env: &TestEnv, mode: Mode) -> RunningManager {
     let client = env.client();
     let mut manager = Manager::new(client.clone());
     manager.add(
@@ -37,11 +25,7 @@ fn run(env: &TestEnv, mode: Mode) -> Running {
         reconcile,
         Arc::new(Context { client, mode }),
     );
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
-    Running(Some(tx))
+    manager.spawn()
 }
 
 /// A client past the faults, for the test's own writes.

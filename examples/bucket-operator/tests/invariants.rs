@@ -10,25 +10,13 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use konverge_example_bucket_operator::{
     Bucket, BucketSpec, Cloud, Context, FINALIZER, Mode, controller, reconcile,
 };
-use konverge_runtime::Manager;
+use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, Invariants, TestEnv, Violation, World};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt};
-use tokio::sync::oneshot;
 
-/// Stops the manager when dropped.
-struct Running(Option<oneshot::Sender<()>>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(stop) = self.0.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> Running {
+fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> RunningManager {
     let client = env.client();
     let mut manager = Manager::new(client.clone());
     let ctx = Context {
@@ -37,11 +25,7 @@ fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> Running {
         mode,
     };
     manager.add(controller(&client), reconcile, Arc::new(ctx));
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
-    Running(Some(tx))
+    manager.spawn()
 }
 
 /// A client past the faults, for the test's own writes.
