@@ -145,6 +145,19 @@ impl Caches {
             .collect()
     }
 
+    /// How many objects the running cache of `prefix` holds, if one runs and has listed
+    /// (a cache is not started for the asking).
+    pub(crate) fn object_count(&self, prefix: &str) -> Option<usize> {
+        let cache = self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(prefix)
+            .cloned()?;
+        let state = cache.read_state();
+        (state.listed && !state.closed).then_some(state.objects.len())
+    }
+
     /// How many resources have a running cache.
     pub(crate) fn len(&self) -> usize {
         self.caches

@@ -125,6 +125,7 @@ pub struct Registry {
     catalog: Arc<Catalog>,
     caches: Arc<cache::Caches>,
     generate_name: fn(&str) -> String,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -207,6 +208,49 @@ impl Registry {
             catalog,
             caches,
             generate_name: meta::generate_name,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+        }
+    }
+
+    /// The same registry recording its store calls and object counts into `metrics` (the
+    /// server's, so `/metrics` shows them).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Runs one store call, recorded as kube's etcd3 store records each etcd request
+    /// (`etcd_request_duration_seconds{operation,type}`).
+    pub(crate) async fn timed<T>(
+        &self,
+        operation: &'static str,
+        rt: &ResourceType,
+        call: impl std::future::Future<Output = konverge_store::Result<T>>,
+    ) -> konverge_store::Result<T> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        // Conflicts, existing and missing keys are answers (etcd's transactions that did not
+        // apply), not failures of the store.
+        let failed = matches!(
+            result,
+            Err(konverge_store::Error::Closed | konverge_store::Error::Backend { .. })
+        );
+        self.metrics
+            .store_call(operation, rt, started.elapsed(), failed);
+        result
+    }
+
+    /// Brings `apiserver_storage_objects` up to date: from the watch cache where one runs (it
+    /// holds every object already), otherwise by counting in the store at most once a
+    /// minute, as kube-apiserver polls.
+    pub async fn update_object_counts(&self) {
+        for rt in self.catalog.stored() {
+            if let Some(count) = self.caches.object_count(&rt.storage_prefix()) {
+                self.metrics.set_object_count(&rt, count as i64);
+            } else if self.metrics.count_due(&rt) {
+                let count = self.count(&rt).await.map_or(-1, |c| c as i64);
+                self.metrics.set_object_count(&rt, count);
+            }
         }
     }
 
@@ -273,8 +317,7 @@ impl Registry {
         ns: Option<&str>,
         name: &str,
     ) -> Result<Option<KeyValue>> {
-        self.store
-            .get(Bytes::from(rt.key(ns, name)))
+        self.timed("get", rt, self.store.get(Bytes::from(rt.key(ns, name))))
             .await
             .map_err(|e| ApiError::from_store(e, target(rt, name)))
     }
@@ -558,8 +601,11 @@ impl Registry {
         };
         let created = match encode(rt, &obj) {
             Ok(value) => self
-                .store
-                .create(Bytes::from(rt.key(ns, &name)), value)
+                .timed(
+                    "create",
+                    rt,
+                    self.store.create(Bytes::from(rt.key(ns, &name)), value),
+                )
                 .await
                 .map_err(|e| ApiError::from_store(e, target(rt, &name))),
             Err(e) => Err(e),
