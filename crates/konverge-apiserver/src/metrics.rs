@@ -37,8 +37,10 @@ use prometheus_client::registry::Registry;
 
 use crate::resources::ResourceType;
 
-/// The content type of [`Metrics::encode`]'s output, the one kube-apiserver answers with.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of [`Metrics::encode`]'s output, the one kube-apiserver 1.33 answers
+/// with (client_golang's text format; metric names escaped to underscores, which kube's
+/// names need no escaping for).
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8; escaping=underscores";
 
 /// kube-apiserver's `component` label on the API's own requests.
 const COMPONENT: &str = "apiserver";
@@ -75,15 +77,10 @@ fn watch_event_size_histogram() -> Histogram {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
+    // `code` sorts before every other label name.
     code: u16,
-    component: &'static str,
-    dry_run: &'static str,
-    group: String,
-    resource: String,
-    scope: &'static str,
-    subresource: String,
-    verb: &'static str,
-    version: String,
+    #[prometheus(flatten)]
+    request: DurationLabels,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -273,33 +270,17 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels {
                 code: code.as_u16(),
-                component: info.component,
-                dry_run: info.dry_run,
-                group: info.group.clone(),
-                resource: info.resource.clone(),
-                scope: info.scope,
-                subresource: info.subresource.clone(),
-                verb: info.verb,
-                version: info.version.clone(),
+                request: info.labels.clone(),
             })
             .inc();
         self.durations
-            .get_or_create(&DurationLabels {
-                component: info.component,
-                dry_run: info.dry_run,
-                group: info.group.clone(),
-                resource: info.resource.clone(),
-                scope: info.scope,
-                subresource: info.subresource.clone(),
-                verb: info.verb,
-                version: info.version.clone(),
-            })
+            .get_or_create(&info.labels)
             .observe(elapsed.as_secs_f64());
     }
 
     /// Records the size of a get's or list's answer.
     pub(crate) fn response_size(&self, info: &RequestInfo, bytes: u64) {
-        if matches!(info.verb, "GET" | "LIST") {
+        if matches!(info.labels.verb, "GET" | "LIST") {
             self.response_sizes
                 .get_or_create(&info.endpoint_labels())
                 .observe(bytes as f64);
@@ -419,20 +400,8 @@ fn group_resource(rt: &ResourceType) -> String {
 /// What kube-apiserver's metrics say about one request.
 #[derive(Debug, Clone)]
 pub(crate) struct RequestInfo {
-    /// The reported verb: `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY`,
-    /// `DELETE`, `CONNECT`, or `other`.
-    pub(crate) verb: &'static str,
-    /// `""`, `All`, or `invalid`.
-    dry_run: &'static str,
-    group: String,
-    version: String,
-    resource: String,
-    /// The subresource, or the path of a non-resource endpoint (`/healthz`).
-    subresource: String,
-    /// `resource`, `namespace`, `cluster`, or `""` for non-resource endpoints.
-    scope: &'static str,
-    /// `apiserver`, or `""` for the health checks (as kube labels them).
-    component: &'static str,
+    /// The labels of its series (but the answer's code), built once per request.
+    labels: DurationLabels,
     /// A watch or a connection: counted in `apiserver_longrunning_requests` while open and
     /// recorded when it ends.
     pub(crate) long_running: bool,
@@ -467,14 +436,16 @@ impl RequestInfo {
             reported_verb(request, scope, connect)
         };
         RequestInfo {
-            verb,
-            dry_run: dry_run(request.query),
-            group: rt.group.clone(),
-            version: rt.version.clone(),
-            resource: rt.plural.clone(),
-            subresource: subresource.unwrap_or_default().to_string(),
-            scope,
-            component: COMPONENT,
+            labels: DurationLabels {
+                component: COMPONENT,
+                dry_run: dry_run(request.query),
+                group: rt.group.clone(),
+                resource: rt.plural.clone(),
+                scope,
+                subresource: subresource.unwrap_or_default().to_string(),
+                verb,
+                version: rt.version.clone(),
+            },
             long_running: verb == "WATCH" || connect,
         }
     }
@@ -488,14 +459,16 @@ impl RequestInfo {
     ) -> RequestInfo {
         let verb = reported_verb(request, "", false);
         RequestInfo {
-            verb,
-            dry_run: dry_run(request.query),
-            group: String::new(),
-            version: String::new(),
-            resource: String::new(),
-            subresource: path.to_string(),
-            scope: "",
-            component,
+            labels: DurationLabels {
+                component,
+                dry_run: dry_run(request.query),
+                group: String::new(),
+                resource: String::new(),
+                scope: "",
+                subresource: path.to_string(),
+                verb,
+                version: String::new(),
+            },
             long_running: verb == "WATCH",
         }
     }
@@ -503,18 +476,19 @@ impl RequestInfo {
     /// Whether the request writes (kube's max-in-flight filter: anything but get, list and
     /// watch).
     pub(crate) fn mutating(&self) -> bool {
-        !matches!(self.verb, "GET" | "LIST" | "WATCH")
+        !matches!(self.labels.verb, "GET" | "LIST" | "WATCH")
     }
 
     fn endpoint_labels(&self) -> EndpointLabels {
+        let l = &self.labels;
         EndpointLabels {
-            component: self.component,
-            group: self.group.clone(),
-            resource: self.resource.clone(),
-            scope: self.scope,
-            subresource: self.subresource.clone(),
-            verb: self.verb,
-            version: self.version.clone(),
+            component: l.component,
+            group: l.group.clone(),
+            resource: l.resource.clone(),
+            scope: l.scope,
+            subresource: l.subresource.clone(),
+            verb: l.verb,
+            version: l.version.clone(),
         }
     }
 }

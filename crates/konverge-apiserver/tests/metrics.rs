@@ -61,7 +61,7 @@ async fn metrics(router: &axum::Router) -> String {
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.headers()["content-type"],
-        "text/plain; version=0.0.4; charset=utf-8"
+        "text/plain; version=0.0.4; charset=utf-8; escaping=underscores"
     );
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
