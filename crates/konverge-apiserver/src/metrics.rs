@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `apiserver_request_total` | counter | verb, dry_run, group, version, resource, subresource, scope, component, code |
 //! | `apiserver_request_duration_seconds` | histogram | verb, dry_run, group, version, resource, subresource, scope, component |
+//! | `apiserver_request_sli_duration_seconds` | histogram | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_response_sizes` | histogram | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_longrunning_requests` | gauge | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_current_inflight_requests` | gauge | request_kind (`readOnly`, `mutating`) |
@@ -47,6 +48,12 @@ const COMPONENT: &str = "apiserver";
 
 /// `apiserver_request_duration_seconds` and `etcd_request_duration_seconds` buckets (chosen
 /// by kube for its latency SLOs; the same list for both).
+/// `apiserver_request_sli_duration_seconds` buckets.
+const SLI_BUCKETS: [f64; 21] = [
+    0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0,
+    30.0, 45.0, 60.0,
+];
+
 const LATENCY_BUCKETS: [f64; 23] = [
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
     10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
@@ -63,6 +70,10 @@ fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
 
+fn sli_histogram() -> Histogram {
+    Histogram::new(SLI_BUCKETS)
+}
+
 fn response_size_histogram() -> Histogram {
     // 1 KB to 1 GB, as kube (ExponentialBuckets(1000, 10, 7)).
     Histogram::new((0..7).map(|i| 1000.0 * 10f64.powi(i)))
@@ -73,37 +84,35 @@ fn watch_event_size_histogram() -> Histogram {
     Histogram::new((0..8).map(|i| 1024.0 * 2f64.powi(i)))
 }
 
-// Label sets: fields in name order, the order client_golang writes label pairs in.
+// Label sets. The encoder sorts label pairs by name, as client_golang writes them, so the
+// field order here is free: the sets nest to share one copy of a request's labels.
 
+/// `apiserver_request_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    // `code` sorts before every other label name.
     code: u16,
     #[prometheus(flatten)]
     request: DurationLabels,
 }
 
+/// `apiserver_request_duration_seconds`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DurationLabels {
-    component: &'static str,
     dry_run: &'static str,
-    group: String,
-    resource: String,
-    scope: &'static str,
-    subresource: String,
-    verb: &'static str,
-    version: String,
+    #[prometheus(flatten)]
+    endpoint: EndpointLabels,
 }
 
+/// The labels of the series without `dry_run` (SLI latency, sizes, long-running requests).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabels {
-    component: &'static str,
-    group: String,
-    resource: String,
-    scope: &'static str,
-    subresource: String,
     verb: &'static str,
+    group: String,
     version: String,
+    resource: String,
+    subresource: String,
+    scope: &'static str,
+    component: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -146,6 +155,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     durations: Histograms<DurationLabels>,
+    sli_durations: Histograms<EndpointLabels>,
     response_sizes: Histograms<EndpointLabels>,
     longrunning: Family<EndpointLabels, Gauge>,
     inflight_gauge: Family<KindLabels, Gauge>,
@@ -179,6 +189,7 @@ impl Metrics {
             registry: Registry::default(),
             requests: Family::default(),
             durations: Family::new_with_constructor(latency_histogram),
+            sli_durations: Family::new_with_constructor(sli_histogram),
             response_sizes: Family::new_with_constructor(response_size_histogram),
             longrunning: Family::default(),
             inflight_gauge: Family::default(),
@@ -209,6 +220,11 @@ impl Metrics {
             "apiserver_request_duration_seconds",
             "[STABLE] Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
             m.durations.clone(),
+        );
+        r.register(
+            "apiserver_request_sli_duration_seconds",
+            "[ALPHA] Response latency distribution (not counting webhook duration and priority & fairness queue wait times) in seconds for each verb, group, version, resource, subresource, scope and component.",
+            m.sli_durations.clone(),
         );
         r.register(
             "apiserver_request",
@@ -276,13 +292,17 @@ impl Metrics {
         self.durations
             .get_or_create(&info.labels)
             .observe(elapsed.as_secs_f64());
+        // Without webhooks or priority and fairness queues, nothing is left out of the SLI.
+        self.sli_durations
+            .get_or_create(&info.labels.endpoint)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Records the size of a get's or list's answer.
     pub(crate) fn response_size(&self, info: &RequestInfo, bytes: u64) {
-        if matches!(info.labels.verb, "GET" | "LIST") {
+        if matches!(info.labels.endpoint.verb, "GET" | "LIST") {
             self.response_sizes
-                .get_or_create(&info.endpoint_labels())
+                .get_or_create(&info.labels.endpoint)
                 .observe(bytes as f64);
         }
     }
@@ -291,7 +311,7 @@ impl Metrics {
     pub(crate) fn long_running(&self, info: &RequestInfo) -> Gauge {
         let gauge = self
             .longrunning
-            .get_or_create(&info.endpoint_labels())
+            .get_or_create(&info.labels.endpoint)
             .clone();
         gauge.inc();
         gauge
@@ -437,14 +457,16 @@ impl RequestInfo {
         };
         RequestInfo {
             labels: DurationLabels {
-                component: COMPONENT,
                 dry_run: dry_run(request.query),
-                group: rt.group.clone(),
-                resource: rt.plural.clone(),
-                scope,
-                subresource: subresource.unwrap_or_default().to_string(),
-                verb,
-                version: rt.version.clone(),
+                endpoint: EndpointLabels {
+                    verb,
+                    group: rt.group.clone(),
+                    version: rt.version.clone(),
+                    resource: rt.plural.clone(),
+                    subresource: subresource.unwrap_or_default().to_string(),
+                    scope,
+                    component: COMPONENT,
+                },
             },
             long_running: verb == "WATCH" || connect,
         }
@@ -460,14 +482,16 @@ impl RequestInfo {
         let verb = reported_verb(request, "", false);
         RequestInfo {
             labels: DurationLabels {
-                component,
                 dry_run: dry_run(request.query),
-                group: String::new(),
-                resource: String::new(),
-                scope: "",
-                subresource: path.to_string(),
-                verb,
-                version: String::new(),
+                endpoint: EndpointLabels {
+                    verb,
+                    group: String::new(),
+                    version: String::new(),
+                    resource: String::new(),
+                    subresource: path.to_string(),
+                    scope: "",
+                    component,
+                },
             },
             long_running: verb == "WATCH",
         }
@@ -476,20 +500,7 @@ impl RequestInfo {
     /// Whether the request writes (kube's max-in-flight filter: anything but get, list and
     /// watch).
     pub(crate) fn mutating(&self) -> bool {
-        !matches!(self.labels.verb, "GET" | "LIST" | "WATCH")
-    }
-
-    fn endpoint_labels(&self) -> EndpointLabels {
-        let l = &self.labels;
-        EndpointLabels {
-            component: l.component,
-            group: l.group.clone(),
-            resource: l.resource.clone(),
-            scope: l.scope,
-            subresource: l.subresource.clone(),
-            verb: l.verb,
-            version: l.version.clone(),
-        }
+        !matches!(self.labels.endpoint.verb, "GET" | "LIST" | "WATCH")
     }
 }
 
@@ -562,8 +573,8 @@ fn query_values<'a>(query: Option<&'a str>, key: &'a str) -> impl Iterator<Item 
 }
 
 /// Rewrites prometheus-client's OpenMetrics text as client_golang's text format 0.0.4:
-/// counter families named with `_total`, help texts as given, no `# UNIT` or `# EOF`, families without series
-/// left out, series sorted by labels, numbers as Go formats them.
+/// counter families named with `_total`, help texts as given, no `# UNIT` or `# EOF`,
+/// families without series left out, series sorted by labels, numbers as Go formats them.
 fn to_text_format(open_metrics: &str) -> String {
     let mut out = String::with_capacity(open_metrics.len());
     let mut help: Option<&str> = None;
@@ -639,8 +650,8 @@ fn series_key(line: &str) -> String {
     }
 }
 
-/// A sample line as client_golang writes it: a bucket's `le` label last (prometheus-client
-/// writes it first), `le` and the value as Go writes floats.
+/// A sample line as client_golang writes it: label pairs sorted by name, a bucket's `le`
+/// last (prometheus-client writes it first), `le` and the value as Go writes floats.
 fn go_numbers(line: &str) -> String {
     let (head, value) = line.rsplit_once(' ').unwrap_or((line, ""));
     let value = go_float_text(value);
@@ -663,6 +674,7 @@ fn go_numbers(line: &str) -> String {
         }
         rest = next;
     }
+    pairs.sort_by_key(|pair| pair.split('=').next().unwrap_or_default());
     let mut out = format!("{name}{{{}", pairs.join(","));
     if let Some(le) = le {
         if !pairs.is_empty() {
@@ -793,6 +805,15 @@ mod tests {
         assert!(
             text.contains(
                 "etcd_request_duration_seconds_bucket{operation=\"get\",type=\"configmaps\",le=\"1\"} 1\n"
+            ),
+            "{text}"
+        );
+        // Buckets, then sum and count, as client_golang orders them.
+        assert!(
+            text.contains(
+                "etcd_request_duration_seconds_bucket{operation=\"get\",type=\"configmaps\",le=\"+Inf\"} 1\n\
+                 etcd_request_duration_seconds_sum{operation=\"get\",type=\"configmaps\"} 0.001\n\
+                 etcd_request_duration_seconds_count{operation=\"get\",type=\"configmaps\"} 1\n"
             ),
             "{text}"
         );

@@ -197,6 +197,8 @@ async fn requests_are_counted_with_kube_apiserver_labels() {
             "3", "4", "5", "6", "8", "10", "15", "20", "30", "45", "60", "+Inf"
         ]
     );
+    let sli = "apiserver_request_sli_duration_seconds_bucket{component=\"apiserver\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\",le=\"0.05\"}";
+    assert_eq!(value(&text, sli), Some(2.0), "{text}");
     let count = "apiserver_request_duration_seconds_count{component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"}";
     assert_eq!(value(&text, count), Some(2.0), "{text}");
     // The scrape itself is a read in flight.
