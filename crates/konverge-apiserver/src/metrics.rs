@@ -13,6 +13,7 @@
 //! | `apiserver_watch_events_total`, `apiserver_watch_events_sizes` | counter, histogram | group, version, kind |
 //! | `apiserver_storage_objects` | gauge | resource (`configmaps`, `deployments.apps`) |
 //! | `etcd_request_duration_seconds`, `etcd_requests_total`, `etcd_request_errors_total` | histogram, counters | operation, type |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_start_time_seconds`, ... | client_golang's process collector (Linux) | |
 //!
 //! The text is Prometheus' text format 0.0.4, as kube-apiserver writes it (client_golang):
 //! help texts carry kube's stability level (`[STABLE] ...`), counters are named with their
@@ -391,7 +392,175 @@ impl Metrics {
         let mut open_metrics = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut open_metrics, &self.registry);
-        to_text_format(&open_metrics)
+        let mut text = to_text_format(&open_metrics);
+        // `process_*` sorts after every family above.
+        text.push_str(&process_metrics());
+        text
+    }
+}
+
+/// The process's own metrics, as client_golang's process collector (which kube-apiserver
+/// registers) reads them from `/proc`: CPU time, memory, file descriptors, start time and
+/// network bytes. Linux only, as there; a value that cannot be read is left out.
+fn process_metrics() -> String {
+    let mut families = process::read();
+    families.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = String::new();
+    for (name, kind, help, value) in families {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n",
+            go_float(value)
+        ));
+    }
+    out
+}
+
+#[cfg(not(target_os = "linux"))]
+mod process {
+    pub(super) fn read() -> Vec<(&'static str, &'static str, &'static str, f64)> {
+        Vec::new()
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod process {
+    use std::fs::read_to_string;
+
+    /// `/proc` counts CPU time and start time in ticks of `USER_HZ`, 100 on every Linux ABI
+    /// (Go's procfs assumes it too).
+    const USER_HZ: f64 = 100.0;
+
+    /// Name, type, help and value of each family that could be read.
+    pub(super) fn read() -> Vec<(&'static str, &'static str, &'static str, f64)> {
+        let mut out = Vec::new();
+        if let Some(stat) = read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| stat(&s))
+        {
+            out.push((
+                "process_cpu_seconds_total",
+                "counter",
+                "Total user and system CPU time spent in seconds.",
+                (stat.utime + stat.stime) / USER_HZ,
+            ));
+            out.push((
+                "process_virtual_memory_bytes",
+                "gauge",
+                "Virtual memory size in bytes.",
+                stat.vsize,
+            ));
+            if let Some(boot) = read_to_string("/proc/stat").ok().and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("btime "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+            }) {
+                out.push((
+                    "process_start_time_seconds",
+                    "gauge",
+                    "Start time of the process since unix epoch in seconds.",
+                    boot + stat.starttime / USER_HZ,
+                ));
+            }
+        }
+        // VmRSS is the resident page count of `stat` times the page size, in kB.
+        if let Some(rss) = read_to_string("/proc/self/status").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        }) {
+            out.push((
+                "process_resident_memory_bytes",
+                "gauge",
+                "Resident memory size in bytes.",
+                rss * 1024.0,
+            ));
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            out.push((
+                "process_open_fds",
+                "gauge",
+                "Number of open file descriptors.",
+                fds.count() as f64,
+            ));
+        }
+        if let Ok(limits) = read_to_string("/proc/self/limits") {
+            if let Some(v) = soft_limit(&limits, "Max open files") {
+                out.push((
+                    "process_max_fds",
+                    "gauge",
+                    "Maximum number of open file descriptors.",
+                    v,
+                ));
+            }
+            if let Some(v) = soft_limit(&limits, "Max address space") {
+                out.push((
+                    "process_virtual_memory_max_bytes",
+                    "gauge",
+                    "Maximum amount of virtual memory available in bytes.",
+                    v,
+                ));
+            }
+        }
+        if let Ok(netstat) = read_to_string("/proc/self/net/netstat") {
+            let ip: Vec<&str> = netstat
+                .lines()
+                .filter(|l| l.starts_with("IpExt:"))
+                .collect();
+            if let [names, values] = ip.as_slice() {
+                let octets = |name: &str| {
+                    names
+                        .split_whitespace()
+                        .zip(values.split_whitespace())
+                        .find(|(n, _)| *n == name)
+                        .and_then(|(_, v)| v.parse::<f64>().ok())
+                        .unwrap_or(0.0)
+                };
+                out.push((
+                    "process_network_receive_bytes_total",
+                    "counter",
+                    "Number of bytes received by the process over the network.",
+                    octets("InOctets"),
+                ));
+                out.push((
+                    "process_network_transmit_bytes_total",
+                    "counter",
+                    "Number of bytes sent by the process over the network.",
+                    octets("OutOctets"),
+                ));
+            }
+        }
+        out
+    }
+
+    struct Stat {
+        utime: f64,
+        stime: f64,
+        starttime: f64,
+        vsize: f64,
+    }
+
+    /// The fields of `/proc/self/stat` used here (counted after the command name, which may
+    /// hold spaces and parentheses).
+    fn stat(text: &str) -> Option<Stat> {
+        let (_, rest) = text.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // `rest` starts at field 3 (state): field N is at N - 3.
+        let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+        Some(Stat {
+            utime: field(14)?,
+            stime: field(15)?,
+            starttime: field(22)?,
+            vsize: field(23)?,
+        })
+    }
+
+    /// A limit's soft value; `unlimited` as Go's procfs reads it (the largest u64).
+    fn soft_limit(limits: &str, name: &str) -> Option<f64> {
+        let line = limits.lines().find(|l| l.starts_with(name))?;
+        match line[name.len()..].split_whitespace().next()? {
+            "unlimited" => Some(u64::MAX as f64),
+            v => v.parse().ok(),
+        }
     }
 }
 
@@ -694,7 +863,7 @@ fn go_float_text(text: &str) -> String {
 }
 
 /// `v` as Go's `strconv.FormatFloat(v, 'g', -1, 64)` writes it (what client_golang uses):
-/// the shortest digits, an exponent below 1e-4 and from 1e21 on.
+/// the shortest digits, with an exponent below 1e-4 and from 1e6 on (`le="1e+06"`).
 fn go_float(v: f64) -> String {
     if v.is_infinite() {
         return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
@@ -702,7 +871,7 @@ fn go_float(v: f64) -> String {
     if v.is_nan() {
         return "NaN".into();
     }
-    if v != 0.0 && (v.abs() < 1e-4 || v.abs() >= 1e21) {
+    if v != 0.0 && (v.abs() < 1e-4 || v.abs() >= 1e6) {
         // Rust writes `1e-5`; Go writes `1e-05` (a sign and at least two digits).
         let text = format!("{v:e}");
         let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
@@ -724,7 +893,9 @@ mod tests {
         assert_eq!(go_float(1.0), "1");
         assert_eq!(go_float(0.005), "0.005");
         assert_eq!(go_float(60.0), "60");
-        assert_eq!(go_float(1e9), "1000000000");
+        assert_eq!(go_float(131072.0), "131072");
+        assert_eq!(go_float(1e6), "1e+06");
+        assert_eq!(go_float(45678592.0), "4.5678592e+07");
         assert_eq!(go_float(1e-5), "1e-05");
         assert_eq!(go_float(f64::INFINITY), "+Inf");
     }

@@ -201,6 +201,19 @@ async fn requests_are_counted_with_kube_apiserver_labels() {
     assert_eq!(value(&text, sli), Some(2.0), "{text}");
     let count = "apiserver_request_duration_seconds_count{component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"}";
     assert_eq!(value(&text, count), Some(2.0), "{text}");
+    // Sizes of gets and lists, in kube's buckets as client_golang writes them.
+    let size = "apiserver_response_sizes_bucket{component=\"apiserver\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\",le=\"1e+06\"}";
+    assert_eq!(value(&text, size), Some(1.0), "{text}");
+    if cfg!(target_os = "linux") {
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            value(&text, "process_resident_memory_bytes").is_some_and(|v| v > 0.0),
+            "{text}"
+        );
+    }
     // The scrape itself is a read in flight.
     assert!(
         value(
@@ -371,4 +384,53 @@ async fn bad_paths_are_answered_and_not_counted() {
     }
     let text = metrics(&router).await;
     assert!(!text.contains("apiserver_request_total"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_token_and_unauthenticated_requests_are_not_counted() {
+    let router = ApiServer::builder(Arc::new(MemStore::new()))
+        .bearer_token("secret")
+        .build()
+        .await
+        .expect("server")
+        .router();
+    let (code, _) = send(&router, "GET", "/metrics", JSON, json!(null)).await;
+    assert_eq!(code, 401);
+    let (code, _) = send(&router, "GET", CONFIGMAPS, JSON, json!(null)).await;
+    assert_eq!(code, 401);
+    let with_token = |path: &str| {
+        http::Request::builder()
+            .uri(path)
+            .header("authorization", "Bearer secret")
+            .body(Body::empty())
+            .expect("request")
+    };
+    let listed = router
+        .clone()
+        .oneshot(with_token(CONFIGMAPS))
+        .await
+        .expect("infallible");
+    assert_eq!(listed.status(), 200);
+    let response = router
+        .clone()
+        .oneshot(with_token("/metrics"))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), 200);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total"))
+        .collect();
+    assert_eq!(
+        lines,
+        [format!(
+            "{} 1",
+            requests(200, "LIST", "configmaps", "namespace", "")
+        )],
+        "{text}"
+    );
 }
