@@ -376,6 +376,7 @@ async fn bad_paths_are_answered_and_not_counted() {
         ("GET", "/apis/a/b/c/d/e/f/g"),
         ("GET", "/api/v1/namespaces/%zz/configmaps"),
         ("GET", "/api/v1/namespaces/default/configmaps/x/nope"),
+        ("GET", "/api/v1/configmaps/x"),
         ("POST", "/metrics"),
         ("GET", "/metrics/extra"),
     ] {

@@ -161,6 +161,8 @@ fn request_info(
             .and_then(|v| v.to_str().ok()),
     };
     match route.as_ref().ok()? {
+        // A namespaced object named without its namespace matches no route of kube's.
+        Route::Resource(r) if r.rt.namespaced && r.namespace.is_none() && r.name.is_some() => None,
         Route::Resource(r) => Some(RequestInfo::resource(
             &r.rt,
             r.namespace.as_deref(),
