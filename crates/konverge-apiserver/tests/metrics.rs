@@ -1,6 +1,8 @@
 //! `GET /metrics`: kube-apiserver's metric names, labels, help texts and buckets, counted over
 //! requests sent to the router in-process.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -432,6 +434,111 @@ async fn metrics_need_the_token_and_unauthenticated_requests_are_not_counted() {
             "{} 1",
             requests(200, "LIST", "configmaps", "namespace", "")
         )],
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scopes_subresources_and_watch_paths_are_labelled_as_kube_labels_them() {
+    let router = server().await;
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+    assert_eq!(
+        send(&router, "POST", "/api/v1/namespaces", JSON, ns)
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        send(&router, "GET", "/api/v1/namespaces", JSON, json!(null))
+            .await
+            .0,
+        200
+    );
+    let status = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+    let (code, body) = send(
+        &router,
+        "PUT",
+        "/api/v1/namespaces/team/status",
+        JSON,
+        status,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let response = router
+        .clone()
+        .oneshot(request(
+            "GET",
+            "/api/v1/watch/namespaces/team/configmaps",
+            JSON,
+            String::new(),
+        ))
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), 200);
+    drop(response);
+
+    let text = metrics(&router).await;
+    for series in [
+        requests(201, "POST", "namespaces", "resource", ""),
+        requests(200, "LIST", "namespaces", "cluster", ""),
+        requests(200, "WATCH", "configmaps", "namespace", ""),
+        "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"namespaces\",scope=\"resource\",subresource=\"status\",verb=\"PUT\",version=\"v1\"}".to_string(),
+    ] {
+        assert_eq!(value(&text, &series), Some(1.0), "{series} in\n{text}");
+    }
+}
+
+/// Over HTTP, as `konverge up` serves it: a watch the server ends (its timeout) is recorded
+/// and no longer open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_over_http_are_recorded_when_they_end() {
+    use futures::TryStreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, WatchParams};
+
+    let t = common::TestServer::start(common::Backend::Memory).await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
+    let stream = api
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .expect("watch");
+    let events: Vec<_> = stream.try_collect().await.expect("events");
+    drop(events);
+
+    let text = t
+        .client
+        .request_text(
+            http::Request::get("/metrics")
+                .body(Vec::new())
+                .expect("request"),
+        )
+        .await
+        .expect("metrics");
+    let open = "apiserver_longrunning_requests{component=\"apiserver\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"WATCH\",version=\"v1\"}";
+    // The server drops the finished stream just after the client read its end.
+    let mut text = text;
+    for _ in 0..100 {
+        if value(&text, open) == Some(0.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        text = t
+            .client
+            .request_text(
+                http::Request::get("/metrics")
+                    .body(Vec::new())
+                    .expect("request"),
+            )
+            .await
+            .expect("metrics");
+    }
+    assert_eq!(value(&text, open), Some(0.0), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            &requests(200, "WATCH", "configmaps", "namespace", "")
+        ),
+        Some(1.0),
         "{text}"
     );
 }
