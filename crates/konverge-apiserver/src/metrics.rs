@@ -689,9 +689,9 @@ fn reported_verb(request: &RequestParts<'_>, scope: &str, connect: bool) -> &'st
     if connect {
         return "CONNECT";
     }
-    let get = method == Method::GET || method == Method::HEAD;
-    // Any first `watch` value but `0` and `false` watches (kube reads the query so).
-    if get
+    // A GET (not a HEAD) whose first `watch` value is anything but `0` and `false` watches,
+    // as kube reads the query (an empty value watches too).
+    if method == Method::GET
         && query_values(request.query, "watch")
             .next()
             .is_some_and(|v| !v.eq_ignore_ascii_case("0") && !v.eq_ignore_ascii_case("false"))
@@ -926,6 +926,18 @@ mod tests {
         assert_eq!(
             reported_verb(
                 &parts(&Method::GET, Some("watch=false"), None),
+                "cluster",
+                false
+            ),
+            "LIST"
+        );
+        assert_eq!(
+            reported_verb(&parts(&Method::GET, Some("watch="), None), "cluster", false),
+            "WATCH"
+        );
+        assert_eq!(
+            reported_verb(
+                &parts(&Method::HEAD, Some("watch=1"), None),
                 "cluster",
                 false
             ),
