@@ -20,8 +20,10 @@
 //! `_total`, label pairs are sorted by name, numbers are written as Go writes them (`le="1"`),
 //! and a family without series is left out.
 //!
-//! Recording is one [`RequestInfo`] per request, built from the route the dispatcher already
-//! parsed, and a few atomic operations; nothing blocks.
+//! Recording is one `RequestInfo` per request, built from the route the dispatcher already
+//! parsed, then a family lookup (a read lock, a write lock only for a new series) and an
+//! atomic update per series: no I/O, no waiting on anything but those locks. Object counts
+//! are read at scrape time, from the watch caches.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
