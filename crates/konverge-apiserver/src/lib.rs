@@ -138,6 +138,7 @@ impl ApiServerBuilder {
             tokens: Arc::new(tokens),
             address: RwLock::new("127.0.0.1:6443".into()),
         });
+        server.metrics.set_build_info(&server.version_info());
         controllers::bootstrap::run(&server.registry).await?;
         controllers::crd::install_existing(&server.registry)
             .await

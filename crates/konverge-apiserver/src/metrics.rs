@@ -13,6 +13,7 @@
 //! | `apiserver_watch_events_total`, `apiserver_watch_events_sizes` | counter, histogram | group, version, kind |
 //! | `apiserver_storage_objects` | gauge | resource (`configmaps`, `deployments.apps`) |
 //! | `etcd_request_duration_seconds`, `etcd_requests_total`, `etcd_request_errors_total` | histogram, counters | operation, type |
+//! | `kubernetes_build_info` | gauge (1) | major, minor, git_version, git_commit, git_tree_state, build_date, go_version, compiler, platform (`/version`'s) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_start_time_seconds`, ... | client_golang's process collector (Linux) | |
 //!
 //! The text is Prometheus' text format 0.0.4, as kube-apiserver writes it (client_golang):
@@ -141,6 +142,20 @@ struct StoreLabels {
     r#type: String,
 }
 
+/// `kubernetes_build_info`'s labels: the `/version` fields.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    major: String,
+    minor: String,
+    git_version: String,
+    git_commit: String,
+    git_tree_state: String,
+    build_date: String,
+    go_version: String,
+    compiler: String,
+    platform: String,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Requests being served now, and the most at once since the last scrape, per kind.
@@ -171,6 +186,7 @@ pub struct Metrics {
     store_durations: Histograms<StoreLabels>,
     store_requests: Family<StoreLabels, Counter>,
     store_errors: Family<StoreLabels, Counter>,
+    build_info: Family<BuildLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -204,6 +220,7 @@ impl Metrics {
             store_durations: Family::new_with_constructor(latency_histogram),
             store_requests: Family::default(),
             store_errors: Family::default(),
+            build_info: Family::default(),
         };
         // Help texts are kube's, with the stability level component-base puts in front;
         // counters are registered without `_total`, which the encoder adds. Registered in
@@ -269,7 +286,30 @@ impl Metrics {
             "[ALPHA] Etcd request counts for each operation and object type.",
             m.store_requests.clone(),
         );
+        r.register(
+            "kubernetes_build_info",
+            "[ALPHA] A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+            m.build_info.clone(),
+        );
         m
+    }
+
+    /// Sets `kubernetes_build_info` from the server's `/version` answer.
+    pub(crate) fn set_build_info(&self, version: &serde_json::Value) {
+        let field = |name: &str| version[name].as_str().unwrap_or_default().to_string();
+        self.build_info
+            .get_or_create(&BuildLabels {
+                major: field("major"),
+                minor: field("minor"),
+                git_version: field("gitVersion"),
+                git_commit: field("gitCommit"),
+                git_tree_state: field("gitTreeState"),
+                build_date: field("buildDate"),
+                go_version: field("goVersion"),
+                compiler: field("compiler"),
+                platform: field("platform"),
+            })
+            .set(1);
     }
 
     /// Counts a request as in flight until the guard drops (`readOnly` for gets and lists,

@@ -203,6 +203,16 @@ async fn requests_are_counted_with_kube_apiserver_labels() {
     assert_eq!(value(&text, sli), Some(2.0), "{text}");
     let count = "apiserver_request_duration_seconds_count{component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1\"}";
     assert_eq!(value(&text, count), Some(2.0), "{text}");
+    let build = text
+        .lines()
+        .find(|l| l.starts_with("kubernetes_build_info{"))
+        .expect("kubernetes_build_info");
+    assert!(
+        build.starts_with("kubernetes_build_info{build_date=\"\",compiler=\"rustc\",git_commit=\"\",git_tree_state=\"clean\",git_version=\"v1.33.0+konverge-")
+            && build.contains(",major=\"1\",minor=\"33\",platform=\"")
+            && build.ends_with("\"} 1"),
+        "{build}"
+    );
     // Sizes of gets and lists, in kube's buckets as client_golang writes them.
     let size = "apiserver_response_sizes_bucket{component=\"apiserver\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1\",le=\"1e+06\"}";
     assert_eq!(value(&text, size), Some(1.0), "{text}");
