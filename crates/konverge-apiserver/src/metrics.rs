@@ -9,7 +9,7 @@
 //! | `apiserver_request_sli_duration_seconds` | histogram | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_response_sizes` | histogram | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_longrunning_requests` | gauge | verb, group, version, resource, subresource, scope, component |
-//! | `apiserver_current_inflight_requests` | gauge | request_kind (`readOnly`, `mutating`) |
+//! | `apiserver_current_inflight_requests`, `apiserver_current_inqueue_requests` (0) | gauge | request_kind (`readOnly`, `mutating`) |
 //! | `apiserver_watch_events_total`, `apiserver_watch_events_sizes` | counter, histogram | group, version, kind |
 //! | `apiserver_storage_objects` | gauge | resource (`configmaps`, `deployments.apps`) |
 //! | `etcd_request_duration_seconds`, `etcd_requests_total`, `etcd_request_errors_total` | histogram, counters | operation, type |
@@ -177,6 +177,7 @@ pub struct Metrics {
     response_sizes: Histograms<EndpointLabels>,
     longrunning: Family<EndpointLabels, Gauge>,
     inflight_gauge: Family<KindLabels, Gauge>,
+    inqueue_gauge: Family<KindLabels, Gauge>,
     inflight: Inflight,
     watch_events: Family<WatchLabels, Counter>,
     watch_event_sizes: Histograms<WatchLabels>,
@@ -212,6 +213,7 @@ impl Metrics {
             response_sizes: Family::new_with_constructor(response_size_histogram),
             longrunning: Family::default(),
             inflight_gauge: Family::default(),
+            inqueue_gauge: Family::default(),
             inflight: Inflight::default(),
             watch_events: Family::default(),
             watch_event_sizes: Family::new_with_constructor(watch_event_size_histogram),
@@ -230,6 +232,11 @@ impl Metrics {
             "apiserver_current_inflight_requests",
             "[STABLE] Maximal number of currently used inflight request limit of this apiserver per request kind in last second.",
             m.inflight_gauge.clone(),
+        );
+        r.register(
+            "apiserver_current_inqueue_requests",
+            "[ALPHA] Maximal number of queued requests in this apiserver per request kind in last second.",
+            m.inqueue_gauge.clone(),
         );
         r.register(
             "apiserver_longrunning_requests",
@@ -430,6 +437,11 @@ impl Metrics {
             self.inflight_gauge
                 .get_or_create(&KindLabels { request_kind: kind })
                 .set(peak.max(now));
+            // Nothing waits in a queue here (no priority and fairness): always 0, as kube
+            // reports an idle queue.
+            self.inqueue_gauge
+                .get_or_create(&KindLabels { request_kind: kind })
+                .set(0);
         }
         let mut open_metrics = String::new();
         // Writing into a String cannot fail.

@@ -243,6 +243,14 @@ async fn requests_are_counted_with_kube_apiserver_labels() {
         .is_some(),
         "{text}"
     );
+    assert_eq!(
+        value(
+            &text,
+            "apiserver_current_inqueue_requests{request_kind=\"readOnly\"}"
+        ),
+        Some(0.0),
+        "{text}"
+    );
     // The store's calls, under kube's etcd metric names.
     for series in [
         "etcd_requests_total{operation=\"create\",type=\"configmaps\"}",
