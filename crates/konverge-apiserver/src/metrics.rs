@@ -380,25 +380,28 @@ impl Metrics {
         )
     }
 
-    /// Records one store call, as kube's etcd3 store does around each etcd request.
-    /// `failed`: the store failed (not a logical outcome such as a conflict, which etcd
-    /// answers as a transaction that did not apply).
-    pub(crate) fn store_call(
+    /// Records one store call for `resource` (`configmaps`, `deployments.apps`), as kube's
+    /// etcd3 store does around each etcd request. Conflicts, existing and missing keys are
+    /// answers (etcd's transactions that did not apply), not failures of the store.
+    pub(crate) fn record_store_call(
         &self,
         operation: &'static str,
-        rt: &ResourceType,
+        resource: &str,
         elapsed: Duration,
-        failed: bool,
+        error: Option<&konverge_store::Error>,
     ) {
         let labels = StoreLabels {
             operation,
-            r#type: group_resource(rt),
+            r#type: resource.to_string(),
         };
         self.store_durations
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
         self.store_requests.get_or_create(&labels).inc();
-        if failed {
+        if matches!(
+            error,
+            Some(konverge_store::Error::Closed | konverge_store::Error::Backend { .. })
+        ) {
             self.store_errors.get_or_create(&labels).inc();
         }
     }
@@ -632,7 +635,7 @@ impl Drop for InflightGuard<'_> {
 
 /// kube's name for a resource in storage metrics: `configmaps`, `deployments.apps`
 /// (`GroupResource.String()`).
-fn group_resource(rt: &ResourceType) -> String {
+pub(crate) fn group_resource(rt: &ResourceType) -> String {
     if rt.group.is_empty() {
         rt.plural.clone()
     } else {

@@ -257,6 +257,8 @@ async fn requests_are_counted_with_kube_apiserver_labels() {
         "etcd_requests_total{operation=\"get\",type=\"configmaps\"}",
         "etcd_requests_total{operation=\"update\",type=\"configmaps\"}",
         "etcd_requests_total{operation=\"delete\",type=\"configmaps\"}",
+        // The watch cache's list of the store, started by the first list.
+        "etcd_requests_total{operation=\"list\",type=\"configmaps\"}",
         "etcd_request_duration_seconds_count{operation=\"create\",type=\"configmaps\"}",
     ] {
         assert!(

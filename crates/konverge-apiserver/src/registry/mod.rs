@@ -199,22 +199,30 @@ fn set_rv(obj: &mut Value, rv: i64) {
 impl Registry {
     /// A registry serving `catalog` from `store`.
     pub fn new(store: Arc<dyn KvStore>, catalog: Arc<Catalog>) -> Self {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let caches = Arc::new(cache::Caches::new(
             store.clone(),
             WatchCacheConfig::default(),
+            metrics.clone(),
         ));
         Registry {
             store,
             catalog,
             caches,
             generate_name: meta::generate_name,
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics,
         }
     }
 
     /// The same registry recording its store calls and object counts into `metrics` (the
     /// server's, so `/metrics` shows them).
+    /// Call it before the registry serves anything (the watch caches start over with it).
     pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.caches = Arc::new(cache::Caches::new(
+            self.store.clone(),
+            self.caches.config().clone(),
+            metrics.clone(),
+        ));
         self.metrics = metrics;
         self
     }
@@ -229,14 +237,12 @@ impl Registry {
     ) -> konverge_store::Result<T> {
         let started = std::time::Instant::now();
         let result = call.await;
-        // Conflicts, existing and missing keys are answers (etcd's transactions that did not
-        // apply), not failures of the store.
-        let failed = matches!(
-            result,
-            Err(konverge_store::Error::Closed | konverge_store::Error::Backend { .. })
+        self.metrics.record_store_call(
+            operation,
+            &crate::metrics::group_resource(rt),
+            started.elapsed(),
+            result.as_ref().err(),
         );
-        self.metrics
-            .store_call(operation, rt, started.elapsed(), failed);
         result
     }
 
@@ -257,7 +263,11 @@ impl Registry {
     /// The same registry with another watch cache configuration. Call it before the registry
     /// serves anything: caches already started by clones keep their configuration.
     pub fn with_watch_cache(mut self, config: WatchCacheConfig) -> Self {
-        self.caches = Arc::new(cache::Caches::new(self.store.clone(), config));
+        self.caches = Arc::new(cache::Caches::new(
+            self.store.clone(),
+            config,
+            self.metrics.clone(),
+        ));
         self
     }
 
