@@ -22,6 +22,9 @@
 //!   ([`resources::meta`]) and the review resources.
 //! - [`controllers`]: what runs without a request: bootstrap objects, garbage collection,
 //!   namespaces, ClusterRole aggregation, definitions, compaction.
+//! - [`metrics`]: `GET /metrics`, kube-apiserver's Prometheus metrics (requests, latencies,
+//!   in-flight and long-running requests, watch events, stored objects, store latency) under
+//!   kube's names, labels and buckets, recorded once per request by the dispatcher.
 //! - [`auth`]: ServiceAccount tokens.
 //! - [`serve`]: the network around the API: HTTPS or HTTP serving with graceful shutdown,
 //!   the CA, serving certificate and token, and kubeconfigs (what `konverge up` and the
@@ -34,6 +37,7 @@ pub mod auth;
 pub mod controllers;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod registry;
 pub mod resources;
 pub mod serve;
@@ -124,12 +128,17 @@ impl ApiServerBuilder {
                 .map_err(|e| ApiError::internal(format!("the service account key: {e}")))?,
             None => auth::tokens::ServiceAccountTokens::generate(),
         };
+        let metrics = Arc::new(metrics::Metrics::new());
         let server = Arc::new(ApiServer {
-            registry: Registry::new(self.store, catalog).with_watch_cache(self.watch_cache),
+            registry: Registry::new(self.store, catalog)
+                .with_watch_cache(self.watch_cache)
+                .with_metrics(metrics.clone()),
+            metrics,
             token: self.token,
             tokens: Arc::new(tokens),
             address: RwLock::new("127.0.0.1:6443".into()),
         });
+        server.metrics.set_build_info(&server.version_info());
         controllers::bootstrap::run(&server.registry).await?;
         controllers::crd::install_existing(&server.registry)
             .await
@@ -164,6 +173,7 @@ impl ApiServerBuilder {
 /// The API server: a registry over a store, and the HTTP front that serves it.
 pub struct ApiServer {
     registry: Registry,
+    metrics: Arc<metrics::Metrics>,
     token: Option<String>,
     tokens: Arc<auth::tokens::ServiceAccountTokens>,
     address: RwLock<String>,
@@ -197,6 +207,11 @@ impl ApiServer {
     /// The key ServiceAccount tokens are signed with.
     pub fn service_account_tokens(&self) -> &Arc<auth::tokens::ServiceAccountTokens> {
         &self.tokens
+    }
+
+    /// The metrics `GET /metrics` serves.
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.metrics
     }
 
     /// The registry, for in-process callers and control loops.

@@ -15,6 +15,7 @@ pub mod scale;
 pub mod table;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -106,17 +107,136 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
 }
 
 async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
+    let started = Instant::now();
+    let route = route::parse(req.uri().path(), server.registry.catalog());
+    let accept = Accept::parse(req.headers());
     // Errors are written as the objects of the request would be: protobuf when the client
     // prefers it and the resource has an encoding; JSON otherwise (kube-apiserver writes
     // the errors of failed negotiations, 406 included, as JSON).
-    let protobuf = Accept::parse(req.headers()).protobuf
+    let protobuf = accept.protobuf
         && matches!(
-            route::parse(req.uri().path(), server.registry.catalog()),
+            &route,
             Ok(Route::Resource(r)) if konverge_protobuf::can_encode(&r.rt.api_version(), &r.rt.kind)
         );
-    match handle(&server, req).await {
+    // kube-apiserver counts what reaches a handler: not requests refused by authentication,
+    // nor paths that match nothing.
+    let info = match &route {
+        Ok(Route::Health(..)) => request_info(&route, &req, &accept),
+        _ if authenticated(&server, &req) => request_info(&route, &req, &accept),
+        _ => None,
+    };
+    let _inflight = match &info {
+        Some(info) if info.long_running => None,
+        Some(info) => Some(server.metrics.enter(info.mutating())),
+        None => Some(
+            server
+                .metrics
+                .enter(!matches!(*req.method(), Method::GET | Method::HEAD)),
+        ),
+    };
+    let response = match handle(&server, route, accept, req).await {
         Ok(response) => response,
         Err(err) => respond(err.code, &err.to_status(), protobuf),
+    };
+    match info {
+        Some(info) => recorded(&server, info, started, response),
+        None => response,
+    }
+}
+
+/// What kube-apiserver's metrics say about a request, for the requests kube instruments:
+/// resources, the health checks, aggregated discovery.
+fn request_info(
+    route: &Result<Route>,
+    req: &Request,
+    accept: &Accept,
+) -> Option<crate::metrics::RequestInfo> {
+    use crate::metrics::{RequestInfo, RequestParts};
+    let parts = RequestParts {
+        method: req.method(),
+        query: req.uri().query(),
+        content_type: req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+    };
+    match route.as_ref().ok()? {
+        // A namespaced object named without its namespace matches no route of kube's.
+        Route::Resource(r) if r.rt.namespaced && r.namespace.is_none() && r.name.is_some() => None,
+        Route::Resource(r) => Some(RequestInfo::resource(
+            &r.rt,
+            r.namespace.as_deref(),
+            r.name.as_deref(),
+            r.subresource.as_deref(),
+            r.watch_path,
+            &parts,
+        )),
+        // kube instruments the health endpoints' roots, without a component.
+        Route::Health(endpoint, None) => Some(RequestInfo::non_resource(
+            match *endpoint {
+                "livez" => "/livez",
+                "readyz" => "/readyz",
+                _ => "/healthz",
+            },
+            "",
+            &parts,
+        )),
+        Route::Groups if accept.aggregated_discovery().is_some() => {
+            Some(RequestInfo::non_resource("apis", "apiserver", &parts))
+        }
+        Route::CoreVersions if accept.aggregated_discovery().is_some() => {
+            Some(RequestInfo::non_resource("api", "apiserver", &parts))
+        }
+        _ => None,
+    }
+}
+
+/// Records a request's answer; a long-running one (a watch) is counted as open until its
+/// stream ends, then recorded, as kube records a watch when its handler returns.
+fn recorded(
+    server: &Arc<ApiServer>,
+    info: crate::metrics::RequestInfo,
+    started: Instant,
+    response: Response,
+) -> Response {
+    use axum::body::HttpBody;
+    use futures::StreamExt;
+    let code = response.status();
+    if info.long_running && code == StatusCode::OK {
+        let open = Open {
+            gauge: server.metrics.long_running(&info),
+            metrics: server.metrics.clone(),
+            info,
+            started,
+        };
+        let (parts, body) = response.into_parts();
+        let stream = body.into_data_stream().map(move |chunk| {
+            // The stream owns the guard: dropping it (end, disconnect) ends the request.
+            let _open = &open;
+            chunk
+        });
+        return Response::from_parts(parts, Body::from_stream(stream));
+    }
+    if let Some(size) = response.body().size_hint().exact() {
+        server.metrics.response_size(&info, size);
+    }
+    server.metrics.request(&info, code, started.elapsed());
+    response
+}
+
+/// A long-running request being served.
+struct Open {
+    metrics: Arc<crate::metrics::Metrics>,
+    info: crate::metrics::RequestInfo,
+    started: Instant,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.gauge.dec();
+        self.metrics
+            .request(&self.info, StatusCode::OK, self.started.elapsed());
     }
 }
 
@@ -135,16 +255,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn handle(server: &Arc<ApiServer>, req: Request) -> Result<Response> {
+async fn handle(
+    server: &Arc<ApiServer>,
+    route: Result<Route>,
+    accept: Accept,
+    req: Request,
+) -> Result<Response> {
     let path = req.uri().path().to_string();
-    let route = route::parse(&path, server.registry.catalog());
     let public = matches!(route, Ok(Route::Version | Route::Health(..)));
     if !public && !authenticated(server, &req) {
         return Err(ApiError::unauthorized());
     }
     let route = route?;
     let method = req.method().clone();
-    let accept = Accept::parse(req.headers());
     let query = Query::parse(req.uri().query())?;
     let long_running = query.watch
         || matches!(&route, Route::Resource(r) if r.watch_path
@@ -202,6 +325,15 @@ async fn handle(server: &Arc<ApiServer>, req: Request) -> Result<Response> {
             server.registry.catalog(),
             req.headers(),
         )),
+        Route::Metrics => {
+            server.registry.update_object_counts().await;
+            let mut response = (StatusCode::OK, server.metrics.encode()).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+            );
+            Ok(response)
+        }
         Route::Resource(route) => resource(server, route, method, accept, query, req).await,
     }
 }
@@ -360,7 +492,12 @@ async fn resource(
             let stream = registry
                 .watch(rt.clone(), route.namespace.clone(), opts)
                 .await?;
-            Ok(watch_response(stream, &rt, accept))
+            Ok(watch_response(
+                stream,
+                &rt,
+                accept,
+                server.metrics.watch_events(&rt),
+            ))
         }
         ("GET", None) => {
             let opts = query.list_options(&rt)?;
@@ -622,6 +759,10 @@ fn watch_response(
     stream: impl futures::Stream<Item = WatchEvent> + Send + 'static,
     rt: &Arc<crate::resources::ResourceType>,
     accept: Accept,
+    (events, event_sizes): (
+        prometheus_client::metrics::counter::Counter,
+        prometheus_client::metrics::histogram::Histogram,
+    ),
 ) -> Response {
     use futures::StreamExt;
     let rt = rt.clone();
@@ -648,6 +789,9 @@ fn watch_response(
         } else {
             watch_line(&event)
         };
+        // Every event sent counts, bookmarks and errors too (kube counts what it encodes).
+        events.inc();
+        event_sizes.observe(bytes.len() as f64);
         Ok::<Bytes, std::convert::Infallible>(Bytes::from(bytes))
     });
     let content_type = if table {

@@ -25,6 +25,8 @@ pub enum Route {
     OpenApiV3(Option<String>),
     /// `/openapi/v2`.
     OpenApiV2,
+    /// `/metrics`.
+    Metrics,
     /// A resource path.
     Resource(ResourceRoute),
 }
@@ -95,6 +97,7 @@ pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
         ["openapi", "v3"] => return Ok(Route::OpenApiV3(None)),
         ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiV3(Some(rest.join("/")))),
         ["openapi", "v2"] => return Ok(Route::OpenApiV2),
+        ["metrics"] => return Ok(Route::Metrics),
         _ => {}
     }
     let (group, version, mut rest) = match parts.as_slice() {

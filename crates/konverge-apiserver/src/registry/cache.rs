@@ -96,6 +96,9 @@ const PROGRESS_RETRY: Duration = Duration::from_millis(250);
 pub(crate) struct Caches {
     store: Arc<dyn KvStore>,
     config: WatchCacheConfig,
+    /// Where each cache records its reads of the store (kube's cacher lists through the etcd3
+    /// store, so its lists count as `list` store calls).
+    metrics: Arc<crate::metrics::Metrics>,
     caches: Mutex<HashMap<String, Arc<Cache>>>,
     /// Dropped with the registry: the feeders stop.
     _shutdown: watch::Sender<()>,
@@ -103,11 +106,16 @@ pub(crate) struct Caches {
 }
 
 impl Caches {
-    pub(crate) fn new(store: Arc<dyn KvStore>, config: WatchCacheConfig) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn KvStore>,
+        config: WatchCacheConfig,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
         let (shutdown, shutdown_rx) = watch::channel(());
         Caches {
             store,
             config,
+            metrics,
             caches: Mutex::new(HashMap::new()),
             _shutdown: shutdown,
             shutdown_rx,
@@ -129,6 +137,10 @@ impl Caches {
             Bytes::from(prefix.clone()),
             self.store.clone(),
             self.config.capacity.max(1),
+            StoreTimer {
+                metrics: self.metrics.clone(),
+                resource: crate::metrics::group_resource(rt),
+            },
         ));
         tokio::spawn(cache.clone().run(self.shutdown_rx.clone()));
         caches.insert(prefix, cache.clone());
@@ -143,6 +155,19 @@ impl Caches {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// How many objects the running cache of `prefix` holds, if one runs and has listed
+    /// (a cache is not started for the asking).
+    pub(crate) fn object_count(&self, prefix: &str) -> Option<usize> {
+        let cache = self
+            .caches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(prefix)
+            .cloned()?;
+        let state = cache.read_state();
+        (state.listed && !state.closed).then_some(state.objects.len())
     }
 
     /// How many resources have a running cache.
@@ -240,10 +265,18 @@ impl State {
     }
 }
 
+/// Records a cache's reads of the store under its resource's name.
+struct StoreTimer {
+    metrics: Arc<crate::metrics::Metrics>,
+    /// `configmaps`, `deployments.apps`.
+    resource: String,
+}
+
 /// The cache of one resource.
 pub(crate) struct Cache {
     prefix: Bytes,
     store: Arc<dyn KvStore>,
+    timer: StoreTimer,
     capacity: usize,
     state: RwLock<State>,
     applied: watch::Sender<Applied>,
@@ -269,7 +302,7 @@ enum Stop {
 }
 
 impl Cache {
-    fn new(prefix: Bytes, store: Arc<dyn KvStore>, capacity: usize) -> Self {
+    fn new(prefix: Bytes, store: Arc<dyn KvStore>, capacity: usize, timer: StoreTimer) -> Self {
         let (applied, _) = watch::channel(Applied {
             revision: 0,
             ready: false,
@@ -278,6 +311,7 @@ impl Cache {
         Cache {
             prefix,
             store,
+            timer,
             capacity,
             state: RwLock::new(State::default()),
             applied,
@@ -507,6 +541,7 @@ impl Cache {
                 Some(end) => KeyRange::range(cursor.clone(), end.clone()),
                 None => KeyRange::From(cursor.clone()),
             };
+            let started = std::time::Instant::now();
             let resp = self
                 .store
                 .range(
@@ -514,7 +549,14 @@ impl Cache {
                         .at_revision(at)
                         .with_limit(LIST_CHUNK),
                 )
-                .await?;
+                .await;
+            self.timer.metrics.record_store_call(
+                "list",
+                &self.timer.resource,
+                started.elapsed(),
+                resp.as_ref().err(),
+            );
+            let resp = resp?;
             let more = resp.more;
             kvs.extend(resp.kvs);
             match kvs.last() {
@@ -721,6 +763,10 @@ mod tests {
             Bytes::from_static(b"/registry/configmaps/"),
             Arc::new(konverge_store::MemStore::new()),
             capacity,
+            StoreTimer {
+                metrics: Arc::new(crate::metrics::Metrics::new()),
+                resource: "configmaps".into(),
+            },
         );
         {
             let mut state = cache.write_state();

@@ -357,7 +357,10 @@ impl Registry {
                 Some(l) if filtering => Some(SCAN_CHUNK.max(l)),
                 other => other,
             };
-            let resp = self.store.range(req).await.map_err(|e| match e {
+            let resp = self
+                .timed("list", rt, self.store.range(req))
+                .await
+                .map_err(|e| match e {
                 konverge_store::Error::Compacted { .. } if continued => {
                     ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
                 }

@@ -125,6 +125,7 @@ pub struct Registry {
     catalog: Arc<Catalog>,
     caches: Arc<cache::Caches>,
     generate_name: fn(&str) -> String,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -198,22 +199,75 @@ fn set_rv(obj: &mut Value, rv: i64) {
 impl Registry {
     /// A registry serving `catalog` from `store`.
     pub fn new(store: Arc<dyn KvStore>, catalog: Arc<Catalog>) -> Self {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let caches = Arc::new(cache::Caches::new(
             store.clone(),
             WatchCacheConfig::default(),
+            metrics.clone(),
         ));
         Registry {
             store,
             catalog,
             caches,
             generate_name: meta::generate_name,
+            metrics,
+        }
+    }
+
+    /// The same registry recording its store calls and object counts into `metrics` (the
+    /// server's, so `/metrics` shows them).
+    /// Call it before the registry serves anything (the watch caches start over with it).
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.caches = Arc::new(cache::Caches::new(
+            self.store.clone(),
+            self.caches.config().clone(),
+            metrics.clone(),
+        ));
+        self.metrics = metrics;
+        self
+    }
+
+    /// Runs one store call, recorded as kube's etcd3 store records each etcd request
+    /// (`etcd_request_duration_seconds{operation,type}`).
+    pub(crate) async fn timed<T>(
+        &self,
+        operation: &'static str,
+        rt: &ResourceType,
+        call: impl std::future::Future<Output = konverge_store::Result<T>>,
+    ) -> konverge_store::Result<T> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        self.metrics.record_store_call(
+            operation,
+            &crate::metrics::group_resource(rt),
+            started.elapsed(),
+            result.as_ref().err(),
+        );
+        result
+    }
+
+    /// Brings `apiserver_storage_objects` up to date: from the watch cache where one runs (it
+    /// holds every object already), otherwise by counting in the store at most once a
+    /// minute, as kube-apiserver polls.
+    pub async fn update_object_counts(&self) {
+        for rt in self.catalog.stored() {
+            if let Some(count) = self.caches.object_count(&rt.storage_prefix()) {
+                self.metrics.set_object_count(&rt, count as i64);
+            } else if self.metrics.count_due(&rt) {
+                let count = self.count(&rt).await.map_or(-1, |c| c as i64);
+                self.metrics.set_object_count(&rt, count);
+            }
         }
     }
 
     /// The same registry with another watch cache configuration. Call it before the registry
     /// serves anything: caches already started by clones keep their configuration.
     pub fn with_watch_cache(mut self, config: WatchCacheConfig) -> Self {
-        self.caches = Arc::new(cache::Caches::new(self.store.clone(), config));
+        self.caches = Arc::new(cache::Caches::new(
+            self.store.clone(),
+            config,
+            self.metrics.clone(),
+        ));
         self
     }
 
@@ -273,8 +327,7 @@ impl Registry {
         ns: Option<&str>,
         name: &str,
     ) -> Result<Option<KeyValue>> {
-        self.store
-            .get(Bytes::from(rt.key(ns, name)))
+        self.timed("get", rt, self.store.get(Bytes::from(rt.key(ns, name))))
             .await
             .map_err(|e| ApiError::from_store(e, target(rt, name)))
     }
@@ -558,8 +611,11 @@ impl Registry {
         };
         let created = match encode(rt, &obj) {
             Ok(value) => self
-                .store
-                .create(Bytes::from(rt.key(ns, &name)), value)
+                .timed(
+                    "create",
+                    rt,
+                    self.store.create(Bytes::from(rt.key(ns, &name)), value),
+                )
                 .await
                 .map_err(|e| ApiError::from_store(e, target(rt, &name))),
             Err(e) => Err(e),

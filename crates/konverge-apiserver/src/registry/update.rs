@@ -73,11 +73,22 @@ impl Registry {
             }
             // A deleted object keeps the resourceVersion it was deleted at.
             let written = match outcome {
-                Outcome::Deleted => (self.store.delete_if(key.clone(), kv.mod_revision).await)
+                Outcome::Deleted => self
+                    .timed(
+                        "delete",
+                        rt,
+                        self.store.delete_if(key.clone(), kv.mod_revision),
+                    )
+                    .await
                     .map(|_| kv.mod_revision),
                 _ => {
                     let value = encode(rt, &object)?;
-                    self.store.update(key.clone(), value, kv.mod_revision).await
+                    self.timed(
+                        "update",
+                        rt,
+                        self.store.update(key.clone(), value, kv.mod_revision),
+                    )
+                    .await
                 }
             };
             match written {

@@ -100,6 +100,7 @@ impl TestServer {
     }
 
     /// A raw HTTP request, for what kube::Client cannot send (wrong methods, bad bodies).
+    #[allow(dead_code)]
     pub(crate) async fn raw(
         &self,
         method: &str,
