@@ -1227,6 +1227,94 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
     )
     .await;
     assert_eq!(code, 400, "{status}");
+
+    // Updates keep what kube-apiserver keeps.
+    let deploy = |app: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"selector": {"matchLabels": {"app": app}},
+                   "template": {"metadata": {"labels": {"app": app}},
+                       "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    };
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments",
+        deploy("a"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, status) = send(
+        &t,
+        "PUT",
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        deploy("b"),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Deployment.apps "web" is invalid: spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"b"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable"#
+    );
+    let binding = |role: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"kind": "User", "name": "u"}]})
+    };
+    let path = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+    let (code, _) = send(&t, "POST", path, binding("view")).await;
+    assert_eq!(code, 200);
+    let (code, status) = send(&t, "PUT", &format!("{path}/rb"), binding("edit")).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"RoleBinding.rbac.authorization.k8s.io "rb" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#
+    );
+    // A pod's image may change, its other fields not; binding it is no update of it.
+    let pod = |image: &str, hostname: Option<&str>| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "u"},
+               "spec": {"containers": [{"name": "c", "image": image}]}});
+        if let Some(h) = hostname {
+            p["spec"]["hostname"] = json!(h);
+        }
+        p
+    };
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        pod("busybox", None),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods/u/binding",
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "u"},
+               "target": {"kind": "Node", "name": "n1"}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (_, current) = send(&t, "GET", "/api/v1/namespaces/default/pods/u", Value::Null).await;
+    let mut newer = current.clone();
+    newer["spec"]["containers"][0]["image"] = json!("busybox:1.36");
+    let (code, status) = send(
+        &t,
+        "PUT",
+        "/api/v1/namespaces/default/pods/u",
+        newer.clone(),
+    )
+    .await;
+    assert_eq!(code, 200, "{status}");
+    newer["spec"]["hostname"] = json!("h");
+    newer["metadata"]["resourceVersion"] = status["metadata"]["resourceVersion"].clone();
+    let (code, status) = send(&t, "PUT", "/api/v1/namespaces/default/pods/u", newer).await;
+    assert_eq!(code, 422);
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Pod \"u\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"),
+        "{message}"
+    );
 }
 
 /// A server started again over the same store finds its bootstrap objects and starts.

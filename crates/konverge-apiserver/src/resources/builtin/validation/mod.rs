@@ -2,10 +2,15 @@
 //! words. One file per family of kinds:
 //!
 //! - `config`: ConfigMap and Secret keys, sizes, types and immutability;
-//! - `pod`: pod specs wherever they appear (containers, ports, restart policies);
-//! - `workloads`: apps/v1 selectors and templates, StatefulSet updates, Jobs;
+//! - `pod`: pod specs wherever they appear (containers, ports, restart policies, probes and
+//!   lifecycle handlers, volumes and mounts), and what a pod update may change;
+//! - `workloads`: apps/v1 selectors and templates, StatefulSet and selector updates, Jobs
+//!   and what their updates may change;
 //! - `cron`: CronJob schedules as the `robfig/cron` parser reads them, and time zones;
-//! - `service`: Service types and ports.
+//! - `service`: Service types and ports, and cluster IPs on update;
+//! - `storage`: what updates of PersistentVolumeClaims, PersistentVolumes, StorageClasses
+//!   and CSIDrivers may change;
+//! - `cluster`: what updates of PriorityClasses, IngressClasses and role bindings may change.
 //!
 //! This file holds the words every family shares (`Required value`, `Unsupported value` ...).
 
@@ -92,17 +97,175 @@ fn non_negative(obj: &Value, at: &str, path: &str, fields: &[&str], causes: &mut
     }
 }
 
+mod cluster;
 mod config;
 mod cron;
 mod pod;
 mod service;
+mod storage;
 mod workloads;
 
+pub(super) use cluster::{ingress_class, priority_class, role_binding};
 pub(super) use config::{config_map, secret};
 pub(super) use cron::cron_job;
-pub(super) use pod::pod;
+pub(super) use pod::{pod, pod_template, replication_controller};
 pub(super) use service::service;
+pub(super) use storage::{csi_driver, persistent_volume, persistent_volume_claim, storage_class};
 pub(super) use workloads::{daemon_set, deployment, job, replica_set, stateful_set};
+
+/// An Invalid cause whose value is already printed as Go's `%#v` prints it.
+fn invalid_shown(field: impl Into<String>, shown: &str, detail: &str) -> Cause {
+    cause(
+        "FieldValueInvalid",
+        field,
+        format!("Invalid value: {shown}: {detail}"),
+    )
+}
+
+/// `obj` without Go's zero values (null, false, 0, "", empty lists and objects): decoded
+/// into Go types, a field left out and a field set to its zero value are the same, and
+/// `apiequality.Semantic.DeepEqual` takes nil and empty slices and maps as equal.
+fn zeroless(obj: &Value) -> Value {
+    match obj {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), zeroless(v)))
+                .filter(|(_, v)| !is_zero(v))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(zeroless).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// `apiequality.Semantic.DeepEqual` of two fields, as near as JSON gets.
+fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
+    let null = Value::Null;
+    zeroless(a.unwrap_or(&null)) == zeroless(b.unwrap_or(&null))
+}
+
+/// `ValidateImmutableField`: a changed field is Invalid, shown with its new value.
+fn immutable(
+    obj: &Value,
+    old: &Value,
+    at: &str,
+    path: &str,
+    shown: impl Fn(Option<&Value>) -> String,
+    causes: &mut Vec<Cause>,
+) {
+    let (new, before) = (obj.pointer(at), old.pointer(at));
+    if !same(new, before) {
+        causes.push(invalid_shown(path, &shown(new), "field is immutable"));
+    }
+}
+
+/// How `%#v` prints a scalar field's value (a pointer is followed; nil is `null`).
+fn go_scalar(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "null".into(),
+        Some(Value::String(s)) => format!("{s:?}"),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// How `%#v` prints a `[]string`, or a slice of a named string type `ty`.
+fn go_strings(ty: &str, v: Option<&Value>) -> String {
+    match v.and_then(Value::as_array) {
+        None => format!("[]{ty}(nil)"),
+        Some(items) => {
+            let items: Vec<String> = items
+                .iter()
+                .map(|i| format!("{:?}", i.as_str().unwrap_or_default()))
+                .collect();
+            format!("[]{ty}{{{}}}", items.join(", "))
+        }
+    }
+}
+
+/// How `%#v` prints a list of selector requirements of type `ty` (`v1.LabelSelectorRequirement`,
+/// `core.NodeSelectorRequirement`).
+fn go_requirements(ty: &str, v: Option<&Value>) -> String {
+    match v.and_then(Value::as_array) {
+        None => format!("[]{ty}(nil)"),
+        Some(items) => {
+            let items: Vec<String> = items
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{ty}{{Key:{:?}, Operator:{:?}, Values:{}}}",
+                        r["key"].as_str().unwrap_or_default(),
+                        r["operator"].as_str().unwrap_or_default(),
+                        go_strings("string", r.get("values")),
+                    )
+                })
+                .collect();
+            format!("[]{ty}{{{}}}", items.join(", "))
+        }
+    }
+}
+
+/// How `%#v` prints a `metav1.LabelSelector` (a nil pointer is `null`).
+fn go_label_selector(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "null".into(),
+        Some(sel) => format!(
+            "v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{}}}",
+            go_string_map(sel.get("matchLabels")),
+            go_requirements("v1.LabelSelectorRequirement", sel.get("matchExpressions")),
+        ),
+    }
+}
+
+/// The diff kube-apiserver appends to some update refusals, as near as it goes. Theirs is
+/// go-cmp's over the internal Go type, which go-cmp makes unstable on purpose (it indents
+/// with spaces or non-breaking spaces at random, per process): no client can match it byte
+/// for byte, so this one shows the changed fields, JSON valued, in go-cmp's layout.
+fn spec_diff(type_name: &str, old: &Value, new: &Value) -> String {
+    let (old, new) = (zeroless(old), zeroless(new));
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        old.as_object().unwrap_or(&empty),
+        new.as_object().unwrap_or(&empty),
+    );
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut lines = vec![format!("  {type_name}{{")];
+    for key in keys {
+        if a.get(key) == b.get(key) {
+            continue;
+        }
+        let field = go_field_name(key);
+        if let Some(v) = a.get(key) {
+            lines.push(format!("- \t{field}: {v},"));
+        }
+        if let Some(v) = b.get(key) {
+            lines.push(format!("+ \t{field}: {v},"));
+        }
+    }
+    lines.push("  }".into());
+    lines.join("\n")
+}
+
+/// A JSON field's Go name: its first letter upper-cased.
+fn go_field_name(key: &str) -> String {
+    let mut chars = key.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
 
 /// Go's `%#v` of a `map[string]string` (keys sorted), or its nil.
 fn go_string_map(map: Option<&Value>) -> String {
@@ -177,6 +340,269 @@ mod tests {
             [
                 "spec.template.spec.containers[1].name: Duplicate value: \"c\"",
                 "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn workload_selectors_and_job_fields_are_immutable() {
+        let deploy = |app: &str| {
+            json!({"spec": {"selector": {"matchLabels": {"app": app}},
+                "template": {"metadata": {"labels": {"app": app}}, "spec": {"restartPolicy": "Always", "containers": [{"name": "c", "image": "x"}]}}}})
+        };
+        assert!(deployment(&deploy("a"), Some(&deploy("a"))).is_empty());
+        let want = [
+            "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"b\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable",
+        ];
+        assert_eq!(
+            messages(&deployment(&deploy("b"), Some(&deploy("a")))),
+            want
+        );
+        assert_eq!(
+            messages(&replica_set(&deploy("b"), Some(&deploy("a")))),
+            want
+        );
+        assert_eq!(
+            messages(&daemon_set(&deploy("b"), Some(&deploy("a")))),
+            want
+        );
+        let mut expr = deploy("a");
+        expr["spec"]["selector"] =
+            json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["a"]}]});
+        assert_eq!(
+            messages(&deployment(&expr, Some(&deploy("a")))),
+            [
+                "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"app\", Operator:\"In\", Values:[]string{\"a\"}}}}: field is immutable"
+            ]
+        );
+
+        let job = |completions: i64, image: &str| {
+            json!({"spec": {"completions": completions, "parallelism": 1,
+                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u"}},
+                "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "u"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": image}]}}}})
+        };
+        assert!(super::job(&job(1, "x"), Some(&job(1, "x"))).is_empty());
+        let got = messages(&super::job(&job(2, "y"), Some(&job(1, "x"))));
+        assert_eq!(
+            got[0],
+            "spec.completions: Invalid value: 2: field is immutable"
+        );
+        assert!(
+            got[1].starts_with("spec.template: Invalid value: {"),
+            "{got:?}"
+        );
+        assert!(got[1].ends_with("}: field is immutable"), "{got:?}");
+        assert_eq!(got.len(), 2);
+        // A suspended Job that never ran may move: node selector, tolerations, labels.
+        let mut suspended = job(1, "x");
+        suspended["spec"]["suspend"] = json!(true);
+        let mut moved = suspended.clone();
+        moved["spec"]["template"]["spec"]["nodeSelector"] = json!({"zone": "b"});
+        assert!(super::job(&moved, Some(&suspended)).is_empty());
+        suspended["status"] = json!({"startTime": "2024-01-02T03:04:05Z"});
+        assert_eq!(super::job(&moved, Some(&suspended)).len(), 1);
+        let mut indexed = job(2, "x");
+        indexed["spec"]["completionMode"] = json!("Indexed");
+        let mut scaled = indexed.clone();
+        scaled["spec"]["completions"] = json!(3);
+        assert_eq!(
+            messages(&super::job(&scaled, Some(&indexed))),
+            [
+                "spec.completions: Invalid value: 3: can only be modified in tandem with spec.parallelism"
+            ]
+        );
+        scaled["spec"]["parallelism"] = json!(3);
+        assert!(super::job(&scaled, Some(&indexed)).is_empty());
+        let mut mode = job(1, "x");
+        mode["spec"]["completionMode"] = json!("Indexed");
+        assert_eq!(
+            messages(&super::job(&mode, Some(&job(1, "x")))),
+            ["spec.completionMode: Invalid value: \"Indexed\": field is immutable"]
+        );
+    }
+
+    #[test]
+    fn pod_updates_change_images_deadlines_and_tolerations_only() {
+        let pod = json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "c", "image": "x"}],
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10}]}});
+        let update = |f: &dyn Fn(&mut Value)| {
+            let mut new = pod.clone();
+            f(&mut new);
+            messages(&super::pod(&new, Some(&pod)))
+        };
+        assert!(update(&|p| p["spec"]["containers"][0]["image"] = json!("y")).is_empty());
+        assert!(update(&|p| p["spec"]["activeDeadlineSeconds"] = json!(5)).is_empty());
+        assert!(
+            update(&|p| p["spec"]["tolerations"][0]["tolerationSeconds"] = json!(5)).is_empty()
+        );
+        assert!(
+            update(&|p| p["spec"]["tolerations"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"operator": "Exists"})))
+            .is_empty()
+        );
+        assert!(
+            update(&|p| p["spec"]["hostNetwork"] = json!(false)).is_empty(),
+            "a zero value is no change"
+        );
+        let got = update(&|p| p["spec"]["hostname"] = json!("h"));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].starts_with("spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)\n  core.PodSpec{\n"), "{got:?}");
+        assert!(got[0].contains("+ \tHostname: \"h\","), "{got:?}");
+        assert_eq!(
+            update(&|p| p["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "d", "image": "x"}))),
+            ["spec.containers: Forbidden: pod updates may not add or remove containers"]
+        );
+        assert_eq!(
+            update(&|p| p["spec"]["tolerations"] = json!([])),
+            [
+                "spec.tolerations: Forbidden: existing toleration can not be modified except its tolerationSeconds"
+            ]
+        );
+        let mut deadline = pod.clone();
+        deadline["spec"]["activeDeadlineSeconds"] = json!(5);
+        let mut later = deadline.clone();
+        later["spec"]["activeDeadlineSeconds"] = json!(6);
+        assert_eq!(
+            messages(&super::pod(&later, Some(&deadline))),
+            [
+                "spec.activeDeadlineSeconds: Invalid value: 6: must be less than or equal to previous value"
+            ]
+        );
+        assert_eq!(
+            messages(&super::pod(&pod, Some(&deadline))),
+            [
+                "spec.activeDeadlineSeconds: Invalid value: null: must not update from a positive integer to nil value"
+            ]
+        );
+        // While gated: gates may go, node selectors may grow.
+        let mut gated = pod.clone();
+        gated["spec"]["schedulingGates"] = json!([{"name": "a"}]);
+        gated["spec"]["nodeSelector"] = json!({"zone": "a"});
+        let mut ungated = gated.clone();
+        ungated["spec"]["schedulingGates"] = json!([{"name": "b"}]);
+        ungated["spec"]["nodeSelector"] = json!({"zone": "a", "disk": "ssd"});
+        assert_eq!(
+            messages(&super::pod(&ungated, Some(&gated))),
+            [
+                "spec.schedulingGates[0].name: Forbidden: only deletion is allowed, but found new scheduling gate 'b'"
+            ]
+        );
+        ungated["spec"]["schedulingGates"] = json!([]);
+        ungated["spec"]["nodeSelector"] = json!({"zone": "b"});
+        assert_eq!(
+            messages(&super::pod(&ungated, Some(&gated))),
+            [
+                "spec.nodeSelector: Invalid value: map[string]string{\"zone\":\"b\"}: only additions to spec.nodeSelector are allowed (no mutations or deletions)"
+            ]
+        );
+    }
+
+    #[test]
+    fn storage_and_cluster_classes_keep_what_kube_apiserver_keeps() {
+        let claim = json!({"spec": {"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem",
+            "resources": {"requests": {"storage": "1Gi"}}}, "status": {"phase": "Pending"}});
+        let mut bound = claim.clone();
+        bound["spec"]["volumeName"] = json!("pv-1");
+        assert!(
+            persistent_volume_claim(&bound, Some(&claim)).is_empty(),
+            "the binder names the volume once"
+        );
+        let mut grown = claim.clone();
+        grown["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+        let got = messages(&persistent_volume_claim(&grown, Some(&claim)));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].starts_with("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n  core.PersistentVolumeClaimSpec{\n"), "{got:?}");
+        let mut was_bound = claim.clone();
+        was_bound["status"] = json!({"phase": "Bound", "capacity": {"storage": "1Gi"}});
+        grown["status"] = was_bound["status"].clone();
+        assert!(persistent_volume_claim(&grown, Some(&was_bound)).is_empty());
+        let mut shrunk = was_bound.clone();
+        shrunk["spec"]["resources"]["requests"]["storage"] = json!("512Mi");
+        assert_eq!(
+            messages(&persistent_volume_claim(&shrunk, Some(&was_bound))),
+            [
+                "spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+            ]
+        );
+        let mut block = claim.clone();
+        block["spec"]["volumeMode"] = json!("Block");
+        assert_eq!(
+            messages(&persistent_volume_claim(&block, Some(&claim)))
+                .last()
+                .unwrap(),
+            "volumeMode: Invalid value: \"Block\": field is immutable"
+        );
+
+        let pv = json!({"spec": {"hostPath": {"path": "/a", "type": ""}, "capacity": {"storage": "1Gi"}, "volumeMode": "Filesystem"}});
+        let mut moved = pv.clone();
+        moved["spec"]["hostPath"]["path"] = json!("/b");
+        moved["spec"]["capacity"]["storage"] = json!("2Gi");
+        let got = messages(&persistent_volume(&moved, Some(&pv)));
+        assert_eq!(got.len(), 1);
+        assert!(got[0].starts_with("spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation\n  core.PersistentVolumeSource{\n- \tHostPath: {\"path\":\"/a\"},\n+ \tHostPath: {\"path\":\"/b\"},"), "{got:?}");
+        let zoned = |key: &str| {
+            let mut v = pv.clone();
+            v["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": key, "operator": "In", "values": ["z"]}]}]}});
+            v
+        };
+        let beta = zoned("failure-domain.beta.kubernetes.io/zone");
+        assert!(persistent_volume(&zoned("topology.kubernetes.io/zone"), Some(&beta)).is_empty());
+        assert_eq!(
+            persistent_volume(&zoned("other"), Some(&beta))[0].field,
+            "nodeAffinity"
+        );
+
+        let class = json!({"provisioner": "a", "parameters": {"x": "1"}, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"});
+        let changed = json!({"provisioner": "b", "parameters": {"x": "2"}, "reclaimPolicy": "Retain", "volumeBindingMode": "WaitForFirstConsumer"});
+        assert_eq!(
+            messages(&storage_class(&changed, Some(&class))),
+            [
+                "parameters: Forbidden: updates to parameters are forbidden.",
+                "provisioner: Forbidden: updates to provisioner are forbidden.",
+                "reclaimPolicy: Forbidden: updates to reclaimPolicy are forbidden.",
+                "volumeBindingMode: Invalid value: \"WaitForFirstConsumer\": field is immutable",
+            ]
+        );
+        let driver =
+            json!({"spec": {"attachRequired": true, "volumeLifecycleModes": ["Persistent"]}});
+        let redriven =
+            json!({"spec": {"attachRequired": false, "volumeLifecycleModes": ["Ephemeral"]}});
+        assert_eq!(
+            messages(&csi_driver(&redriven, Some(&driver))),
+            [
+                "spec.attachedRequired: Invalid value: false: field is immutable",
+                "spec.volumeLifecycleModes: Invalid value: []storage.VolumeLifecycleMode{\"Ephemeral\"}: field is immutable",
+            ]
+        );
+        let pc = json!({"value": 10, "preemptionPolicy": "PreemptLowerPriority"});
+        assert_eq!(
+            messages(&priority_class(
+                &json!({"value": 11, "preemptionPolicy": "Never"}),
+                Some(&pc)
+            )),
+            [
+                "value: Forbidden: may not be changed in an update.",
+                "preemptionPolicy: Invalid value: \"Never\": field is immutable",
+            ]
+        );
+        let ic = |c: &str| json!({"spec": {"controller": c}});
+        assert_eq!(
+            messages(&ingress_class(&ic("b"), Some(&ic("a")))),
+            ["spec.controller: Invalid value: \"b\": field is immutable"]
+        );
+        let rb = |name: &str| json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}});
+        assert!(role_binding(&rb("view"), Some(&rb("view"))).is_empty());
+        assert_eq!(
+            messages(&role_binding(&rb("view"), Some(&rb("edit")))),
+            [
+                "roleRef: Invalid value: rbac.RoleRef{APIGroup:\"rbac.authorization.k8s.io\", Kind:\"ClusterRole\", Name:\"view\"}: cannot change roleRef"
             ]
         );
     }
