@@ -608,6 +608,53 @@ mod tests {
     }
 
     #[test]
+    fn service_cluster_ips_stay_once_set() {
+        let svc = |ips: &[&str], policy: &str| {
+            json!({"spec": {"type": "ClusterIP", "clusterIP": ips[0], "clusterIPs": ips,
+                "ipFamilyPolicy": policy, "ports": [{"port": 80, "protocol": "TCP"}]}})
+        };
+        let single = svc(&["10.96.0.10"], "SingleStack");
+        assert!(service(&single, Some(&single)).is_empty());
+        assert_eq!(
+            messages(&service(
+                &svc(&["10.96.0.20"], "SingleStack"),
+                Some(&single)
+            )),
+            [
+                "spec.clusterIPs[0]: Invalid value: []string{\"10.96.0.20\"}: may not change once set"
+            ]
+        );
+        // An old client changes clusterIP alone: clusterIPs follows it.
+        let mut old_client = single.clone();
+        old_client["spec"]["clusterIP"] = json!("10.96.0.30");
+        assert_eq!(
+            messages(&service(&old_client, Some(&single))),
+            [
+                "spec.clusterIPs[0]: Invalid value: []string{\"10.96.0.30\"}: may not change once set"
+            ]
+        );
+        let dual = svc(&["10.96.0.10", "fd00::10"], "PreferDualStack");
+        assert_eq!(
+            messages(&service(
+                &svc(&["10.96.0.10"], "PreferDualStack"),
+                Some(&dual)
+            )),
+            [
+                "spec.ipFamilyPolicy: Invalid value: \"PreferDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP"
+            ]
+        );
+        assert!(service(&single, Some(&dual)).is_empty());
+        let lb = |class: &str| {
+            json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": class, "clusterIP": "10.96.0.10",
+                "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80, "protocol": "TCP"}]}})
+        };
+        assert_eq!(
+            messages(&service(&lb("b"), Some(&lb("a")))),
+            ["spec.loadBalancerClass: Invalid value: \"b\": may not change once set"]
+        );
+    }
+
+    #[test]
     fn cron_time_zones_are_iana_names() {
         let cron = |schedule: &str, zone: Option<&str>| {
             let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,
