@@ -1228,6 +1228,37 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
     .await;
     assert_eq!(code, 400, "{status}");
 
+    // Probes, wherever a pod spec is.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "image": "busybox", "livenessProbe": {}}]}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Pod "p" is invalid: spec.containers[0].livenessProbe: Required value: must specify a handler type"#
+    );
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/apps/v1/namespaces/default/daemonsets",
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"},
+               "spec": {"selector": {"matchLabels": {"app": "d"}},
+                   "template": {"metadata": {"labels": {"app": "d"}},
+                       "spec": {"containers": [{"name": "c", "image": "busybox",
+                           "readinessProbe": {"tcpSocket": {"port": 0}}}]}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"DaemonSet.apps "d" is invalid: spec.template.spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: 0: must be between 1 and 65535, inclusive"#
+    );
+
     // Updates keep what kube-apiserver keeps.
     let deploy = |app: &str| {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},

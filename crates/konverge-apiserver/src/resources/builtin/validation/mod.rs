@@ -655,6 +655,107 @@ mod tests {
     }
 
     #[test]
+    fn probes_and_lifecycle_handlers_are_checked_as_kube_apiserver_checks_them() {
+        let pod_with = |container: Value| {
+            let mut c = json!({"name": "c", "image": "x"});
+            c.as_object_mut()
+                .unwrap()
+                .extend(container.as_object().unwrap().clone());
+            json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "containers": [c]}})
+        };
+        let check = |container: Value| messages(&super::pod(&pod_with(container), None));
+        let probe = |extra: Value| {
+            let mut p = json!({"timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3});
+            p.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            p
+        };
+        assert!(
+            check(json!({"livenessProbe": probe(json!({"exec": {"command": ["true"]}}))}))
+                .is_empty()
+        );
+        assert_eq!(
+            check(json!({"livenessProbe": probe(json!({}))})),
+            ["spec.containers[0].livenessProbe: Required value: must specify a handler type"]
+        );
+        assert_eq!(
+            check(
+                json!({"readinessProbe": probe(json!({"exec": {"command": []}, "tcpSocket": {"port": 80}}))})
+            ),
+            [
+                "spec.containers[0].readinessProbe.exec.command: Required value",
+                "spec.containers[0].readinessProbe.tcpSocket: Forbidden: may not specify more than 1 handler type",
+            ]
+        );
+        assert_eq!(
+            check(
+                json!({"startupProbe": probe(json!({"httpGet": {"path": "/", "scheme": "FTP", "port": "8080",
+                "httpHeaders": [{"name": "X_Bad", "value": "1"}]}, "successThreshold": -1, "initialDelaySeconds": -2}))})
+            ),
+            [
+                "spec.containers[0].startupProbe.httpGet.port: Invalid value: \"8080\": must contain at least one letter (a-z)",
+                "spec.containers[0].startupProbe.httpGet.scheme: Unsupported value: \"FTP\": supported values: \"HTTP\", \"HTTPS\"",
+                "spec.containers[0].startupProbe.httpGet.httpHeaders: Invalid value: \"X_Bad\": a valid HTTP header must consist of alphanumeric characters or '-' (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')",
+                "spec.containers[0].startupProbe.initialDelaySeconds: Invalid value: -2: must be greater than or equal to 0",
+                "spec.containers[0].startupProbe.successThreshold: Invalid value: -1: must be greater than or equal to 0",
+                "spec.containers[0].startupProbe.successThreshold: Invalid value: -1: must be 1",
+            ]
+        );
+        assert_eq!(
+            check(
+                json!({"livenessProbe": probe(json!({"grpc": {"port": 70000}, "successThreshold": 2}))})
+            ),
+            [
+                "spec.containers[0].livenessProbe.grpc.port: Invalid value: 70000: must be between 1 and 65535, inclusive",
+                "spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1",
+            ]
+        );
+        assert_eq!(
+            check(
+                json!({"readinessProbe": probe(json!({"tcpSocket": {"port": 0}, "terminationGracePeriodSeconds": 0}))})
+            ),
+            [
+                "spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: 0: must be between 1 and 65535, inclusive",
+                "spec.containers[0].readinessProbe.terminationGracePeriodSeconds: Invalid value: 0: must be greater than 0",
+                "spec.containers[0].readinessProbe.terminationGracePeriodSeconds: Invalid value: 0: must not be set for readinessProbes",
+            ]
+        );
+        assert_eq!(
+            check(json!({"lifecycle": {"postStart": {}, "preStop": {"sleep": {"seconds": 31}}}})),
+            [
+                "spec.containers[0].lifecycle.postStart: Required value: must specify a handler type",
+                "spec.containers[0].lifecycle.preStop.sleep: Invalid value: 31: must be non-negative and less than terminationGracePeriodSeconds (30)",
+            ]
+        );
+        assert!(check(json!({"lifecycle": {"preStop": {"sleep": {"seconds": 0}}}})).is_empty());
+        // Init containers: only sidecars (restartPolicy Always) have probes and hooks.
+        let init = |restart: Option<&str>| {
+            let mut c = json!({"name": "i", "image": "x", "livenessProbe": probe(json!({})), "lifecycle": {"preStop": {"exec": {"command": ["x"]}}}});
+            if let Some(r) = restart {
+                c["restartPolicy"] = json!(r);
+            }
+            json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "c", "image": "x"}], "initContainers": [c]}})
+        };
+        assert_eq!(
+            messages(&super::pod(&init(None), None)),
+            [
+                "spec.initContainers[0].lifecycle: Forbidden: may not be set for init containers without restartPolicy=Always",
+                "spec.initContainers[0].livenessProbe: Forbidden: may not be set for init containers without restartPolicy=Always",
+            ]
+        );
+        assert_eq!(
+            messages(&super::pod(&init(Some("Always")), None)),
+            ["spec.initContainers[0].livenessProbe: Required value: must specify a handler type"]
+        );
+        assert_eq!(
+            messages(&super::pod(&init(Some("Never")), None))[0],
+            "spec.initContainers[0].restartPolicy: Unsupported value: \"Never\": supported values: \"Always\""
+        );
+    }
+
+    #[test]
     fn cron_time_zones_are_iana_names() {
         let cron = |schedule: &str, zone: Option<&str>| {
             let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,

@@ -1,4 +1,5 @@
-//! Pods and pod templates: containers, ports, restart policies.
+//! Pods and pod templates: containers, ports, restart policies, probes and lifecycle
+//! handlers, and what a pod update may change.
 
 use std::collections::BTreeSet;
 
@@ -7,9 +8,13 @@ use serde_json::{Value, json};
 use super::*;
 use crate::error::Cause;
 
-/// Containers, init containers: names (unique across both), images, ports.
+/// Containers, init containers: names (unique across both), images, ports, probes and
+/// lifecycle handlers, in kube-apiserver's order.
 pub(super) fn containers(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
     let mut names = BTreeSet::new();
+    let grace = spec
+        .get("terminationGracePeriodSeconds")
+        .and_then(Value::as_i64);
     for list in ["containers", "initContainers"] {
         let items = spec.get(list).and_then(Value::as_array);
         if list == "containers" && items.is_none_or(Vec::is_empty) {
@@ -17,21 +22,52 @@ pub(super) fn containers(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
         }
         for (i, c) in items.into_iter().flatten().enumerate() {
             let at = format!("{path}.{list}[{i}]");
-            match c.get("name").and_then(Value::as_str) {
-                None | Some("") => causes.push(required(format!("{at}.name"))),
-                Some(name) => {
-                    let problems = check_name(NameRule::Label, name, &format!("{at}.name"));
-                    if problems.is_empty() && !names.insert(name.to_string()) {
-                        causes.push(duplicate(format!("{at}.name"), &json!(name)));
-                    }
-                    causes.extend(problems);
-                }
-            }
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+            let name_ok = if name.is_empty() {
+                causes.push(required(format!("{at}.name")));
+                false
+            } else {
+                let problems = check_name(NameRule::Label, name, &format!("{at}.name"));
+                let ok = problems.is_empty();
+                causes.extend(problems);
+                ok
+            };
             if c.get("image")
                 .and_then(Value::as_str)
                 .is_none_or(str::is_empty)
             {
                 causes.push(required(format!("{at}.image")));
+            }
+            ports(c, &at, causes);
+            let restart = c.get("restartPolicy").and_then(Value::as_str);
+            if list == "initContainers"
+                && let Some(policy) = restart.filter(|p| *p != "Always")
+            {
+                causes.push(not_supported(
+                    format!("{at}.restartPolicy"),
+                    policy,
+                    &["Always"],
+                ));
+            }
+            if name_ok && !names.insert(name.to_string()) {
+                causes.push(duplicate(format!("{at}.name"), &json!(name)));
+            }
+            if list == "containers" || restart == Some("Always") {
+                handlers(c, &at, grace, causes);
+            } else {
+                for field in [
+                    "lifecycle",
+                    "livenessProbe",
+                    "readinessProbe",
+                    "startupProbe",
+                ] {
+                    if c.get(field).is_some_and(|v| !v.is_null()) {
+                        causes.push(forbidden(
+                            format!("{at}.{field}"),
+                            "may not be set for init containers without restartPolicy=Always",
+                        ));
+                    }
+                }
             }
             if list == "containers" && c.get("restartPolicy").is_some_and(|r| !r.is_null()) {
                 causes.push(forbidden(
@@ -39,7 +75,188 @@ pub(super) fn containers(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
                     "may not be set for non-init containers",
                 ));
             }
-            ports(c, &at, causes);
+        }
+    }
+}
+
+/// A container's lifecycle hooks and probes (`validateLifecycle`, `validateLivenessProbe` ...).
+fn handlers(c: &Value, at: &str, grace: Option<i64>, causes: &mut Vec<Cause>) {
+    for hook in ["postStart", "preStop"] {
+        if let Some(h) = c
+            .pointer(&format!("/lifecycle/{hook}"))
+            .filter(|h| !h.is_null())
+        {
+            handler(
+                h,
+                &format!("{at}.lifecycle.{hook}"),
+                LIFECYCLE_HANDLERS,
+                grace,
+                causes,
+            );
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let Some(p) = c.get(probe).filter(|p| !p.is_null()) else {
+            continue;
+        };
+        let path = format!("{at}.{probe}");
+        handler(p, &path, PROBE_HANDLERS, grace, causes);
+        non_negative(
+            p,
+            "",
+            &path,
+            &[
+                "initialDelaySeconds",
+                "timeoutSeconds",
+                "periodSeconds",
+                "successThreshold",
+                "failureThreshold",
+            ],
+            causes,
+        );
+        let probe_grace = p
+            .get("terminationGracePeriodSeconds")
+            .and_then(Value::as_i64);
+        if let Some(g) = probe_grace.filter(|g| *g <= 0) {
+            causes.push(Cause::invalid(
+                format!("{path}.terminationGracePeriodSeconds"),
+                &json!(g),
+                "must be greater than 0",
+            ));
+        }
+        if probe == "readinessProbe" {
+            if let Some(g) = probe_grace {
+                causes.push(Cause::invalid(
+                    format!("{path}.terminationGracePeriodSeconds"),
+                    &json!(g),
+                    "must not be set for readinessProbes",
+                ));
+            }
+        } else {
+            // Go's zero value: a threshold left out is 0 (defaulting makes it 1).
+            let success = p
+                .get("successThreshold")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if success != 1 {
+                causes.push(Cause::invalid(
+                    format!("{path}.successThreshold"),
+                    &json!(success),
+                    "must be 1",
+                ));
+            }
+        }
+    }
+}
+
+/// The handlers a probe may use, in the order `validateHandler` looks at them.
+const PROBE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "grpc"];
+/// The handlers a lifecycle hook may use.
+const LIFECYCLE_HANDLERS: &[&str] = &["exec", "httpGet", "tcpSocket", "sleep"];
+
+/// `validateHandler`: exactly one handler, and that one well formed.
+fn handler(h: &Value, path: &str, kinds: &[&str], grace: Option<i64>, causes: &mut Vec<Cause>) {
+    let mut found = false;
+    for kind in kinds {
+        let Some(action) = h.get(*kind).filter(|a| !a.is_null()) else {
+            continue;
+        };
+        let at = format!("{path}.{kind}");
+        if found {
+            causes.push(forbidden(at, "may not specify more than 1 handler type"));
+            continue;
+        }
+        found = true;
+        match *kind {
+            "exec"
+                if action
+                    .get("command")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty) =>
+            {
+                causes.push(required(format!("{at}.command")));
+            }
+            "httpGet" => {
+                if action
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    causes.push(required(format!("{at}.path")));
+                }
+                port_num_or_name(action.get("port"), &format!("{at}.port"), causes);
+                let scheme = action.get("scheme").and_then(Value::as_str).unwrap_or("");
+                if !matches!(scheme, "HTTP" | "HTTPS") {
+                    causes.push(not_supported(
+                        format!("{at}.scheme"),
+                        scheme,
+                        &["HTTP", "HTTPS"],
+                    ));
+                }
+                for header in action
+                    .get("httpHeaders")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let name = header.get("name").and_then(Value::as_str).unwrap_or("");
+                    if name.is_empty()
+                        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    {
+                        // kube-apiserver reports it on the list, without the index.
+                        causes.push(Cause::invalid(
+                            format!("{at}.httpHeaders"),
+                            &json!(name),
+                            "a valid HTTP header must consist of alphanumeric characters or '-' (e.g. 'X-Header-Name', regex used for validation is '[-A-Za-z0-9]+')",
+                        ));
+                    }
+                }
+            }
+            "tcpSocket" => port_num_or_name(action.get("port"), &format!("{at}.port"), causes),
+            "grpc" => {
+                let port = action.get("port").and_then(Value::as_i64).unwrap_or(0);
+                port_num_or_name(Some(&json!(port)), &format!("{at}.port"), causes);
+            }
+            "sleep" => {
+                let seconds = action.get("seconds").and_then(Value::as_i64).unwrap_or(0);
+                // Only with a grace period to compare with (pods always have one, defaulted).
+                if let Some(grace) = grace
+                    && !(0..=grace).contains(&seconds)
+                {
+                    causes.push(Cause::invalid(
+                        at,
+                        &json!(seconds),
+                        format!(
+                            "must be non-negative and less than terminationGracePeriodSeconds ({grace})"
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    if !found {
+        causes.push(required_because(path, "must specify a handler type"));
+    }
+}
+
+/// `ValidatePortNumOrName`: a number in range, or a valid port name.
+fn port_num_or_name(port: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    match port {
+        Some(Value::String(name)) => {
+            for problem in port_name_problems(name) {
+                causes.push(Cause::invalid(path, &json!(name), problem));
+            }
+        }
+        other => {
+            let n = other.and_then(Value::as_i64).unwrap_or(0);
+            if !(1..=65535).contains(&n) {
+                causes.push(Cause::invalid(
+                    path,
+                    &json!(n),
+                    "must be between 1 and 65535, inclusive",
+                ));
+            }
         }
     }
 }
@@ -113,9 +330,10 @@ fn port_name_problems(name: &str) -> Vec<&'static str> {
     if name.len() > 15 {
         problems.push("must be no more than 15 characters");
     }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     {
         problems.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
     }
