@@ -1259,6 +1259,27 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
         r#"DaemonSet.apps "d" is invalid: spec.template.spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: 0: must be between 1 and 65535, inclusive"#
     );
 
+    // A mount names a volume of the pod.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/batch/v1/namespaces/default/jobs",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"template": {"spec": {"restartPolicy": "Never",
+                   "containers": [{"name": "c", "image": "busybox",
+                       "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Job.batch "j" is invalid: spec.template.spec.containers[0].volumeMounts[0].name: Not found: "data""#
+    );
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "FieldValueNotFound"
+    );
+
     // Updates keep what kube-apiserver keeps.
     let deploy = |app: &str| {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},

@@ -75,6 +75,10 @@ fn too_long(field: impl Into<String>, max: usize) -> Cause {
     )
 }
 
+fn not_found(field: impl Into<String>, value: &str) -> Cause {
+    cause("FieldValueNotFound", field, format!("Not found: {value:?}"))
+}
+
 fn forbidden(field: impl Into<String>, detail: &str) -> Cause {
     Cause::forbidden(field, detail)
 }
@@ -112,6 +116,40 @@ pub(super) use pod::{pod, pod_template, replication_controller};
 pub(super) use service::service;
 pub(super) use storage::{csi_driver, persistent_volume, persistent_volume_claim, storage_class};
 pub(super) use workloads::{daemon_set, deployment, job, replica_set, stateful_set};
+
+/// A quantity's value (`1Gi`, `500m`, `1e3`), for comparing sizes.
+fn quantity_value(q: Option<&Value>) -> Option<f64> {
+    let text = match q? {
+        Value::Number(n) => return n.as_f64(),
+        Value::String(s) => s.trim(),
+        _ => return None,
+    };
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exp => 10f64.powi(exp.strip_prefix(['e', 'E'])?.parse().ok()?),
+    };
+    Some(number * scale)
+}
 
 /// An Invalid cause whose value is already printed as Go's `%#v` prints it.
 fn invalid_shown(field: impl Into<String>, shown: &str, detail: &str) -> Cause {
@@ -752,6 +790,83 @@ mod tests {
         assert_eq!(
             messages(&super::pod(&init(Some("Never")), None))[0],
             "spec.initContainers[0].restartPolicy: Unsupported value: \"Never\": supported values: \"Always\""
+        );
+    }
+
+    #[test]
+    fn volumes_and_mounts_are_checked_as_kube_apiserver_checks_them() {
+        let pod = |volumes: Value, mounts: Value| {
+            json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "volumes": volumes,
+                "containers": [{"name": "c", "image": "x", "volumeMounts": mounts}]}})
+        };
+        let check =
+            |volumes: Value, mounts: Value| messages(&super::pod(&pod(volumes, mounts), None));
+        assert!(check(
+            json!([{"name": "data", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "c", "items": [{"key": "a", "path": "a/b"}]}}]),
+            json!([{"name": "data", "mountPath": "/data"}, {"name": "cfg", "mountPath": "/cfg", "subPath": "a"}])
+        )
+        .is_empty());
+        assert_eq!(
+            check(
+                json!([{"name": "Data", "emptyDir": {}}, {"name": "two", "emptyDir": {}, "hostPath": {"path": "/x"}, "downwardAPI": {}},
+                    {"name": "two", "emptyDir": {}}]),
+                json!([])
+            ),
+            [
+                "spec.volumes[0].name: Invalid value: \"Data\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                "spec.volumes[1].hostPath: Forbidden: may not specify more than 1 volume type",
+                "spec.volumes[1].downwarAPI: Forbidden: may not specify more than 1 volume type",
+            ]
+        );
+        assert_eq!(
+            check(
+                json!([{"name": "s", "secret": {"defaultMode": 1000, "items": [{"key": "", "path": "/abs"}, {"key": "k", "path": "..data", "mode": -1}]}},
+                    {"name": "h", "hostPath": {"path": "/a/../b", "type": "Dir"}},
+                    {"name": "p", "persistentVolumeClaim": {"claimName": ""}},
+                    {"name": "n", "nfs": {"server": "", "path": "rel"}}]),
+                json!([])
+            ),
+            [
+                "spec.volumes[0].secret.secretName: Required value",
+                "spec.volumes[0].secret.defaultMode: Invalid value: 1000: must be a number between 0 and 0777 (octal), both inclusive",
+                "spec.volumes[0].secret.items[0].key: Required value",
+                "spec.volumes[0].secret.items[0].path: Invalid value: \"/abs\": must be a relative path",
+                "spec.volumes[0].secret.items[1].path: Invalid value: \"..data\": must not start with '..'",
+                "spec.volumes[0].secret.items[1].mode: Invalid value: -1: must be a number between 0 and 0777 (octal), both inclusive",
+                "spec.volumes[1].hostPath.path: Invalid value: \"/a/../b\": must not contain '..'",
+                "spec.volumes[1].hostPath.type: Unsupported value: \"Dir\": supported values: \"\", \"BlockDevice\", \"CharDevice\", \"Directory\", \"DirectoryOrCreate\", \"File\", \"FileOrCreate\", \"Socket\"",
+                "spec.volumes[2].persistentVolumeClaim.claimName: Required value",
+                "spec.volumes[3].nfs.server: Required value",
+                "spec.volumes[3].nfs.path: Invalid value: \"rel\": must be an absolute path",
+            ]
+        );
+        assert_eq!(
+            check(
+                json!([{"name": "data", "emptyDir": {}}]),
+                json!([{"name": "", "mountPath": "/a"}, {"name": "data", "mountPath": "/a", "subPath": "../x", "mountPropagation": "Bidirectional"},
+                    {"name": "logs", "mountPath": "/b", "readOnly": false, "recursiveReadOnly": "Enabled"}])
+            ),
+            [
+                "spec.containers[0].volumeMounts[0].name: Required value",
+                "spec.containers[0].volumeMounts[0].name: Not found: \"\"",
+                "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/a\": must be unique",
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"../x\": must not contain '..'",
+                "spec.containers[0].volumeMounts.mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers",
+                "spec.containers[0].volumeMounts[2].name: Not found: \"logs\"",
+                "spec.containers[0].volumeMounts.recursiveReadOnly: Forbidden: may only be specified when readOnly is true",
+            ]
+        );
+        // A volume with errors is not there for mounts.
+        assert_eq!(
+            check(
+                json!([{"name": "cfg", "configMap": {}}]),
+                json!([{"name": "cfg", "mountPath": "/cfg"}])
+            ),
+            [
+                "spec.volumes[0].configMap.name: Required value",
+                "spec.containers[0].volumeMounts[0].name: Not found: \"cfg\"",
+            ]
         );
     }
 

@@ -1,5 +1,5 @@
-//! Pods and pod templates: containers, ports, restart policies, probes and lifecycle
-//! handlers, and what a pod update may change.
+//! Pods and pod templates: volumes, containers, ports, volume mounts, restart policies,
+//! probes and lifecycle handlers, and what a pod update may change.
 
 use std::collections::BTreeSet;
 
@@ -8,9 +8,9 @@ use serde_json::{Value, json};
 use super::*;
 use crate::error::Cause;
 
-/// Containers, init containers: names (unique across both), images, ports, probes and
-/// lifecycle handlers, in kube-apiserver's order.
-pub(super) fn containers(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+/// Containers, init containers: names (unique across both), images, ports, volume mounts,
+/// probes and lifecycle handlers, in kube-apiserver's order.
+fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut Vec<Cause>) {
     let mut names = BTreeSet::new();
     let grace = spec
         .get("terminationGracePeriodSeconds")
@@ -39,6 +39,7 @@ pub(super) fn containers(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
                 causes.push(required(format!("{at}.image")));
             }
             ports(c, &at, causes);
+            volume_mounts(c, &at, volumes, causes);
             let restart = c.get("restartPolicy").and_then(Value::as_str);
             if list == "initContainers"
                 && let Some(policy) = restart.filter(|p| *p != "Always")
@@ -363,7 +364,8 @@ fn restart_policy(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
 
 /// Every check of a pod spec at `path` (`spec`, `template.spec`, `spec.template.spec` ...).
 pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
-    containers(spec, path, causes);
+    let volumes = volumes(spec, path, causes);
+    containers(spec, path, &volumes, causes);
 }
 
 pub(crate) fn pod(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
@@ -666,4 +668,388 @@ fn go_node_selector_terms(terms: &[Value]) -> String {
     }
     let terms: Vec<String> = terms.iter().map(go_node_selector_term).collect();
     format!("[]core.NodeSelectorTerm{{{}}}", terms.join(", "))
+}
+
+/// The sources a volume may have, in the order `validateVolumeSource` looks at them.
+const VOLUME_SOURCES: &[&str] = &[
+    "emptyDir",
+    "hostPath",
+    "gitRepo",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "flocker",
+    "persistentVolumeClaim",
+    "rbd",
+    "cinder",
+    "cephfs",
+    "quobyte",
+    "downwardAPI",
+    "fc",
+    "flexVolume",
+    "configMap",
+    "azureFile",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "azureDisk",
+    "storageos",
+    "projected",
+    "scaleIO",
+    "csi",
+    "ephemeral",
+    "image",
+];
+
+const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclusive";
+
+/// `ValidateVolumes`: each volume's source and name. Returns the names of the volumes
+/// without errors, the ones mounts may refer to.
+fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for (i, volume) in spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{path}.volumes[{i}]");
+        let mut problems = volume_source(volume, &at);
+        let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            problems.push(required(format!("{at}.name")));
+        } else {
+            problems.extend(check_name(NameRule::Label, name, &format!("{at}.name")));
+        }
+        if names.contains(name) {
+            problems.push(duplicate(format!("{at}.name"), &json!(name)));
+        }
+        if problems.is_empty() {
+            names.insert(name.to_string());
+        }
+        causes.extend(problems);
+    }
+    names
+}
+
+/// `validateVolumeSource`: one source, and the common ones well formed.
+fn volume_source(volume: &Value, at: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let mut found = false;
+    for key in VOLUME_SOURCES {
+        let Some(source) = volume.get(*key).filter(|s| !s.is_null()) else {
+            continue;
+        };
+        if found && *key != "emptyDir" {
+            // kube-apiserver misspells this one.
+            let name = if *key == "downwardAPI" {
+                "downwarAPI"
+            } else {
+                key
+            };
+            causes.push(forbidden(
+                format!("{at}.{name}"),
+                "may not specify more than 1 volume type",
+            ));
+            continue;
+        }
+        found = true;
+        let path = format!("{at}.{key}");
+        match *key {
+            "emptyDir" => causes.extend(
+                quantity_value(source.get("sizeLimit"))
+                    .is_some_and(|q| q < 0.0)
+                    .then(|| {
+                        forbidden(
+                            format!("{path}.sizeLimit"),
+                            "SizeLimit field must be a valid resource quantity",
+                        )
+                    }),
+            ),
+            "hostPath" => host_path(source, &path, &mut causes),
+            "secret" | "configMap" => {
+                let name = if *key == "secret" {
+                    "secretName"
+                } else {
+                    "name"
+                };
+                require_str(source, name, &path, &mut causes);
+                file_mode(source, "defaultMode", &path, &mut causes);
+                for (j, item) in source
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    key_to_path(item, &format!("{path}.items[{j}]"), &mut causes);
+                }
+            }
+            "downwardAPI" | "projected" => file_mode(source, "defaultMode", &path, &mut causes),
+            "persistentVolumeClaim" => require_str(source, "claimName", &path, &mut causes),
+            "nfs" => {
+                require_str(source, "server", &path, &mut causes);
+                require_str(source, "path", &path, &mut causes);
+                let dir = source.get("path").and_then(Value::as_str).unwrap_or("");
+                if !dir.starts_with('/') {
+                    causes.push(Cause::invalid(
+                        format!("{path}.path"),
+                        &json!(dir),
+                        "must be an absolute path",
+                    ));
+                }
+            }
+            "csi" => {
+                let driver = source.get("driver").and_then(Value::as_str).unwrap_or("");
+                let field = format!("{path}.driver");
+                if driver.is_empty() {
+                    causes.push(required(&field));
+                }
+                if driver.len() > 63 {
+                    causes.push(too_long(&field, 63));
+                }
+                for problem in crate::resources::meta::name_problems(
+                    NameRule::Subdomain,
+                    &driver.to_lowercase(),
+                ) {
+                    causes.push(Cause::invalid(&field, &json!(driver), problem));
+                }
+            }
+            "ephemeral" => causes.extend(
+                source
+                    .get("volumeClaimTemplate")
+                    .is_none_or(Value::is_null)
+                    .then(|| required(format!("{path}.volumeClaimTemplate"))),
+            ),
+            _ => {}
+        }
+    }
+    if !found {
+        causes.push(required_because(at, "must specify a volume type"));
+    }
+    causes
+}
+
+/// A string field of `obj` that must be set.
+fn require_str(obj: &Value, field: &str, path: &str, causes: &mut Vec<Cause>) {
+    if obj
+        .get(field)
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        causes.push(required(format!("{path}.{field}")));
+    }
+}
+
+/// `validateHostPathVolumeSource`.
+fn host_path(source: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let dir = source.get("path").and_then(Value::as_str).unwrap_or("");
+    if dir.is_empty() {
+        causes.push(required(format!("{path}.path")));
+        return;
+    }
+    no_backsteps(dir, &format!("{path}.path"), causes);
+    if let Some(kind) = source.get("type").and_then(Value::as_str) {
+        const TYPES: &[&str] = &[
+            "",
+            "BlockDevice",
+            "CharDevice",
+            "Directory",
+            "DirectoryOrCreate",
+            "File",
+            "FileOrCreate",
+            "Socket",
+        ];
+        if !TYPES.contains(&kind) {
+            causes.push(not_supported(format!("{path}.type"), kind, TYPES));
+        }
+    }
+}
+
+/// `validatePathNoBacksteps`.
+fn no_backsteps(target: &str, path: &str, causes: &mut Vec<Cause>) {
+    if target.split('/').any(|part| part == "..") {
+        causes.push(Cause::invalid(
+            path,
+            &json!(target),
+            "must not contain '..'",
+        ));
+    }
+}
+
+/// `ValidateLocalDescendingPath`: relative, without `..`.
+fn local_descending_path(target: &str, path: &str, causes: &mut Vec<Cause>) {
+    if target.starts_with('/') {
+        causes.push(Cause::invalid(
+            path,
+            &json!(target),
+            "must be a relative path",
+        ));
+    }
+    no_backsteps(target, path, causes);
+}
+
+/// A file mode (`defaultMode`, `mode`) is 0 to 0777.
+fn file_mode(source: &Value, field: &str, path: &str, causes: &mut Vec<Cause>) {
+    if let Some(mode) = source.get(field).and_then(Value::as_i64)
+        && !(0..=0o777).contains(&mode)
+    {
+        causes.push(Cause::invalid(
+            format!("{path}.{field}"),
+            &json!(mode),
+            FILE_MODE,
+        ));
+    }
+}
+
+/// `validateKeyToPath`: a secret's or config map's item.
+fn key_to_path(item: &Value, path: &str, causes: &mut Vec<Cause>) {
+    if item
+        .get("key")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        causes.push(required(format!("{path}.key")));
+    }
+    let target = item.get("path").and_then(Value::as_str).unwrap_or("");
+    let at = format!("{path}.path");
+    if target.is_empty() {
+        causes.push(required(&at));
+    }
+    // `ValidateLocalNonReservedPath`.
+    local_descending_path(target, &at, causes);
+    if target.starts_with("..") && !target.starts_with("../") {
+        causes.push(Cause::invalid(
+            &at,
+            &json!(target),
+            "must not start with '..'",
+        ));
+    }
+    file_mode(item, "mode", path, causes);
+}
+
+/// `ValidateVolumeMounts`: each mount names a volume, at a path of its own.
+fn volume_mounts(c: &Value, at: &str, volumes: &BTreeSet<String>, causes: &mut Vec<Cause>) {
+    let devices: Vec<(&str, &str)> = c
+        .get("volumeDevices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            (
+                d.get("name").and_then(Value::as_str).unwrap_or(""),
+                d.get("devicePath").and_then(Value::as_str).unwrap_or(""),
+            )
+        })
+        .collect();
+    let privileged = c.pointer("/securityContext/privileged") == Some(&json!(true));
+    let mut mount_paths = BTreeSet::new();
+    // kube-apiserver reports sub-paths, propagation and recursive read-only on the list,
+    // without the mount's index.
+    let list = format!("{at}.volumeMounts");
+    for (j, mount) in c
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = format!("{list}[{j}]");
+        let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+        let target = mount.get("mountPath").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            causes.push(required(format!("{path}.name")));
+        }
+        if !volumes.contains(name) {
+            causes.push(not_found(format!("{path}.name"), name));
+        }
+        if target.is_empty() {
+            causes.push(required(format!("{path}.mountPath")));
+        }
+        if !mount_paths.insert(target) {
+            causes.push(Cause::invalid(
+                format!("{path}.mountPath"),
+                &json!(target),
+                "must be unique",
+            ));
+        }
+        if devices.iter().any(|(n, _)| *n == name) {
+            causes.push(Cause::invalid(
+                format!("{path}.name"),
+                &json!(name),
+                "must not already exist in volumeDevices",
+            ));
+        }
+        if devices.iter().any(|(_, p)| *p == target) {
+            causes.push(Cause::invalid(
+                format!("{path}.mountPath"),
+                &json!(target),
+                "must not already exist as a path in volumeDevices",
+            ));
+        }
+        let sub_path = mount.get("subPath").and_then(Value::as_str).unwrap_or("");
+        if !sub_path.is_empty() {
+            local_descending_path(sub_path, &format!("{list}.subPath"), causes);
+        }
+        let expr = mount
+            .get("subPathExpr")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !expr.is_empty() {
+            if !sub_path.is_empty() {
+                causes.push(Cause::invalid(
+                    format!("{path}.subPathExpr"),
+                    &json!(expr),
+                    "subPathExpr and subPath are mutually exclusive",
+                ));
+            }
+            local_descending_path(expr, &format!("{list}.subPathExpr"), causes);
+        }
+        let propagation = mount.get("mountPropagation").and_then(Value::as_str);
+        if let Some(mode) = propagation {
+            let at = format!("{list}.mountPropagation");
+            if !matches!(mode, "Bidirectional" | "HostToContainer" | "None") {
+                causes.push(not_supported(
+                    &at,
+                    mode,
+                    &["Bidirectional", "HostToContainer", "None"],
+                ));
+            }
+            if mode == "Bidirectional" && !privileged {
+                causes.push(forbidden(
+                    at,
+                    "Bidirectional mount propagation is available only to privileged containers",
+                ));
+            }
+        }
+        if let Some(mode) = mount.get("recursiveReadOnly").and_then(Value::as_str) {
+            let at = format!("{list}.recursiveReadOnly");
+            match mode {
+                "Disabled" => {}
+                "Enabled" | "IfPossible" => {
+                    if mount.get("readOnly") != Some(&json!(true)) {
+                        causes.push(forbidden(
+                            &at,
+                            "may only be specified when readOnly is true",
+                        ));
+                    }
+                    if propagation.is_some_and(|p| p != "None") {
+                        causes.push(forbidden(
+                            &at,
+                            "may only be specified when mountPropagation is None or not specified",
+                        ));
+                    }
+                }
+                other => causes.push(not_supported(
+                    &at,
+                    other,
+                    &["Disabled", "Enabled", "IfPossible"],
+                )),
+            }
+        }
+    }
 }

@@ -8,40 +8,6 @@ use crate::error::Cause;
 
 const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
-/// A quantity's value (`1Gi`, `500m`, `1e3`), for comparing sizes.
-fn quantity_value(q: Option<&Value>) -> Option<f64> {
-    let text = match q? {
-        Value::Number(n) => return n.as_f64(),
-        Value::String(s) => s.trim(),
-        _ => return None,
-    };
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let scale = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exp => 10f64.powi(exp.strip_prefix(['e', 'E'])?.parse().ok()?),
-    };
-    Some(number * scale)
-}
-
 fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     obj.pointer("/metadata/annotations")
         .and_then(|a| a.get(key))
