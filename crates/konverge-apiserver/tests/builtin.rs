@@ -1280,6 +1280,23 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
         "FieldValueNotFound"
     );
 
+    // Tolerations, down to a CronJob's pods.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/batch/v1/namespaces/default/cronjobs",
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tol"},
+               "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                   "restartPolicy": "Never", "tolerations": [{"key": "k", "operator": "In"}],
+                   "containers": [{"name": "c", "image": "busybox"}]}}}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"CronJob.batch "tol" is invalid: spec.jobTemplate.spec.template.spec.tolerations[0].operator: Unsupported value: "In": supported values: "Equal", "Exists""#
+    );
+
     // Updates keep what kube-apiserver keeps.
     let deploy = |app: &str| {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},

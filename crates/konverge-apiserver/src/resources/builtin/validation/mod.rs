@@ -2,6 +2,7 @@
 //! words. One file per family of kinds:
 //!
 //! - `config`: ConfigMap and Secret keys, sizes, types and immutability;
+//! - `affinity`: node and pod affinity, label selectors and tolerations of pod specs;
 //! - `pod`: pod specs wherever they appear (containers, ports, restart policies, probes and
 //!   lifecycle handlers, volumes and mounts), and what a pod update may change;
 //! - `workloads`: apps/v1 selectors and templates, StatefulSet and selector updates, Jobs
@@ -101,6 +102,7 @@ fn non_negative(obj: &Value, at: &str, path: &str, fields: &[&str], causes: &mut
     }
 }
 
+mod affinity;
 mod cluster;
 mod config;
 mod cron;
@@ -866,6 +868,116 @@ mod tests {
             [
                 "spec.volumes[0].configMap.name: Required value",
                 "spec.containers[0].volumeMounts[0].name: Not found: \"cfg\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn affinity_and_tolerations_are_checked_as_kube_apiserver_checks_them() {
+        let pod = |extra: Value| {
+            let mut p = json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "c", "image": "x"}]}});
+            p["spec"]
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            messages(&super::pod(&p, None))
+        };
+        const NA: &str = "spec.affinity.nodeAffinity";
+        assert!(pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}},
+            "tolerations": [{"operator": "Exists"}, {"key": "k", "value": "v", "effect": "NoExecute", "tolerationSeconds": 5}]}))
+        .is_empty());
+        assert_eq!(
+            pod(
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}})
+            ),
+            [format!(
+                "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: Required value: must have at least one node selector term"
+            )]
+        );
+        assert_eq!(
+            pod(json!({"affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+                    "matchExpressions": [{"key": "a", "operator": "In"}, {"key": "b", "operator": "Exists", "values": ["x"]},
+                        {"key": "c", "operator": "Gt", "values": ["1", "2"]}, {"key": "d", "operator": "Foo"}, {"key": "e", "operator": "In", "values": ["a b"]}],
+                    "matchFields": [{"key": "spec.nodeName", "operator": "In", "values": ["a", "b"]}]}]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {"matchExpressions": [{"key": "f", "operator": "In", "values": ["a b"]}]}}]}}})),
+            [
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+                ),
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                ),
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[2].values: Required value: must be specified single value when `operator` is 'Lt' or 'Gt'"
+                ),
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[3].operator: Invalid value: \"Foo\": not a valid selector operator"
+                ),
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[4].values[0]: Invalid value: \"a b\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+                ),
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].values: Required value: must be only one value when `operator` is 'In' or 'NotIn' for node field selector"
+                ),
+                format!(
+                    "{NA}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].key: Invalid value: \"spec.nodeName\": not a valid field selector key"
+                ),
+                format!(
+                    "{NA}.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0: must be in the range 1-100"
+                ),
+            ]
+        );
+        const PA: &str = "spec.affinity.podAntiAffinity";
+        assert_eq!(
+            pod(json!({"affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": {"matchLabels": {"app": "a b"},
+                    "matchExpressions": [{"key": "x", "operator": "Gt", "values": ["1"]}]}, "namespaces": ["Bad"], "topologyKey": ""}],
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}})),
+            [
+                format!(
+                    "{PA}.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchLabels: Invalid value: \"a b\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+                ),
+                format!(
+                    "{PA}.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].operator: Invalid value: \"Gt\": not a valid selector operator"
+                ),
+                format!(
+                    "{PA}.requiredDuringSchedulingIgnoredDuringExecution[0].namespace: Invalid value: \"Bad\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                ),
+                format!(
+                    "{PA}.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Required value: can not be empty"
+                ),
+                format!(
+                    "{PA}.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Invalid value: \"\": name part must be non-empty"
+                ),
+                format!(
+                    "{PA}.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+                ),
+                format!(
+                    "{PA}.preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 101: must be in the range 1-100"
+                ),
+            ]
+        );
+        assert_eq!(
+            pod(json!({"tolerations": [
+                {"operator": "Equal", "value": "v"},
+                {"key": "k", "operator": "Exists", "value": "v", "effect": "NoSchedule", "tolerationSeconds": 5},
+                {"key": "k", "operator": "In", "effect": "Sometimes"}]})),
+            [
+                "spec.tolerations[0].operator: Invalid value: \"Equal\": operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+                "spec.tolerations[1].effect: Invalid value: \"NoSchedule\": effect must be 'NoExecute' when `tolerationSeconds` is set",
+                "spec.tolerations[1].operator: Invalid value: core.Toleration{Key:\"k\", Operator:\"Exists\", Value:\"v\", Effect:\"NoSchedule\", TolerationSeconds:(*int64)(5)}: value must be empty when `operator` is 'Exists'",
+                "spec.tolerations[2].operator: Unsupported value: \"In\": supported values: \"Equal\", \"Exists\"",
+                "spec.tolerations[2].effect: Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"",
+            ]
+        );
+        assert_eq!(
+            pod(json!({"nodeSelector": {"disk": "a b"}})),
+            [
+                "spec.nodeSelector: Invalid value: \"a b\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
             ]
         );
     }

@@ -366,13 +366,37 @@ fn restart_policy(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
 pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
     let volumes = volumes(spec, path, causes);
     containers(spec, path, &volumes, causes);
+    restart_policy(spec, path, causes);
+    node_selector(spec, path, causes);
+    if let Some(affinity) = spec.get("affinity").filter(|a| !a.is_null()) {
+        super::affinity::affinity(affinity, &format!("{path}.affinity"), causes);
+    }
+    super::affinity::tolerations(spec, &format!("{path}.tolerations"), causes);
+}
+
+/// `ValidateLabels` of the node selector: problems are reported on the map, not the key.
+fn node_selector(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let at = format!("{path}.nodeSelector");
+    for (key, value) in spec
+        .get("nodeSelector")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        for problem in konverge_apimachinery::selector::label_key_errors(key) {
+            causes.push(Cause::invalid(&at, &json!(key), problem));
+        }
+        let value = value.as_str().unwrap_or_default();
+        for problem in konverge_apimachinery::selector::label_value_errors(value) {
+            causes.push(Cause::invalid(&at, &json!(value), problem));
+        }
+    }
 }
 
 pub(crate) fn pod(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
     pod_spec(&spec, "spec", &mut causes);
-    restart_policy(&spec, "spec", &mut causes);
     if let Some(old) = old {
         pod_update(obj, old, &mut causes);
     }
@@ -387,7 +411,6 @@ pub(crate) fn pod_template(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
         .cloned()
         .unwrap_or(Value::Null);
     pod_spec(&spec, "template.spec", &mut causes);
-    restart_policy(&spec, "template.spec", &mut causes);
     causes
 }
 
@@ -405,14 +428,16 @@ pub(crate) fn replication_controller(obj: &Value, _old: Option<&Value>) -> Vec<C
         return causes;
     };
     pod_spec(spec, "spec.template.spec", &mut causes);
-    restart_policy(spec, "spec.template.spec", &mut causes);
-    match spec.get("restartPolicy").and_then(Value::as_str) {
-        None | Some("" | "Always") => {}
-        Some(other) => causes.push(not_supported(
+    let restart = spec
+        .get("restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if restart != "Always" {
+        causes.push(not_supported(
             "spec.template.spec.restartPolicy",
-            other,
+            restart,
             &["Always"],
-        )),
+        ));
     }
     if spec
         .get("activeDeadlineSeconds")

@@ -80,14 +80,17 @@ fn workload(obj: &Value, kind: &str) -> Vec<Cause> {
         .cloned()
         .unwrap_or(Value::Null);
     pod_spec(&spec, "spec.template.spec", &mut causes);
-    match spec.get("restartPolicy").and_then(Value::as_str) {
-        Some("Always") => {}
-        None | Some("") => causes.push(required("spec.template.spec.restartPolicy")),
-        Some(other) => causes.push(not_supported(
+    // After the pod spec's own check (Required for an empty one), apps/v1's.
+    let restart = spec
+        .get("restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if restart != "Always" {
+        causes.push(not_supported(
             "spec.template.spec.restartPolicy",
-            other,
+            restart,
             &["Always"],
-        )),
+        ));
     }
     if spec
         .get("activeDeadlineSeconds")
