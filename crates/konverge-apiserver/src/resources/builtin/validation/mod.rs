@@ -983,6 +983,85 @@ mod tests {
     }
 
     #[test]
+    fn env_policies_and_dns_are_checked_as_kube_apiserver_checks_them() {
+        let pod = |container: Value, extra: Value| {
+            let mut c = json!({"name": "c", "image": "x"});
+            c.as_object_mut()
+                .unwrap()
+                .extend(container.as_object().unwrap().clone());
+            let mut p = json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "containers": [c]}});
+            p["spec"]
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            messages(&super::pod(&p, None))
+        };
+        assert!(
+            pod(
+                json!({"env": [{"name": "MY VAR.x-1", "value": "1"},
+            {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+            "envFrom": [{"prefix": "P_", "configMapRef": {"name": "cm"}}]}),
+                json!({})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            pod(
+                json!({"env": [{"name": ""}, {"name": "A=B"},
+                {"name": "C", "value": "x", "valueFrom": {"configMapKeyRef": {"name": "", "key": "a b"}}},
+                {"name": "D", "valueFrom": {}}],
+                "envFrom": [{"configMapRef": {"name": "cm"}, "secretRef": {"name": "Bad"}}, {}]}),
+                json!({})
+            ),
+            [
+                "spec.containers[0].env[0].name: Required value",
+                "spec.containers[0].env[1].name: Invalid value: \"A=B\": a valid environment variable name must consist only of printable ASCII characters other than '='",
+                "spec.containers[0].env[2].valueFrom.configMapKeyRef.name: Invalid value: \"\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                "spec.containers[0].env[2].valueFrom.configMapKeyRef.key: Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                "spec.containers[0].env[2].valueFrom: Invalid value: \"\": may not be specified when `value` is not empty",
+                "spec.containers[0].env[3].valueFrom: Invalid value: \"\": must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+                "spec.containers[0].envFrom[0].secretRef.name: Invalid value: \"Bad\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                "spec.containers[0].envFrom: Invalid value: \"\": may not have more than one field specified at a time",
+                "spec.containers[0].envFrom: Invalid value: \"\": must specify one of: `configMapRef` or `secretRef`",
+            ]
+        );
+        assert_eq!(
+            pod(
+                json!({"imagePullPolicy": "Sometimes", "terminationMessagePolicy": "Never"}),
+                json!({"dnsPolicy": "Cluster"})
+            ),
+            [
+                "spec.containers[0].terminationMessagePolicy: Unsupported value: \"Never\": supported values: \"File\", \"FallbackToLogsOnError\"",
+                "spec.containers[0].imagePullPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"IfNotPresent\", \"Never\"",
+                "spec.dnsPolicy: Unsupported value: \"Cluster\": supported values: \"ClusterFirstWithHostNet\", \"ClusterFirst\", \"Default\", \"None\"",
+            ]
+        );
+        assert_eq!(
+            pod(json!({}), json!({"dnsPolicy": "None"})),
+            ["spec.dnsConfig: Required value: must provide `dnsConfig` when `dnsPolicy` is None"]
+        );
+        assert_eq!(
+            pod(
+                json!({}),
+                json!({"dnsPolicy": "None", "dnsConfig": {"options": [{"name": ""}]}})
+            ),
+            [
+                "spec.dnsConfig.nameservers: Required value: must provide at least one DNS nameserver when `dnsPolicy` is None"
+            ]
+        );
+        assert_eq!(
+            pod(
+                json!({}),
+                json!({"dnsConfig": {"nameservers": ["1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"], "options": [{"name": ""}]}})
+            ),
+            [
+                "spec.dnsConfig.nameservers: Invalid value: []string{\"1.1.1.1\", \"1.0.0.1\", \"8.8.8.8\", \"8.8.4.4\"}: must not have more than 3 nameservers",
+                "spec.dnsConfig.options[0]: Required value: must not be empty",
+            ]
+        );
+    }
+
+    #[test]
     fn cron_time_zones_are_iana_names() {
         let cron = |schedule: &str, zone: Option<&str>| {
             let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,

@@ -38,8 +38,24 @@ fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut
             {
                 causes.push(required(format!("{at}.image")));
             }
+            // Defaulting sets both policies; only a wrong one gets here.
+            one_of(
+                c,
+                "terminationMessagePolicy",
+                &at,
+                &["File", "FallbackToLogsOnError"],
+                causes,
+            );
             ports(c, &at, causes);
+            env(c, &at, causes);
             volume_mounts(c, &at, volumes, causes);
+            one_of(
+                c,
+                "imagePullPolicy",
+                &at,
+                &["Always", "IfNotPresent", "Never"],
+                causes,
+            );
             let restart = c.get("restartPolicy").and_then(Value::as_str);
             if list == "initContainers"
                 && let Some(policy) = restart.filter(|p| *p != "Always")
@@ -367,11 +383,221 @@ pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
     let volumes = volumes(spec, path, causes);
     containers(spec, path, &volumes, causes);
     restart_policy(spec, path, causes);
+    one_of(
+        spec,
+        "dnsPolicy",
+        path,
+        &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"],
+        causes,
+    );
     node_selector(spec, path, causes);
     if let Some(affinity) = spec.get("affinity").filter(|a| !a.is_null()) {
         super::affinity::affinity(affinity, &format!("{path}.affinity"), causes);
     }
+    dns_config(spec, path, causes);
     super::affinity::tolerations(spec, &format!("{path}.tolerations"), causes);
+}
+
+/// A field that, when set, holds one of `allowed` (the others are defaulted when unset).
+fn one_of(obj: &Value, field: &str, path: &str, allowed: &[&str], causes: &mut Vec<Cause>) {
+    if let Some(value) = obj.get(field).and_then(Value::as_str)
+        && !value.is_empty()
+        && !allowed.contains(&value)
+    {
+        causes.push(not_supported(format!("{path}.{field}"), value, allowed));
+    }
+}
+
+/// `validatePodDNSConfig`: what the None policy needs, and at most three nameservers.
+fn dns_config(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let at = format!("{path}.dnsConfig");
+    let config = spec.get("dnsConfig").filter(|c| !c.is_null());
+    let nameservers = config
+        .and_then(|c| c.get("nameservers"))
+        .and_then(Value::as_array);
+    if spec.get("dnsPolicy").and_then(Value::as_str) == Some("None") {
+        if config.is_none() {
+            causes.push(required_because(
+                &at,
+                "must provide `dnsConfig` when `dnsPolicy` is None",
+            ));
+            return;
+        }
+        if nameservers.is_none_or(Vec::is_empty) {
+            causes.push(required_because(
+                format!("{at}.nameservers"),
+                "must provide at least one DNS nameserver when `dnsPolicy` is None",
+            ));
+            return;
+        }
+    }
+    if let Some(servers) = nameservers.filter(|n| n.len() > 3) {
+        causes.push(Cause::invalid(
+            format!("{at}.nameservers"),
+            &Value::Array(servers.clone()),
+            "must not have more than 3 nameservers",
+        ));
+    }
+    for (i, option) in config
+        .and_then(|c| c.get("options"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if option
+            .get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(required_because(
+                format!("{at}.options[{i}]"),
+                "must not be empty",
+            ));
+        }
+    }
+}
+
+/// `IsRelaxedEnvVarName` (RelaxedEnvironmentVariableValidation is on in 1.33): printable
+/// ASCII but `=`.
+fn env_name_ok(name: &str) -> bool {
+    name.chars().all(|c| (' '..='~').contains(&c) && c != '=')
+}
+
+const ENV_NAME: &str = "a valid environment variable name must consist only of printable ASCII characters other than '='";
+
+/// `ValidateNameFunc(..)(name, prefix)` with a DNS subdomain: a generateName-like prefix may
+/// end with `-`.
+fn subdomain_problems(name: &str, prefix: bool) -> Vec<String> {
+    let masked = match name.strip_suffix('-') {
+        Some(rest) if prefix && !rest.is_empty() => format!("{rest}a"),
+        _ => name.to_string(),
+    };
+    crate::resources::meta::name_problems(NameRule::Subdomain, &masked)
+}
+
+/// `ValidateEnv` and `ValidateEnvFrom` (field references are not checked here).
+fn env(c: &Value, at: &str, causes: &mut Vec<Cause>) {
+    for (i, var) in c
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = format!("{at}.env[{i}]");
+        let name = var.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            causes.push(required(format!("{path}.name")));
+        } else if !env_name_ok(name) {
+            causes.push(Cause::invalid(
+                format!("{path}.name"),
+                &json!(name),
+                ENV_NAME,
+            ));
+        }
+        let Some(from) = var.get("valueFrom").filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let from_at = format!("{path}.valueFrom");
+        let mut sources = 0;
+        for source in [
+            "fieldRef",
+            "resourceFieldRef",
+            "configMapKeyRef",
+            "secretKeyRef",
+        ] {
+            let Some(selector) = from.get(source).filter(|s| !s.is_null()) else {
+                continue;
+            };
+            sources += 1;
+            if matches!(source, "configMapKeyRef" | "secretKeyRef") {
+                let ref_at = format!("{from_at}.{source}");
+                let ref_name = selector.get("name").and_then(Value::as_str).unwrap_or("");
+                // The name is checked even when empty.
+                for problem in subdomain_problems(ref_name, false) {
+                    causes.push(Cause::invalid(
+                        format!("{ref_at}.name"),
+                        &json!(ref_name),
+                        problem,
+                    ));
+                }
+                let key = selector.get("key").and_then(Value::as_str).unwrap_or("");
+                if key.is_empty() {
+                    causes.push(required(format!("{ref_at}.key")));
+                }
+                for problem in super::config::config_key_problems(key)
+                    .into_iter()
+                    .filter(|_| !key.is_empty())
+                {
+                    causes.push(Cause::invalid(
+                        format!("{ref_at}.key"),
+                        &json!(key),
+                        problem,
+                    ));
+                }
+            }
+        }
+        let has_value = var
+            .get("value")
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty());
+        let problem = match sources {
+            0 => Some(
+                "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
+            ),
+            _ if has_value => Some("may not be specified when `value` is not empty"),
+            1 => None,
+            _ => Some("may not have more than one field specified at a time"),
+        };
+        if let Some(problem) = problem {
+            causes.push(Cause::invalid(&from_at, &json!(""), problem));
+        }
+    }
+    for (i, from) in c
+        .get("envFrom")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = format!("{at}.envFrom[{i}]");
+        let prefix = from.get("prefix").and_then(Value::as_str).unwrap_or("");
+        if !env_name_ok(prefix) {
+            causes.push(Cause::invalid(
+                format!("{path}.prefix"),
+                &json!(prefix),
+                ENV_NAME,
+            ));
+        }
+        let mut sources = 0;
+        for source in ["configMapRef", "secretRef"] {
+            let Some(reference) = from.get(source).filter(|s| !s.is_null()) else {
+                continue;
+            };
+            sources += 1;
+            let name_at = format!("{path}.{source}.name");
+            let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+            if name.is_empty() {
+                causes.push(required(&name_at));
+            }
+            for problem in subdomain_problems(name, true)
+                .into_iter()
+                .filter(|_| !name.is_empty())
+            {
+                causes.push(Cause::invalid(&name_at, &json!(name), problem));
+            }
+        }
+        // kube-apiserver reports these on the list, without the index.
+        let problem = match sources {
+            0 => Some("must specify one of: `configMapRef` or `secretRef`"),
+            1 => None,
+            _ => Some("may not have more than one field specified at a time"),
+        };
+        if let Some(problem) = problem {
+            causes.push(Cause::invalid(format!("{at}.envFrom"), &json!(""), problem));
+        }
+    }
 }
 
 /// `ValidateLabels` of the node selector: problems are reported on the map, not the key.
