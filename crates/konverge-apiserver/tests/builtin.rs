@@ -1297,6 +1297,22 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
         r#"CronJob.batch "tol" is invalid: spec.jobTemplate.spec.template.spec.tolerations[0].operator: Unsupported value: "In": supported values: "Equal", "Exists""#
     );
 
+    // Requests within limits, printed as Go prints quantities.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r"},
+               "spec": {"containers": [{"name": "c", "image": "busybox",
+                   "resources": {"limits": {"cpu": "1000m"}, "requests": {"cpu": "2"}}}]}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Pod "r" is invalid: spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1"#
+    );
+
     // Updates keep what kube-apiserver keeps.
     let deploy = |app: &str| {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},

@@ -8,6 +8,7 @@
 //! - `workloads`: apps/v1 selectors and templates, StatefulSet and selector updates, Jobs
 //!   and what their updates may change;
 //! - `cron`: CronJob schedules as the `robfig/cron` parser reads them, and time zones;
+//! - `quantity`: resource quantities' values and canonical form (`1000m` prints `1`);
 //! - `service`: Service types and ports, and cluster IPs on update;
 //! - `storage`: what updates of PersistentVolumeClaims, PersistentVolumes, StorageClasses
 //!   and CSIDrivers may change;
@@ -107,6 +108,7 @@ mod cluster;
 mod config;
 mod cron;
 mod pod;
+mod quantity;
 mod service;
 mod storage;
 mod workloads;
@@ -121,36 +123,7 @@ pub(super) use workloads::{daemon_set, deployment, job, replica_set, stateful_se
 
 /// A quantity's value (`1Gi`, `500m`, `1e3`), for comparing sizes.
 fn quantity_value(q: Option<&Value>) -> Option<f64> {
-    let text = match q? {
-        Value::Number(n) => return n.as_f64(),
-        Value::String(s) => s.trim(),
-        _ => return None,
-    };
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-')))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let scale = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        exp => 10f64.powi(exp.strip_prefix(['e', 'E'])?.parse().ok()?),
-    };
-    Some(number * scale)
+    quantity::parse(q?).map(|q| q.nanos as f64 / 1e9)
 }
 
 /// An Invalid cause whose value is already printed as Go's `%#v` prints it.
@@ -1057,6 +1030,44 @@ mod tests {
             [
                 "spec.dnsConfig.nameservers: Invalid value: []string{\"1.1.1.1\", \"1.0.0.1\", \"8.8.8.8\", \"8.8.4.4\"}: must not have more than 3 nameservers",
                 "spec.dnsConfig.options[0]: Required value: must not be empty",
+            ]
+        );
+    }
+
+    #[test]
+    fn container_requests_stay_within_limits() {
+        let template = |resources: Value| {
+            json!({"template": {"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "c", "image": "x", "resources": resources}]}}})
+        };
+        let check = |resources: Value| messages(&pod_template(&template(resources), None));
+        assert!(
+            check(
+                json!({"limits": {"cpu": "1", "memory": "1Gi", "example.com/gpu": 1},
+            "requests": {"cpu": "500m", "memory": "1024Mi", "example.com/gpu": "1"}})
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            check(json!({"limits": {"cpu": "1000m"}, "requests": {"cpu": 2}})),
+            [
+                "template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+            ]
+        );
+        assert_eq!(
+            check(
+                json!({"limits": {"hugepages-2Mi": "4Mi", "memory": "1Gi"}, "requests": {"hugepages-2Mi": "2Mi", "example.com/gpu": "1"}})
+            ),
+            // Go walks the map in random order; konverge in key order.
+            [
+                "template.spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources",
+                "template.spec.containers[0].resources.requests: Invalid value: \"2Mi\": must be equal to hugepages-2Mi limit of 4Mi",
+            ]
+        );
+        assert_eq!(
+            check(json!({"limits": {"memory": "-1Gi"}})),
+            [
+                "template.spec.containers[0].resources.limits[memory]: Invalid value: \"-1Gi\": must be greater than or equal to 0"
             ]
         );
     }

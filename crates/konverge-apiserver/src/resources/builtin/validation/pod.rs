@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use super::quantity;
 use super::*;
 use crate::error::Cause;
 
@@ -56,6 +57,7 @@ fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut
                 &["Always", "IfNotPresent", "Never"],
                 causes,
             );
+            resources(c, &at, causes);
             let restart = c.get("restartPolicy").and_then(Value::as_str);
             if list == "initContainers"
                 && let Some(policy) = restart.filter(|p| *p != "Always")
@@ -396,6 +398,70 @@ pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
     }
     dns_config(spec, path, causes);
     super::affinity::tolerations(spec, &format!("{path}.tolerations"), causes);
+}
+
+/// Whether requests of `name` may be below its limit: native resources but hugepages
+/// (`helper.IsOvercommitAllowed`).
+fn overcommit_allowed(name: &str) -> bool {
+    let native = !name.contains('/') || name.contains("kubernetes.io/");
+    native && !name.starts_with("hugepages-")
+}
+
+/// `validateResourceRequirements` of a container: no negative quantities, requests within
+/// limits (equal to them for resources that cannot be overcommitted). Resource names are
+/// not checked here.
+fn resources(c: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let path = format!("{at}.resources");
+    let list = |field: &str| -> Vec<(String, quantity::Quantity)> {
+        c.pointer(&format!("/resources/{field}"))
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, q)| quantity::parse(q).map(|q| (name.clone(), q)))
+            .collect()
+    };
+    let (limits, requests) = (list("limits"), list("requests"));
+    let negative = |field: &str, name: &str, q: &quantity::Quantity, causes: &mut Vec<Cause>| {
+        if q.nanos < 0 {
+            causes.push(Cause::invalid(
+                format!("{path}.{field}[{name}]"),
+                &json!(q.canonical),
+                "must be greater than or equal to 0",
+            ));
+        }
+    };
+    for (name, q) in &limits {
+        negative("limits", name, q, causes);
+    }
+    for (name, q) in &requests {
+        negative("requests", name, q, causes);
+        // Reported on the requests, without the resource's name.
+        match limits.iter().find(|(l, _)| l == name) {
+            Some((_, limit)) if q.nanos != limit.nanos && !overcommit_allowed(name) => {
+                causes.push(Cause::invalid(
+                    format!("{path}.requests"),
+                    &json!(q.canonical),
+                    format!("must be equal to {name} limit of {}", limit.canonical),
+                ));
+            }
+            Some((_, limit)) if q.nanos > limit.nanos => {
+                causes.push(Cause::invalid(
+                    format!("{path}.requests"),
+                    &json!(q.canonical),
+                    format!(
+                        "must be less than or equal to {name} limit of {}",
+                        limit.canonical
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None if !overcommit_allowed(name) => causes.push(required_because(
+                format!("{path}.limits"),
+                "Limit must be set for non overcommitable resources",
+            )),
+            None => {}
+        }
+    }
 }
 
 /// A field that, when set, holds one of `allowed` (the others are defaulted when unset).
