@@ -1073,6 +1073,40 @@ mod tests {
     }
 
     #[test]
+    fn pod_spec_names_ports_and_gates_are_checked_as_kube_apiserver_checks_them() {
+        let pod = |extra: Value| {
+            let mut p = json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080, "protocol": "TCP"}]},
+                    {"name": "d", "image": " y", "ports": [{"containerPort": 81, "hostPort": 8080, "protocol": "TCP"}]}],
+                "initContainers": [{"name": "i", "image": "x", "ports": [{"containerPort": 1, "hostPort": 9, "protocol": "UDP"},
+                    {"containerPort": 2, "hostPort": 9, "protocol": "UDP"}]}]}});
+            p["spec"]
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            messages(&super::pod(&p, None))
+        };
+        assert_eq!(
+            pod(
+                json!({"hostNetwork": true, "hostname": "Host", "activeDeadlineSeconds": 0, "nodeName": "n_1",
+                "schedulingGates": [{"name": "a"}, {"name": "a"}], "preemptionPolicy": "Always"})
+            ),
+            [
+                "spec.containers[1].ports[0].hostPort: Duplicate value: \"TCP//8080\"",
+                "spec.initContainers[0].ports[1].hostPort: Duplicate value: \"UDP//9\"",
+                "spec.containers[0].ports[0].hostPort: Invalid value: 8080: must match `containerPort` when `hostNetwork` is true",
+                "spec.containers[1].ports[0].hostPort: Invalid value: 8080: must match `containerPort` when `hostNetwork` is true",
+                "spec.schedulingGates[1]: Duplicate value: \"a\"",
+                "spec.nodeName: Invalid value: \"n_1\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                "spec.activeDeadlineSeconds: Invalid value: 0: must be between 1 and 2147483647, inclusive",
+                "spec.hostname: Invalid value: \"Host\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                "spec.preemptionPolicy: Unsupported value: \"Always\": supported values: \"PreemptLowerPriority\", \"Never\"",
+                "spec.containers[1].image: Invalid value: \" y\": must not have leading or trailing whitespace",
+            ]
+        );
+    }
+
+    #[test]
     fn cron_time_zones_are_iana_names() {
         let cron = |schedule: &str, zone: Option<&str>| {
             let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,

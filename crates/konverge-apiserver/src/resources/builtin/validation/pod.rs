@@ -71,6 +71,15 @@ fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut
             if name_ok && !names.insert(name.to_string()) {
                 causes.push(duplicate(format!("{at}.name"), &json!(name)));
             }
+            if list == "initContainers" {
+                // Init containers run one by one: each is checked alone, and kube-apiserver
+                // names it as the first of a list of one.
+                host_port_conflicts(
+                    std::slice::from_ref(c),
+                    &format!("{path}.initContainers"),
+                    causes,
+                );
+            }
             if list == "containers" || restart == Some("Always") {
                 handlers(c, &at, grace, causes);
             } else {
@@ -94,6 +103,136 @@ fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut
                     "may not be set for non-init containers",
                 ));
             }
+        }
+        if list == "containers" {
+            host_port_conflicts(
+                items.map(Vec::as_slice).unwrap_or_default(),
+                &format!("{path}.containers"),
+                causes,
+            );
+        }
+    }
+}
+
+/// `AccumulateUniqueHostPorts`: a protocol, host IP and host port is taken once.
+fn host_port_conflicts(containers: &[Value], path: &str, causes: &mut Vec<Cause>) {
+    let mut taken = BTreeSet::new();
+    for (i, c) in containers.iter().enumerate() {
+        for (j, port) in c
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let host_port = port.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
+            if host_port == 0 {
+                continue;
+            }
+            let text = |f: &str| {
+                port.get(f)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let key = format!("{}/{}/{host_port}", text("protocol"), text("hostIP"));
+            if !taken.insert(key.clone()) {
+                causes.push(duplicate(
+                    format!("{path}[{i}].ports[{j}].hostPort"),
+                    &json!(key),
+                ));
+            }
+        }
+    }
+}
+
+/// `validateHostNetwork`: on the host's network a container's host port is its port (pods
+/// get it defaulted so; templates may leave it 0).
+fn host_network(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    if spec.get("hostNetwork") != Some(&json!(true)) {
+        return;
+    }
+    for (i, c) in spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (j, port) in c
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let host_port = port.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
+            let container_port = port
+                .get("containerPort")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if host_port != 0 && host_port != container_port {
+                causes.push(Cause::invalid(
+                    format!("{path}.containers[{i}].ports[{j}].hostPort"),
+                    &json!(host_port),
+                    "must match `containerPort` when `hostNetwork` is true",
+                ));
+            }
+        }
+    }
+}
+
+/// Names a pod spec refers to (`serviceAccountName`, `nodeName` ...), each a DNS subdomain
+/// or label when set.
+fn named(spec: &Value, path: &str, fields: &[(&str, NameRule)], causes: &mut Vec<Cause>) {
+    for (field, rule) in fields {
+        if let Some(name) = spec
+            .get(*field)
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            causes.extend(check_name(*rule, name, &format!("{path}.{field}")));
+        }
+    }
+}
+
+/// `ValidateQualifiedName` of each readiness gate's condition and scheduling gate's name
+/// (these unique).
+fn gates(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
+    for (i, gate) in spec
+        .get("readinessGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let condition = gate
+            .get("conditionType")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        for problem in konverge_apimachinery::selector::label_key_errors(condition) {
+            causes.push(Cause::invalid(
+                format!("{path}.readinessGates[{i}].conditionType"),
+                &json!(condition),
+                problem,
+            ));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (i, gate) in spec
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{path}.schedulingGates[{i}]");
+        let name = gate.get("name").and_then(Value::as_str).unwrap_or("");
+        for problem in konverge_apimachinery::selector::label_key_errors(name) {
+            causes.push(Cause::invalid(&at, &json!(name), problem));
+        }
+        if !seen.insert(name) {
+            causes.push(duplicate(&at, &json!(name)));
         }
     }
 }
@@ -384,6 +523,7 @@ fn restart_policy(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
 pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
     let volumes = volumes(spec, path, causes);
     containers(spec, path, &volumes, causes);
+    host_network(spec, path, causes);
     restart_policy(spec, path, causes);
     one_of(
         spec,
@@ -397,7 +537,51 @@ pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
         super::affinity::affinity(affinity, &format!("{path}.affinity"), causes);
     }
     dns_config(spec, path, causes);
+    gates(spec, path, causes);
+    named(
+        spec,
+        path,
+        &[
+            ("serviceAccountName", NameRule::Subdomain),
+            ("nodeName", NameRule::Subdomain),
+        ],
+        causes,
+    );
+    if let Some(deadline) = spec.get("activeDeadlineSeconds").and_then(Value::as_i64)
+        && !(1..=i64::from(i32::MAX)).contains(&deadline)
+    {
+        causes.push(Cause::invalid(
+            format!("{path}.activeDeadlineSeconds"),
+            &json!(deadline),
+            "must be between 1 and 2147483647, inclusive",
+        ));
+    }
+    named(
+        spec,
+        path,
+        &[
+            ("hostname", NameRule::Label),
+            ("subdomain", NameRule::Label),
+        ],
+        causes,
+    );
     super::affinity::tolerations(spec, &format!("{path}.tolerations"), causes);
+    named(
+        spec,
+        path,
+        &[
+            ("priorityClassName", NameRule::Subdomain),
+            ("runtimeClassName", NameRule::Subdomain),
+        ],
+        causes,
+    );
+    one_of(
+        spec,
+        "preemptionPolicy",
+        path,
+        &["PreemptLowerPriority", "Never"],
+        causes,
+    );
 }
 
 /// Whether requests of `name` may be below its limit: native resources but hugepages
@@ -689,6 +873,25 @@ pub(crate) fn pod(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = Vec::new();
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
     pod_spec(&spec, "spec", &mut causes);
+    // Pods only (`validateContainersOnlyForPod`).
+    for list in ["containers", "initContainers"] {
+        for (i, c) in spec
+            .get(list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            if image.trim() != image {
+                causes.push(Cause::invalid(
+                    format!("spec.{list}[{i}].image"),
+                    &json!(image),
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
     if let Some(old) = old {
         pod_update(obj, old, &mut causes);
     }
