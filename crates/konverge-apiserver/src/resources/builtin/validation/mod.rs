@@ -1107,6 +1107,28 @@ mod tests {
     }
 
     #[test]
+    fn security_contexts_are_checked_as_kube_apiserver_checks_them() {
+        let pod = json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+            "hostPID": true, "shareProcessNamespace": true,
+            "securityContext": {"runAsUser": -1, "supplementalGroups": [1, 4294967296i64], "fsGroupChangePolicy": "Never",
+                "seccompProfile": {"type": "Localhost"}},
+            "containers": [{"name": "c", "image": "x", "securityContext": {"runAsGroup": -2,
+                "seccompProfile": {"type": "Custom"}}}]}});
+        assert_eq!(
+            messages(&super::pod(&pod, None)),
+            [
+                "spec.containers[0].securityContext.runAsGroup: Invalid value: -2: must be between 0 and 2147483647, inclusive",
+                "spec.containers[0].securityContext.seccompProfile.type: Unsupported value: \"Custom\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\"",
+                "spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647, inclusive",
+                "spec.securityContext.supplementalGroups[1]: Invalid value: 4294967296: must be between 0 and 2147483647, inclusive",
+                "spec.securityContext.shareProcessNamespace: Invalid value: true: ShareProcessNamespace and HostPID cannot both be enabled",
+                "spec.securityContext.fsGroupChangePolicy: Unsupported value: \"Never\": supported values: \"Always\", \"OnRootMismatch\"",
+                "spec.securityContext.seccompProfile.localhostProfile: Required value: must be set when seccomp type is Localhost",
+            ]
+        );
+    }
+
+    #[test]
     fn cron_time_zones_are_iana_names() {
         let cron = |schedule: &str, zone: Option<&str>| {
             let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,

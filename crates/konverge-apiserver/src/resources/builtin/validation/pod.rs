@@ -58,6 +58,9 @@ fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut
                 causes,
             );
             resources(c, &at, causes);
+            if let Some(context) = c.get("securityContext").filter(|s| !s.is_null()) {
+                security_context(context, &format!("{at}.securityContext"), None, causes);
+            }
             let restart = c.get("restartPolicy").and_then(Value::as_str);
             if list == "initContainers"
                 && let Some(policy) = restart.filter(|p| *p != "Always")
@@ -533,6 +536,10 @@ pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
         causes,
     );
     node_selector(spec, path, causes);
+    if let Some(context) = spec.get("securityContext").filter(|s| !s.is_null()) {
+        let at = format!("{path}.securityContext");
+        security_context(context, &at, Some(spec), causes);
+    }
     if let Some(affinity) = spec.get("affinity").filter(|a| !a.is_null()) {
         super::affinity::affinity(affinity, &format!("{path}.affinity"), causes);
     }
@@ -582,6 +589,89 @@ pub(super) fn pod_spec(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
         &["PreemptLowerPriority", "Never"],
         causes,
     );
+}
+
+/// `validatePodSpecSecurityContext` (with the pod spec) or `ValidateSecurityContext` of a
+/// container: user and group IDs, a shared process namespace, the fsGroup change policy,
+/// the seccomp profile.
+fn security_context(context: &Value, at: &str, pod: Option<&Value>, causes: &mut Vec<Cause>) {
+    let id = |field: &str, value: Option<&Value>, causes: &mut Vec<Cause>| {
+        if let Some(n) = value.and_then(Value::as_i64)
+            && !(0..=i64::from(i32::MAX)).contains(&n)
+        {
+            causes.push(Cause::invalid(
+                format!("{at}.{field}"),
+                &json!(n),
+                "must be between 0 and 2147483647, inclusive",
+            ));
+        }
+    };
+    let ids: &[&str] = if pod.is_some() {
+        &["fsGroup", "runAsUser", "runAsGroup"]
+    } else {
+        &["runAsUser", "runAsGroup"]
+    };
+    for field in ids {
+        id(field, context.get(*field), causes);
+    }
+    if let Some(spec) = pod {
+        for (g, gid) in context
+            .get("supplementalGroups")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            id(&format!("supplementalGroups[{g}]"), Some(gid), causes);
+        }
+        // The v1 API has these on the spec; kube-apiserver's internal one, and its path,
+        // on the security context.
+        let shared = spec.get("shareProcessNamespace") == Some(&json!(true));
+        if shared && spec.get("hostPID") == Some(&json!(true)) {
+            causes.push(Cause::invalid(
+                format!("{at}.shareProcessNamespace"),
+                &json!(true),
+                "ShareProcessNamespace and HostPID cannot both be enabled",
+            ));
+        }
+        if let Some(policy) = context.get("fsGroupChangePolicy").and_then(Value::as_str)
+            && !matches!(policy, "Always" | "OnRootMismatch")
+        {
+            causes.push(not_supported(
+                format!("{at}.fsGroupChangePolicy"),
+                policy,
+                &["Always", "OnRootMismatch"],
+            ));
+        }
+    }
+    if let Some(profile) = context.get("seccompProfile").filter(|p| !p.is_null()) {
+        let path = format!("{at}.seccompProfile");
+        let kind = profile.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "Localhost" | "RuntimeDefault" | "Unconfined" => {}
+            "" => causes.push(required_because(
+                format!("{path}.type"),
+                "type is required when seccompProfile is set",
+            )),
+            other => causes.push(not_supported(
+                format!("{path}.type"),
+                other,
+                &["Localhost", "RuntimeDefault", "Unconfined"],
+            )),
+        }
+        let local = profile.get("localhostProfile").and_then(Value::as_str);
+        if kind == "Localhost" {
+            match local {
+                None => causes.push(required_because(
+                    format!("{path}.localhostProfile"),
+                    "must be set when seccomp type is Localhost",
+                )),
+                Some(file) => {
+                    local_descending_path(file, &format!("{path}.localhostProfile"), causes)
+                }
+            }
+        }
+    }
 }
 
 /// Whether requests of `name` may be below its limit: native resources but hugepages
