@@ -657,6 +657,27 @@ mod tests {
             ]
         );
         assert!(service(&single, Some(&dual)).is_empty());
+        let mut v4 = single.clone();
+        v4["spec"]["ipFamilies"] = json!(["IPv4"]);
+        let mut v6 = v4.clone();
+        v6["spec"]["ipFamilies"] = json!(["IPv6"]);
+        assert_eq!(
+            messages(&service(&v6, Some(&v4))),
+            [
+                "spec.ipFamilies[0]: Invalid value: []core.IPFamily{\"IPv6\"}: may not change once set"
+            ]
+        );
+        let mut dual_families = dual.clone();
+        dual_families["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+        let mut released = svc(&["10.96.0.10"], "PreferDualStack");
+        released["spec"]["ipFamilies"] = json!(["IPv4"]);
+        assert_eq!(
+            messages(&service(&released, Some(&dual_families))),
+            [
+                "spec.ipFamilyPolicy: Invalid value: \"PreferDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP",
+                "spec.ipFamilyPolicy: Invalid value: \"PreferDualStack\": must be set to 'SingleStack' when releasing the secondary ipFamily",
+            ]
+        );
         let lb = |class: &str| {
             json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": class, "clusterIP": "10.96.0.10",
                 "clusterIPs": ["10.96.0.10"], "ports": [{"port": 80, "protocol": "TCP"}]}})
