@@ -1150,6 +1150,66 @@ mod tests {
     }
 
     #[test]
+    fn downward_api_and_projected_volumes_are_checked_as_kube_apiserver_checks_them() {
+        let pod = |volumes: Value, env: Value| {
+            let p = json!({"spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                "volumes": volumes, "containers": [{"name": "c", "image": "x", "env": env}]}});
+            messages(&super::pod(&p, None))
+        };
+        // What the service account admission projects is fine.
+        assert!(pod(json!([{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}]),
+            json!([{"name": "N", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['app']"}}}])).is_empty());
+        assert_eq!(
+            pod(
+                json!([{"name": "d", "downwardAPI": {"items": [
+                {"path": "", "fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}},
+                {"path": "a", "fieldRef": {"apiVersion": "v1", "fieldPath": "bogus"}, "resourceFieldRef": {"resource": "limits.cpu"}},
+                {"path": "b"}, {"path": "c", "resourceFieldRef": {"resource": "limits.cpu"}, "mode": 512}]}}]),
+                json!([])
+            ),
+            [
+                "spec.volumes[0].downwardAPI.path: Required value",
+                "spec.volumes[0].downwardAPI.fieldRef.fieldPath: Unsupported value: \"spec.nodeName\": supported values: \"metadata.annotations\", \"metadata.labels\", \"metadata.name\", \"metadata.namespace\", \"metadata.uid\"",
+                "spec.volumes[0].downwardAPI.fieldRef.fieldPath: Invalid value: \"bogus\": error converting fieldPath: field label not supported: bogus",
+                "spec.volumes[0].downwardAPI: Invalid value: \"resource\": fieldRef and resourceFieldRef can not be specified simultaneously",
+                "spec.volumes[0].downwardAPI: Required value: one of fieldRef and resourceFieldRef is required",
+                "spec.volumes[0].downwardAPI.resourceFieldRef.containerName: Required value",
+                "spec.volumes[0].downwardAPI.mode: Invalid value: 512: must be a number between 0 and 0777 (octal), both inclusive",
+            ]
+        );
+        assert_eq!(
+            pod(
+                json!([{"name": "p", "projected": {"sources": [
+                {"secret": {"name": "s", "items": [{"key": "a", "path": "x"}]}, "configMap": {"name": "c", "items": [{"key": "b", "path": "x"}]}},
+                {"serviceAccountToken": {"expirationSeconds": 60, "path": ""}}]}}]),
+                json!([])
+            ),
+            [
+                "spec.volumes[0].projected: Invalid value: \"c\": conflicting duplicate paths",
+                "spec.volumes[0].projected.sources[0]: Forbidden: may not specify more than 1 volume type per source",
+                "spec.volumes[0].projected.sources[1].serviceAccountToken.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes",
+                "spec.volumes[0].projected.path: Required value",
+            ]
+        );
+        assert_eq!(
+            pod(
+                json!([]),
+                json!([{"name": "A", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.phase"}}},
+                {"name": "B", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec['x']"}}},
+                {"name": "C", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}])
+            ),
+            [
+                "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Unsupported value: \"status.phase\": supported values: \"metadata.name\", \"metadata.namespace\", \"metadata.uid\", \"spec.nodeName\", \"spec.serviceAccountName\", \"status.hostIP\", \"status.hostIPs\", \"status.podIP\", \"status.podIPs\"",
+                "spec.containers[0].env[1].valueFrom.fieldRef.fieldPath: Invalid value: \"spec['x']\": error converting fieldPath: field label does not support subscript: spec['x']",
+                "spec.containers[0].env[2].valueFrom.resourceFieldRef.resource: Unsupported value: \"limits.gpu\": supported values: \"limits.cpu\", \"limits.ephemeral-storage\", \"limits.memory\", \"requests.cpu\", \"requests.ephemeral-storage\", \"requests.memory\"",
+            ]
+        );
+    }
+
+    #[test]
     fn cron_time_zones_are_iana_names() {
         let cron = |schedule: &str, zone: Option<&str>| {
             let mut obj = json!({"metadata": {"name": "c"}, "spec": {"schedule": schedule,

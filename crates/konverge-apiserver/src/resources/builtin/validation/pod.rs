@@ -816,7 +816,267 @@ fn subdomain_problems(name: &str, prefix: bool) -> Vec<String> {
     crate::resources::meta::name_problems(NameRule::Subdomain, &masked)
 }
 
-/// `ValidateEnv` and `ValidateEnvFrom` (field references are not checked here).
+/// The fields env vars may take from the pod (sorted, as kube-apiserver lists them).
+const ENV_FIELD_PATHS: &[&str] = &[
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.hostIP",
+    "status.hostIPs",
+    "status.podIP",
+    "status.podIPs",
+];
+
+/// The fields downward API volumes may take from the pod (sorted).
+const VOLUME_FIELD_PATHS: &[&str] = &[
+    "metadata.annotations",
+    "metadata.labels",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+];
+
+/// `SplitMaybeSubscriptedPath`: `metadata.labels['app']` is `metadata.labels` and `app`.
+fn split_subscript(field_path: &str) -> Option<(&str, &str)> {
+    let (path, subscript) = field_path.strip_suffix("']")?.split_once("['")?;
+    (!path.is_empty()).then_some((path, subscript))
+}
+
+/// `validateObjectFieldSelector`: a field of the pod, as `ConvertDownwardAPIFieldLabel`
+/// knows them, and one of `allowed` (or a label or annotation).
+fn object_field_selector(fs: &Value, at: &str, allowed: &[&str], causes: &mut Vec<Cause>) {
+    let version = fs.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let field_path = fs.get("fieldPath").and_then(Value::as_str).unwrap_or("");
+    if version.is_empty() {
+        causes.push(required(format!("{at}.apiVersion")));
+        return;
+    }
+    if field_path.is_empty() {
+        causes.push(required(format!("{at}.fieldPath")));
+        return;
+    }
+    const CONVERTIBLE: &[&str] = &[
+        "metadata.annotations",
+        "metadata.labels",
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.uid",
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.serviceAccountName",
+        "spec.schedulerName",
+        "status.phase",
+        "status.hostIP",
+        "status.hostIPs",
+        "status.podIP",
+        "status.podIPs",
+    ];
+    let converted = if version != "v1" {
+        Err(format!("unsupported pod version: {version}"))
+    } else if let Some((path, subscript)) = split_subscript(field_path) {
+        match path {
+            "metadata.annotations" | "metadata.labels" => Ok((path, Some(subscript))),
+            _ => Err(format!(
+                "field label does not support subscript: {field_path}"
+            )),
+        }
+    } else if field_path == "spec.host" {
+        Ok(("spec.nodeName", None))
+    } else if CONVERTIBLE.contains(&field_path) {
+        Ok((field_path, None))
+    } else {
+        Err(format!("field label not supported: {field_path}"))
+    };
+    match converted {
+        Err(problem) => causes.push(Cause::invalid(
+            format!("{at}.fieldPath"),
+            &json!(field_path),
+            format!("error converting fieldPath: {problem}"),
+        )),
+        Ok((path, Some(subscript))) => {
+            // Annotation keys are taken in lower case.
+            let key = match path {
+                "metadata.annotations" => subscript.to_lowercase(),
+                _ => subscript.to_string(),
+            };
+            for problem in konverge_apimachinery::selector::label_key_errors(&key) {
+                causes.push(Cause::invalid(at, &json!(key), problem));
+            }
+        }
+        Ok((path, None)) if !allowed.contains(&path) => {
+            causes.push(not_supported(format!("{at}.fieldPath"), path, allowed));
+        }
+        Ok(_) => {}
+    }
+}
+
+/// `validateContainerResourceFieldSelector` (but for the divisor): a container's limit or
+/// request; volumes name the container.
+fn resource_field_selector(fs: &Value, at: &str, volume: bool, causes: &mut Vec<Cause>) {
+    const RESOURCES: &[&str] = &[
+        "limits.cpu",
+        "limits.ephemeral-storage",
+        "limits.memory",
+        "requests.cpu",
+        "requests.ephemeral-storage",
+        "requests.memory",
+    ];
+    let resource = fs.get("resource").and_then(Value::as_str).unwrap_or("");
+    let container = fs
+        .get("containerName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if volume && container.is_empty() {
+        causes.push(required(format!("{at}.containerName")));
+    } else if resource.is_empty() {
+        causes.push(required(format!("{at}.resource")));
+    } else if !RESOURCES.contains(&resource)
+        && !resource.starts_with("limits.hugepages-")
+        && !resource.starts_with("requests.hugepages-")
+    {
+        causes.push(not_supported(format!("{at}.resource"), resource, RESOURCES));
+    }
+}
+
+/// `validateDownwardAPIVolumeFile`, reported (as kube-apiserver does) on the source's path,
+/// not the item's.
+fn downward_api_file(file: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let target = file.get("path").and_then(Value::as_str).unwrap_or("");
+    let path_at = format!("{at}.path");
+    if target.is_empty() {
+        causes.push(required(&path_at));
+    }
+    local_non_reserved_path(target, &path_at, causes);
+    let field_ref = file.get("fieldRef").filter(|f| !f.is_null());
+    let resource_ref = file.get("resourceFieldRef").filter(|f| !f.is_null());
+    match (field_ref, resource_ref) {
+        (Some(fs), resource) => {
+            object_field_selector(fs, &format!("{at}.fieldRef"), VOLUME_FIELD_PATHS, causes);
+            if resource.is_some() {
+                causes.push(Cause::invalid(
+                    at,
+                    &json!("resource"),
+                    "fieldRef and resourceFieldRef can not be specified simultaneously",
+                ));
+            }
+        }
+        (None, Some(fs)) => {
+            resource_field_selector(fs, &format!("{at}.resourceFieldRef"), true, causes)
+        }
+        (None, None) => causes.push(required_because(
+            at,
+            "one of fieldRef and resourceFieldRef is required",
+        )),
+    }
+    file_mode(file, "mode", at, causes);
+}
+
+/// `validateProjectionSources`: one kind per source, names, items, token lifetimes, and
+/// no path twice.
+fn projected_sources(projected: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let mut paths = BTreeSet::new();
+    let mut claim = |path: &str, shown: &str, causes: &mut Vec<Cause>| {
+        if !path.is_empty() && !paths.insert(path.to_string()) {
+            // Reported on the projection, shown with the source's name or the path.
+            causes.push(Cause::invalid(
+                at,
+                &json!(shown),
+                "conflicting duplicate paths",
+            ));
+        }
+    };
+    for (i, source) in projected
+        .get("sources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let source_at = format!("{at}.sources[{i}]");
+        let mut kinds = 0;
+        for kind in ["secret", "configMap"] {
+            let Some(s) = source.get(kind).filter(|s| !s.is_null()) else {
+                continue;
+            };
+            kinds += 1;
+            let kind_at = format!("{source_at}.{kind}");
+            require_str(s, "name", &kind_at, causes);
+            let name = s.get("name").and_then(Value::as_str).unwrap_or("");
+            for (j, item) in s
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                key_to_path(item, &format!("{kind_at}.items[{j}]"), causes);
+                claim(
+                    item.get("path").and_then(Value::as_str).unwrap_or(""),
+                    name,
+                    causes,
+                );
+            }
+        }
+        if let Some(d) = source.get("downwardAPI").filter(|s| !s.is_null()) {
+            kinds += 1;
+            for item in d
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                downward_api_file(item, &format!("{source_at}.downwardAPI"), causes);
+                let path = item.get("path").and_then(Value::as_str).unwrap_or("");
+                claim(path, path, causes);
+            }
+        }
+        if let Some(token) = source.get("serviceAccountToken").filter(|s| !s.is_null()) {
+            kinds += 1;
+            let seconds = token
+                .get("expirationSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let seconds_at = format!("{source_at}.serviceAccountToken.expirationSeconds");
+            if seconds < 600 {
+                causes.push(Cause::invalid(
+                    &seconds_at,
+                    &json!(seconds),
+                    "may not specify a duration less than 10 minutes",
+                ));
+            }
+            if seconds > 1 << 32 {
+                causes.push(Cause::invalid(
+                    &seconds_at,
+                    &json!(seconds),
+                    "may not specify a duration larger than 2^32 seconds",
+                ));
+            }
+            // kube-apiserver reports the token's path on the projection.
+            let path = token.get("path").and_then(Value::as_str).unwrap_or("");
+            if path.is_empty() {
+                causes.push(required(format!("{at}.path")));
+            } else {
+                local_non_reserved_path(path, &format!("{at}.path"), causes);
+            }
+        }
+        if source
+            .get("clusterTrustBundle")
+            .is_some_and(|s| !s.is_null())
+        {
+            kinds += 1;
+        }
+        if kinds > 1 {
+            causes.push(forbidden(
+                source_at,
+                "may not specify more than 1 volume type per source",
+            ));
+        }
+    }
+}
+
+/// `ValidateEnv` and `ValidateEnvFrom` (resource field divisors are not checked here).
 fn env(c: &Value, at: &str, causes: &mut Vec<Cause>) {
     for (i, var) in c
         .get("env")
@@ -851,8 +1111,12 @@ fn env(c: &Value, at: &str, causes: &mut Vec<Cause>) {
                 continue;
             };
             sources += 1;
-            if matches!(source, "configMapKeyRef" | "secretKeyRef") {
-                let ref_at = format!("{from_at}.{source}");
+            let ref_at = format!("{from_at}.{source}");
+            if source == "fieldRef" {
+                object_field_selector(selector, &ref_at, ENV_FIELD_PATHS, causes);
+            } else if source == "resourceFieldRef" {
+                resource_field_selector(selector, &ref_at, false, causes);
+            } else {
                 let ref_name = selector.get("name").and_then(Value::as_str).unwrap_or("");
                 // The name is checked even when empty.
                 for problem in subdomain_problems(ref_name, false) {
@@ -1399,7 +1663,21 @@ fn volume_source(volume: &Value, at: &str) -> Vec<Cause> {
                     key_to_path(item, &format!("{path}.items[{j}]"), &mut causes);
                 }
             }
-            "downwardAPI" | "projected" => file_mode(source, "defaultMode", &path, &mut causes),
+            "downwardAPI" => {
+                file_mode(source, "defaultMode", &path, &mut causes);
+                for item in source
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    downward_api_file(item, &path, &mut causes);
+                }
+            }
+            "projected" => {
+                file_mode(source, "defaultMode", &path, &mut causes);
+                projected_sources(source, &path, &mut causes);
+            }
             "persistentVolumeClaim" => require_str(source, "claimName", &path, &mut causes),
             "nfs" => {
                 require_str(source, "server", &path, &mut causes);
@@ -1530,16 +1808,20 @@ fn key_to_path(item: &Value, path: &str, causes: &mut Vec<Cause>) {
     if target.is_empty() {
         causes.push(required(&at));
     }
-    // `ValidateLocalNonReservedPath`.
-    local_descending_path(target, &at, causes);
+    local_non_reserved_path(target, &at, causes);
+    file_mode(item, "mode", path, causes);
+}
+
+/// `ValidateLocalNonReservedPath`: relative, without `..`, not starting with `..`.
+fn local_non_reserved_path(target: &str, at: &str, causes: &mut Vec<Cause>) {
+    local_descending_path(target, at, causes);
     if target.starts_with("..") && !target.starts_with("../") {
         causes.push(Cause::invalid(
-            &at,
+            at,
             &json!(target),
             "must not start with '..'",
         ));
     }
-    file_mode(item, "mode", path, causes);
 }
 
 /// `ValidateVolumeMounts`: each mount names a volume, at a path of its own.
