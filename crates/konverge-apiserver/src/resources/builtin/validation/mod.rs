@@ -358,6 +358,20 @@ mod tests {
     }
 
     #[test]
+    fn stateful_set_templates_are_left_unchecked_but_for_restarts() {
+        let sts = json!({"spec": {"selector": {"matchLabels": {"app": "db"}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}}],
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"restartPolicy": "OnFailure",
+                "containers": [{"name": "db", "image": "x", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}}});
+        assert_eq!(
+            messages(&stateful_set(&sts, None)),
+            [
+                "spec.template.spec.restartPolicy: Unsupported value: \"OnFailure\": supported values: \"Always\""
+            ]
+        );
+    }
+
+    #[test]
     fn workload_selectors_and_job_fields_are_immutable() {
         let deploy = |app: &str| {
             json!({"spec": {"selector": {"matchLabels": {"app": app}},
