@@ -1105,6 +1105,20 @@ mod tests {
                 "template.spec.containers[0].resources.limits[memory]: Invalid value: \"-1Gi\": must be greater than or equal to 0"
             ]
         );
+        assert_eq!(
+            check(
+                json!({"limits": {"cpus": "1", "pods": "1", "example.com/a b": "1", "requests.example.com/x": "1", "hugepages-2Mi": "2Mi"}})
+            ),
+            [
+                "template.spec.containers[0].resources.limits[cpus]: Invalid value: \"cpus\": must be a standard resource type or fully qualified",
+                "template.spec.containers[0].resources.limits[cpus]: Invalid value: \"cpus\": must be a standard resource for containers",
+                "template.spec.containers[0].resources.limits[example.com/a b]: Invalid value: \"example.com/a b\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+                "template.spec.containers[0].resources.limits[example.com/a b]: Invalid value: \"example.com/a b\": doesn't follow extended resource name standard",
+                "template.spec.containers[0].resources.limits[pods]: Invalid value: \"pods\": must be a standard resource for containers",
+                "template.spec.containers[0].resources.limits[requests.example.com/x]: Invalid value: \"requests.example.com/x\": doesn't follow extended resource name standard",
+                "template.spec.containers[0].resources: Forbidden: HugePages require cpu or memory",
+            ]
+        );
     }
 
     #[test]

@@ -681,9 +681,65 @@ fn overcommit_allowed(name: &str) -> bool {
     native && !name.starts_with("hugepages-")
 }
 
-/// `validateResourceRequirements` of a container: no negative quantities, requests within
-/// limits (equal to them for resources that cannot be overcommitted). Resource names are
-/// not checked here.
+/// The resource names kube-apiserver knows (`helper.IsStandardResourceName`).
+const STANDARD_RESOURCES: &[&str] = &[
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+    "pods",
+    "resourcequotas",
+    "services",
+    "replicationcontrollers",
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "storage",
+    "requests.storage",
+    "services.nodeports",
+    "services.loadbalancers",
+];
+
+/// `validateContainerResourceName`: a qualified name, known to Kubernetes and to containers,
+/// or an extended resource.
+fn container_resource_name_problems(name: &str) -> Vec<String> {
+    use konverge_apimachinery::selector::label_key_errors;
+    let mut problems = label_key_errors(name);
+    let qualified = !name.contains('/');
+    if problems.is_empty()
+        && qualified
+        && !STANDARD_RESOURCES.contains(&name)
+        && !name.starts_with("hugepages-")
+        && !name.starts_with("requests.hugepages-")
+    {
+        problems.push("must be a standard resource type or fully qualified".into());
+    }
+    let native = qualified || name.contains("kubernetes.io/");
+    if qualified {
+        if !matches!(name, "cpu" | "memory" | "ephemeral-storage")
+            && !name.starts_with("hugepages-")
+        {
+            problems.push("must be a standard resource for containers".into());
+        }
+    } else if !native {
+        let extended = !name.starts_with("requests.")
+            && label_key_errors(&format!("requests.{name}")).is_empty();
+        if !extended {
+            problems.push("doesn't follow extended resource name standard".into());
+        }
+    }
+    problems
+}
+
+/// `validateResourceRequirements` of a container: resource names, no negative quantities,
+/// requests within limits (equal to them for resources that cannot be overcommitted),
+/// hugepages with cpu or memory. Whole numbers for extended resources and hugepage sizes
+/// are not checked here.
 fn resources(c: &Value, at: &str, causes: &mut Vec<Cause>) {
     let path = format!("{at}.resources");
     let list = |field: &str| -> Vec<(String, quantity::Quantity)> {
@@ -695,20 +751,28 @@ fn resources(c: &Value, at: &str, causes: &mut Vec<Cause>) {
             .collect()
     };
     let (limits, requests) = (list("limits"), list("requests"));
-    let negative = |field: &str, name: &str, q: &quantity::Quantity, causes: &mut Vec<Cause>| {
-        if q.nanos < 0 {
-            causes.push(Cause::invalid(
-                format!("{path}.{field}[{name}]"),
-                &json!(q.canonical),
-                "must be greater than or equal to 0",
-            ));
-        }
-    };
+    let name_and_sign =
+        |field: &str, name: &str, q: &quantity::Quantity, causes: &mut Vec<Cause>| {
+            for problem in container_resource_name_problems(name) {
+                causes.push(Cause::invalid(
+                    format!("{path}.{field}[{name}]"),
+                    &json!(name),
+                    problem,
+                ));
+            }
+            if q.nanos < 0 {
+                causes.push(Cause::invalid(
+                    format!("{path}.{field}[{name}]"),
+                    &json!(q.canonical),
+                    "must be greater than or equal to 0",
+                ));
+            }
+        };
     for (name, q) in &limits {
-        negative("limits", name, q, causes);
+        name_and_sign("limits", name, q, causes);
     }
     for (name, q) in &requests {
-        negative("requests", name, q, causes);
+        name_and_sign("requests", name, q, causes);
         // Reported on the requests, without the resource's name.
         match limits.iter().find(|(l, _)| l == name) {
             Some((_, limit)) if q.nanos != limit.nanos && !overcommit_allowed(name) => {
@@ -735,6 +799,17 @@ fn resources(c: &Value, at: &str, causes: &mut Vec<Cause>) {
             )),
             None => {}
         }
+    }
+    let has = |list: &[(String, quantity::Quantity)], f: &dyn Fn(&str) -> bool| {
+        list.iter().any(|(name, _)| f(name))
+    };
+    let hugepages = |n: &str| n.starts_with("hugepages-");
+    let cpu_or_memory = |n: &str| matches!(n, "cpu" | "memory");
+    if (has(&limits, &hugepages) || has(&requests, &hugepages))
+        && !has(&limits, &cpu_or_memory)
+        && !has(&requests, &cpu_or_memory)
+    {
+        causes.push(forbidden(path, "HugePages require cpu or memory"));
     }
 }
 
