@@ -3,8 +3,10 @@
 //!
 //! - `config`: ConfigMap and Secret keys, sizes, types and immutability;
 //! - `affinity`: node and pod affinity, label selectors and tolerations of pod specs;
-//! - `pod`: pod specs wherever they appear (containers, ports, restart policies, probes and
-//!   lifecycle handlers, volumes and mounts), and what a pod update may change;
+//! - `pod`: pod specs wherever they appear (containers, ports, probes and lifecycle
+//!   handlers, env vars, resources, security contexts, policies and names);
+//! - `volumes`: pod volumes and volume mounts;
+//! - `pod_update`: what a pod update may change;
 //! - `workloads`: apps/v1 selectors and templates, StatefulSet and selector updates, Jobs
 //!   and what their updates may change;
 //! - `cron`: CronJob schedules as the `robfig/cron` parser reads them, and time zones;
@@ -108,9 +110,11 @@ mod cluster;
 mod config;
 mod cron;
 mod pod;
+mod pod_update;
 mod quantity;
 mod service;
 mod storage;
+mod volumes;
 mod workloads;
 
 pub(super) use cluster::{ingress_class, priority_class, role_binding};
