@@ -1354,6 +1354,35 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
         status["message"],
         r#"RoleBinding.rbac.authorization.k8s.io "rb" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#
     );
+    // Storage classes and claims keep what they were created with.
+    let class = |provisioner: &str| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+               "provisioner": provisioner, "volumeBindingMode": "WaitForFirstConsumer"})
+    };
+    let path = "/apis/storage.k8s.io/v1/storageclasses";
+    let (code, _) = send(&t, "POST", path, class("a.example.com")).await;
+    assert_eq!(code, 200);
+    let (code, status) = send(&t, "PUT", &format!("{path}/fast"), class("b.example.com")).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"StorageClass.storage.k8s.io "fast" is invalid: provisioner: Forbidden: updates to provisioner are forbidden."#
+    );
+    let claim = |size: &str| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}})
+    };
+    let path = "/api/v1/namespaces/default/persistentvolumeclaims";
+    let (code, _) = send(&t, "POST", path, claim("1Gi")).await;
+    assert_eq!(code, 200);
+    let (code, status) = send(&t, "PUT", &format!("{path}/data"), claim("2Gi")).await;
+    assert_eq!(code, 422);
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n"),
+        "{message}"
+    );
+
     // A pod's image may change, its other fields not; binding it is no update of it.
     let pod = |image: &str, hostname: Option<&str>| {
         let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "u"},
