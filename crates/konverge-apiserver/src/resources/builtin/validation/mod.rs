@@ -1071,6 +1071,17 @@ mod tests {
                 "spec.dnsConfig.options[0]: Required value: must not be empty",
             ]
         );
+        assert_eq!(
+            pod(
+                json!({}),
+                json!({"dnsConfig": {"nameservers": ["10.0.0.1", "fd00::1", "dns.example"],
+                "searches": [".", "svc.cluster.local.", "_tcp.example.com", "Bad.example"]}})
+            ),
+            [
+                "spec.dnsConfig.nameservers[2]: Invalid value: \"dns.example\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                "spec.dnsConfig.searches[3]: Invalid value: \"Bad.example\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '_', '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            ]
+        );
     }
 
     #[test]

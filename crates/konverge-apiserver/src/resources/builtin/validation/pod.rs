@@ -856,6 +856,53 @@ fn dns_config(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
             "must not have more than 3 nameservers",
         ));
     }
+    for (i, server) in nameservers.into_iter().flatten().enumerate() {
+        let server = server.as_str().unwrap_or_default();
+        if !ip_sloppy(server) {
+            causes.push(Cause::invalid(
+                format!("{at}.nameservers[{i}]"),
+                &json!(server),
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ));
+        }
+    }
+    let searches = config
+        .and_then(|c| c.get("searches"))
+        .and_then(Value::as_array);
+    if let Some(list) = searches {
+        let names: Vec<&str> = list
+            .iter()
+            .map(|s| s.as_str().unwrap_or_default())
+            .collect();
+        if names.len() > 32 {
+            causes.push(Cause::invalid(
+                format!("{at}.searches"),
+                &Value::Array(list.clone()),
+                "must not have more than 32 search paths",
+            ));
+        }
+        if names.join(" ").len() > 2048 {
+            causes.push(Cause::invalid(
+                format!("{at}.searches"),
+                &Value::Array(list.clone()),
+                "must not have more than 2048 characters (including spaces) in the search list",
+            ));
+        }
+        for (i, search) in names.iter().enumerate() {
+            // RelaxedDNSSearchValidation (on in 1.33): `.` alone, a trailing dot and `_` pass.
+            if *search == "." {
+                continue;
+            }
+            let search = search.strip_suffix('.').unwrap_or(search);
+            for problem in subdomain_with_underscore_problems(search) {
+                causes.push(Cause::invalid(
+                    format!("{at}.searches[{i}]"),
+                    &json!(search),
+                    problem,
+                ));
+            }
+        }
+    }
     for (i, option) in config
         .and_then(|c| c.get("options"))
         .and_then(Value::as_array)
@@ -874,6 +921,39 @@ fn dns_config(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
             ));
         }
     }
+}
+
+/// `netutils.ParseIPSloppy`: an IPv4 or IPv6 address, IPv4 octets perhaps with leading zeros.
+fn ip_sloppy(text: &str) -> bool {
+    let octets: Vec<&str> = text.split('.').collect();
+    text.parse::<std::net::IpAddr>().is_ok()
+        || (octets.len() == 4
+            && octets.iter().all(|o| {
+                !o.is_empty()
+                    && o.bytes().all(|b| b.is_ascii_digit())
+                    && o.parse::<u32>().is_ok_and(|n| n <= 255)
+            }))
+}
+
+/// `IsDNS1123SubdomainWithUnderscore`; its message names `_` but shows the plain regex.
+fn subdomain_with_underscore_problems(name: &str) -> Vec<&'static str> {
+    let mut problems = Vec::new();
+    if name.len() > 253 {
+        problems.push("must be no more than 253 characters");
+    }
+    let label_ok = |label: &str| {
+        let bytes = label.as_bytes();
+        !bytes.is_empty()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_'))
+            && bytes[0] != b'-'
+            && bytes[bytes.len() - 1] != b'-'
+    };
+    if !name.split('.').all(label_ok) {
+        problems.push("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '_', '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+    }
+    problems
 }
 
 /// `IsRelaxedEnvVarName` (RelaxedEnvironmentVariableValidation is on in 1.33): printable
