@@ -1242,12 +1242,17 @@ mod tests {
                 json!([]),
                 json!([{"name": "A", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.phase"}}},
                 {"name": "B", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec['x']"}}},
-                {"name": "C", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}])
+                {"name": "C", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}},
+                {"name": "D", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1000m"}}},
+                {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory", "divisor": "2Mi"}}},
+                {"name": "F", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.annotations['Bad Key']"}}}])
             ),
             [
                 "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Unsupported value: \"status.phase\": supported values: \"metadata.name\", \"metadata.namespace\", \"metadata.uid\", \"spec.nodeName\", \"spec.serviceAccountName\", \"status.hostIP\", \"status.hostIPs\", \"status.podIP\", \"status.podIPs\"",
                 "spec.containers[0].env[1].valueFrom.fieldRef.fieldPath: Invalid value: \"spec['x']\": error converting fieldPath: field label does not support subscript: spec['x']",
                 "spec.containers[0].env[2].valueFrom.resourceFieldRef.resource: Unsupported value: \"limits.gpu\": supported values: \"limits.cpu\", \"limits.ephemeral-storage\", \"limits.memory\", \"requests.cpu\", \"requests.ephemeral-storage\", \"requests.memory\"",
+                "spec.containers[0].env[4].valueFrom.resourceFieldRef.divisor: Invalid value: \"requests.memory\": only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the memory resource",
+                "spec.containers[0].env[5].valueFrom.fieldRef: Invalid value: \"Bad Key\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
             ]
         );
     }

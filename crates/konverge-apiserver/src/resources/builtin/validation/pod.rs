@@ -1056,7 +1056,7 @@ pub(super) fn object_field_selector(
                 _ => subscript.to_string(),
             };
             for problem in konverge_apimachinery::selector::label_key_errors(&key) {
-                causes.push(Cause::invalid(at, &json!(key), problem));
+                causes.push(Cause::invalid(at, &json!(subscript), problem));
             }
         }
         Ok((path, None)) if !allowed.contains(&path) => {
@@ -1066,8 +1066,8 @@ pub(super) fn object_field_selector(
     }
 }
 
-/// `validateContainerResourceFieldSelector` (but for the divisor): a container's limit or
-/// request; volumes name the container.
+/// `validateContainerResourceFieldSelector`: a container's limit or request, a divisor
+/// that suits it; volumes name the container.
 pub(super) fn resource_field_selector(fs: &Value, at: &str, volume: bool, causes: &mut Vec<Cause>) {
     const RESOURCES: &[&str] = &[
         "limits.cpu",
@@ -1091,6 +1091,38 @@ pub(super) fn resource_field_selector(fs: &Value, at: &str, volume: bool, causes
         && !resource.starts_with("requests.hugepages-")
     {
         causes.push(not_supported(format!("{at}.resource"), resource, RESOURCES));
+    }
+    // `validateContainerResourceDivisor`: shown with the resource, not the divisor.
+    let divisor = fs.get("divisor").and_then(quantity::parse);
+    if let Some(divisor) = divisor.filter(|d| d.nanos != 0) {
+        const SIZES: &[&str] = &[
+            "1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei",
+        ];
+        let problem = match resource {
+            "limits.cpu" | "requests.cpu" if !matches!(divisor.canonical.as_str(), "1m" | "1") => {
+                Some("only divisor's values 1m and 1 are supported with the cpu resource")
+            }
+            "limits.memory" | "requests.memory" if !SIZES.contains(&divisor.canonical.as_str()) => {
+                Some(
+                    "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the memory resource",
+                )
+            }
+            "limits.ephemeral-storage" | "requests.ephemeral-storage"
+                if !SIZES.contains(&divisor.canonical.as_str()) =>
+            {
+                Some(
+                    "only divisor's values 1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei are supported with the local ephemeral storage resource",
+                )
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            causes.push(Cause::invalid(
+                format!("{at}.divisor"),
+                &json!(resource),
+                problem,
+            ));
+        }
     }
 }
 
