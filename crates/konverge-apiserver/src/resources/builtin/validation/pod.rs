@@ -1126,7 +1126,7 @@ pub(super) fn resource_field_selector(fs: &Value, at: &str, volume: bool, causes
     }
 }
 
-/// `ValidateEnv` and `ValidateEnvFrom` (resource field divisors are not checked here).
+/// `ValidateEnv` and `ValidateEnvFrom`: names, one source per value, and the references.
 fn env(c: &Value, at: &str, causes: &mut Vec<Cause>) {
     for (i, var) in c
         .get("env")
