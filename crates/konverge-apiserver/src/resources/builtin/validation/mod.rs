@@ -141,18 +141,37 @@ fn invalid_shown(field: impl Into<String>, shown: &str, detail: &str) -> Cause {
 
 /// `obj` without Go's zero values (null, false, 0, "", empty lists and objects): decoded
 /// into Go types, a field left out and a field set to its zero value are the same, and
-/// `apiequality.Semantic.DeepEqual` takes nil and empty slices and maps as equal.
+/// `apiequality.Semantic.DeepEqual` takes nil and empty slices and maps as equal, and
+/// quantities by their value (`1Gi` is `1024Mi`).
 fn zeroless(obj: &Value) -> Value {
     match obj {
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), zeroless(v)))
+                .map(|(k, v)| {
+                    let v = match (k.as_str(), v) {
+                        ("limits" | "requests" | "capacity" | "overhead", Value::Object(list)) => {
+                            Value::Object(
+                                list.iter()
+                                    .map(|(name, q)| (name.clone(), canonical_quantity(q)))
+                                    .collect(),
+                            )
+                        }
+                        ("sizeLimit", q) => canonical_quantity(q),
+                        _ => v.clone(),
+                    };
+                    (k.clone(), zeroless(&v))
+                })
                 .filter(|(_, v)| !is_zero(v))
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.iter().map(zeroless).collect()),
         other => other.clone(),
     }
+}
+
+/// A quantity in its canonical form, or as it was when it is none.
+fn canonical_quantity(q: &Value) -> Value {
+    quantity::parse(q).map_or_else(|| q.clone(), |q| Value::String(q.canonical))
 }
 
 fn is_zero(v: &Value) -> bool {
@@ -478,6 +497,14 @@ mod tests {
         assert!(
             update(&|p| p["spec"]["hostNetwork"] = json!(false)).is_empty(),
             "a zero value is no change"
+        );
+        let mut sized = pod.clone();
+        sized["spec"]["containers"][0]["resources"] = json!({"limits": {"memory": "1Gi"}});
+        let mut same_size = sized.clone();
+        same_size["spec"]["containers"][0]["resources"]["limits"]["memory"] = json!("1024Mi");
+        assert!(
+            super::pod(&same_size, Some(&sized)).is_empty(),
+            "quantities compare by value"
         );
         let got = update(&|p| p["spec"]["hostname"] = json!("h"));
         assert_eq!(got.len(), 1);
