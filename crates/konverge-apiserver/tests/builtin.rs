@@ -1227,6 +1227,208 @@ async fn invalid_objects_are_refused_in_kube_apiserver_words() {
     )
     .await;
     assert_eq!(code, 400, "{status}");
+
+    // Probes, wherever a pod spec is.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "image": "busybox", "livenessProbe": {}}]}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Pod "p" is invalid: spec.containers[0].livenessProbe: Required value: must specify a handler type"#
+    );
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/apps/v1/namespaces/default/daemonsets",
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"},
+               "spec": {"selector": {"matchLabels": {"app": "d"}},
+                   "template": {"metadata": {"labels": {"app": "d"}},
+                       "spec": {"containers": [{"name": "c", "image": "busybox",
+                           "readinessProbe": {"tcpSocket": {"port": 0}}}]}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"DaemonSet.apps "d" is invalid: spec.template.spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: 0: must be between 1 and 65535, inclusive"#
+    );
+
+    // A mount names a volume of the pod.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/batch/v1/namespaces/default/jobs",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"template": {"spec": {"restartPolicy": "Never",
+                   "containers": [{"name": "c", "image": "busybox",
+                       "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Job.batch "j" is invalid: spec.template.spec.containers[0].volumeMounts[0].name: Not found: "data""#
+    );
+    assert_eq!(
+        status["details"]["causes"][0]["reason"],
+        "FieldValueNotFound"
+    );
+
+    // Tolerations, down to a CronJob's pods.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/apis/batch/v1/namespaces/default/cronjobs",
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tol"},
+               "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                   "restartPolicy": "Never", "tolerations": [{"key": "k", "operator": "In"}],
+                   "containers": [{"name": "c", "image": "busybox"}]}}}}}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"CronJob.batch "tol" is invalid: spec.jobTemplate.spec.template.spec.tolerations[0].operator: Unsupported value: "In": supported values: "Equal", "Exists""#
+    );
+
+    // Requests within limits, printed as Go prints quantities.
+    let (code, status) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "r"},
+               "spec": {"containers": [{"name": "c", "image": "busybox",
+                   "resources": {"limits": {"cpu": "1000m"}, "requests": {"cpu": "2"}}}]}}),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Pod "r" is invalid: spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1"#
+    );
+
+    // Updates keep what kube-apiserver keeps.
+    let deploy = |app: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+               "spec": {"selector": {"matchLabels": {"app": app}},
+                   "template": {"metadata": {"labels": {"app": app}},
+                       "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    };
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments",
+        deploy("a"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, status) = send(
+        &t,
+        "PUT",
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        deploy("b"),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"Deployment.apps "web" is invalid: spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"b"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable"#
+    );
+    let binding = |role: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"kind": "User", "name": "u"}]})
+    };
+    let path = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings";
+    let (code, _) = send(&t, "POST", path, binding("view")).await;
+    assert_eq!(code, 200);
+    let (code, status) = send(&t, "PUT", &format!("{path}/rb"), binding("edit")).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"RoleBinding.rbac.authorization.k8s.io "rb" is invalid: roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#
+    );
+    // Storage classes and claims keep what they were created with.
+    let class = |provisioner: &str| {
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"},
+               "provisioner": provisioner, "volumeBindingMode": "WaitForFirstConsumer"})
+    };
+    let path = "/apis/storage.k8s.io/v1/storageclasses";
+    let (code, _) = send(&t, "POST", path, class("a.example.com")).await;
+    assert_eq!(code, 200);
+    let (code, status) = send(&t, "PUT", &format!("{path}/fast"), class("b.example.com")).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status["message"],
+        r#"StorageClass.storage.k8s.io "fast" is invalid: provisioner: Forbidden: updates to provisioner are forbidden."#
+    );
+    let claim = |size: &str| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+               "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}})
+    };
+    let path = "/api/v1/namespaces/default/persistentvolumeclaims";
+    let (code, _) = send(&t, "POST", path, claim("1Gi")).await;
+    assert_eq!(code, 200);
+    let (code, status) = send(&t, "PUT", &format!("{path}/data"), claim("2Gi")).await;
+    assert_eq!(code, 422);
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n"),
+        "{message}"
+    );
+
+    // A pod's image may change, its other fields not; binding it is no update of it.
+    let pod = |image: &str, hostname: Option<&str>| {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "u"},
+               "spec": {"containers": [{"name": "c", "image": image}]}});
+        if let Some(h) = hostname {
+            p["spec"]["hostname"] = json!(h);
+        }
+        p
+    };
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        pod("busybox", None),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods/u/binding",
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "u"},
+               "target": {"kind": "Node", "name": "n1"}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (_, current) = send(&t, "GET", "/api/v1/namespaces/default/pods/u", Value::Null).await;
+    let mut newer = current.clone();
+    newer["spec"]["containers"][0]["image"] = json!("busybox:1.36");
+    let (code, status) = send(
+        &t,
+        "PUT",
+        "/api/v1/namespaces/default/pods/u",
+        newer.clone(),
+    )
+    .await;
+    assert_eq!(code, 200, "{status}");
+    newer["spec"]["hostname"] = json!("h");
+    newer["metadata"]["resourceVersion"] = status["metadata"]["resourceVersion"].clone();
+    let (code, status) = send(&t, "PUT", "/api/v1/namespaces/default/pods/u", newer).await;
+    assert_eq!(code, 422);
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Pod \"u\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"),
+        "{message}"
+    );
 }
 
 /// A server started again over the same store finds its bootstrap objects and starts.

@@ -281,6 +281,18 @@ pub(crate) fn carry_service_addresses(new: &mut Value, current: &Value) {
             }
         }
     }
+    // `patchAllocatedValues`: a client that sends only `clusterIP` keeps `clusterIPs` (and
+    // validation then finds a changed one).
+    if !external_name
+        && spec
+            .get("clusterIPs")
+            .is_none_or(|ips| ips.as_array().is_none_or(Vec::is_empty))
+        && let Some(ips) = before
+            .get("clusterIPs")
+            .filter(|ips| ips.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        spec.insert("clusterIPs".into(), ips.clone());
+    }
     let old_ports = before["ports"].as_array().cloned().unwrap_or_default();
     for port in spec
         .get_mut("ports")

@@ -68,6 +68,9 @@ pub struct WriteOptions {
     /// What reading the request body's text found that strict field validation refuses
     /// (duplicate fields), in kube-apiserver's words (`duplicate field "spec.replicas"`).
     pub body_strict_errors: Vec<String>,
+    /// Set by the server's own writes that are not a client's update of the object (a pod's
+    /// binding): the new object is validated, the kind's update rules are not applied.
+    pub(crate) not_an_update: bool,
 }
 
 /// What a write answers.
@@ -952,7 +955,12 @@ impl Registry {
     ) -> Result<Change> {
         let merged =
             crate::registry::apply::record_update(rt, Some(current), merged, subresource, opts)?;
-        self.validate(rt, &merged, Some(current))?;
+        // Binding, resizing a pod and adding ephemeral containers change what the kind's
+        // update rules keep; kube-apiserver checks those writes with their own rules, so
+        // the object is checked against itself here.
+        let own_rules =
+            opts.not_an_update || matches!(subresource, Some("resize" | "ephemeralcontainers"));
+        self.validate(rt, &merged, Some(if own_rules { &merged } else { current }))?;
         let mut unchanged = merged.clone();
         if let Some(rv) = current.pointer("/metadata/resourceVersion") {
             meta::metadata_mut(&mut unchanged).insert("resourceVersion".into(), rv.clone());

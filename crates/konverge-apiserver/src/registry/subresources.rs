@@ -93,6 +93,7 @@ pub async fn bind(
         Ok(pod)
     };
     let mut opts = opts.clone();
+    opts.not_an_update = true;
     opts.field_manager
         .get_or_insert_with(|| "kube-scheduler".into());
     registry

@@ -304,12 +304,14 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .defaults(strategy::default_persistent_volume_claim)
             .on_create(strategy::prepare_pending)
+            .validate(validation::persistent_volume_claim)
             .columns(columns::persistent_volume_claims()),
         declare::<core::v1::PersistentVolume>()
             .short(&["pv"])
             .with_status()
             .defaults(strategy::default_persistent_volume)
             .on_create(strategy::prepare_pending)
+            .validate(validation::persistent_volume)
             .columns(columns::persistent_volumes()),
         declare::<core::v1::Pod>()
             .status_resets(&["ownerReferences"])
@@ -334,6 +336,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<core::v1::PodTemplate>()
             .with_generation()
             .defaults(defaults::pod_template)
+            .validate(validation::pod_template)
             .columns(columns::pod_templates()),
         declare::<core::v1::ReplicationController>()
             .short(&["rc"])
@@ -342,6 +345,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_scale()
             .with_generation()
             .defaults(defaults::replication_controller)
+            .validate(validation::replication_controller)
             .columns(columns::replication_controllers())
             .fields(FieldLabels::Converted, replication_controller_fields()),
         declare::<core::v1::ResourceQuota>()
@@ -534,6 +538,7 @@ pub fn catalog() -> Vec<ResourceType> {
         // networking.k8s.io/v1
         declare::<networking::v1::IngressClass>()
             .with_generation()
+            .validate(validation::ingress_class)
             .columns(columns::ingress_classes()),
         declare::<networking::v1::Ingress>()
             .short(&["ing"])
@@ -569,6 +574,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .names(PathSegment)
             .create_on_update()
             .defaults(defaults::role_binding)
+            .validate(validation::role_binding)
             .columns(columns::role_bindings()),
         declare::<rbac::v1::ClusterRole>()
             .names(PathSegment)
@@ -577,6 +583,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .names(PathSegment)
             .create_on_update()
             .defaults(defaults::role_binding)
+            .validate(validation::role_binding)
             .columns(columns::role_bindings()),
         declare::<rbac::v1::Role>()
             .names(PathSegment)
@@ -585,17 +592,20 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<scheduling::v1::PriorityClass>()
             .short(&["pc"])
             .defaults(defaults::priority_class)
+            .validate(validation::priority_class)
             .columns(columns::priority_classes()),
         // storage.k8s.io/v1
         declare::<storage::v1::CSIDriver>()
             .with_generation()
             .defaults(defaults::csi_driver)
+            .validate(validation::csi_driver)
             .columns(columns::csi_drivers()),
         declare::<storage::v1::CSINode>().columns(columns::csi_nodes()),
         declare::<storage::v1::CSIStorageCapacity>().columns(columns::csi_storage_capacities()),
         declare::<storage::v1::StorageClass>()
             .short(&["sc"])
             .defaults(defaults::storage_class)
+            .validate(validation::storage_class)
             .columns(columns::storage_classes()),
         declare::<storage::v1::VolumeAttachment>()
             .status_resets(STATUS_RESETS_ALL)

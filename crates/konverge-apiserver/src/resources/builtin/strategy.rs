@@ -3,8 +3,6 @@
 
 use serde_json::{Value, json};
 
-use crate::error::Cause;
-
 /// Namespaces start Active and carry the namespace controller's finalizer.
 pub(super) fn prepare_namespace(obj: &mut Value) {
     if obj.pointer("/status/phase").is_none() {
@@ -126,32 +124,6 @@ pub(super) fn default_service(obj: &mut Value) {
             }
         }
     }
-}
-
-/// A Service keeps the addresses it was given: an update that leaves them out keeps them
-/// (see [`carry_service_addresses`]), one that changes them is refused.
-pub(super) fn validate_service(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let Some(old) = old else {
-        return causes;
-    };
-    let before = old
-        .pointer("/spec/clusterIP")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let after = obj
-        .pointer("/spec/clusterIP")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let external_name = obj.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
-    if !before.is_empty() && before != after && !external_name {
-        causes.push(Cause::invalid(
-            "spec.clusterIPs[0]",
-            &json!([after]),
-            "may not change once set",
-        ));
-    }
-    causes
 }
 
 /// A local APIService's status: always available.

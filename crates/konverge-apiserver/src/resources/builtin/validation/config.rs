@@ -8,7 +8,7 @@ use super::*;
 use crate::error::Cause;
 
 /// `IsConfigMapKey`: every problem of a data key.
-fn config_key_problems(key: &str) -> Vec<String> {
+pub(super) fn config_key_problems(key: &str) -> Vec<String> {
     let mut problems = Vec::new();
     if key.len() > 253 {
         problems.push("must be no more than 253 characters".to_string());
