@@ -1,0 +1,213 @@
+//! The doctor against the in-process server, with deliberately broken controllers running
+//! beside it: a flapping annotation, a ConfigMap that grows on every write, a finalizer nobody
+//! removes, a namespace that cannot finish terminating — and a quiet cluster, which must come
+//! back clean.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use konverge_runtime::doctor::{self, Options, Report};
+use konverge_testkit::TestEnv;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+/// A short window: real watches need real time.
+fn options() -> Options {
+    Options {
+        window: Duration::from_millis(1500),
+        stuck_after: Duration::from_millis(100),
+        ..Options::default()
+    }
+}
+
+async fn create_config_map(client: &Client, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    api.create(&PostParams::default(), &cm).await?;
+    Ok(())
+}
+
+/// Patches `name` every `every` with `patch(tick)` as `manager`, until aborted.
+fn keep_patching(
+    client: &Client,
+    name: &str,
+    manager: &str,
+    every: Duration,
+    patch: fn(u64) -> serde_json::Value,
+) -> JoinHandle<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let name = name.to_string();
+    let params = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        for tick in 0.. {
+            ticks.tick().await;
+            let _ = api.patch(&name, &params, &Patch::Merge(patch(tick))).await;
+        }
+    })
+}
+
+async fn diagnose(client: Client) -> anyhow::Result<Report> {
+    Ok(doctor::run(client, &options(), |_| {}).await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_annotation_is_a_hot_loop_named_with_its_manager_and_path() -> anyhow::Result<()>
+{
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "flappy").await?;
+    create_config_map(&client, "default", "calm").await?;
+    let flapper = keep_patching(
+        &client,
+        "flappy",
+        "flapper",
+        Duration::from_millis(50),
+        |tick| json!({"metadata": {"annotations": {"example.com/counter": tick.to_string()}}}),
+    );
+
+    let report = diagnose(client).await?;
+    flapper.abort();
+
+    assert_eq!(report.hot_loops.len(), 1, "{report:#?}");
+    let hot = &report.hot_loops[0];
+    assert_eq!(hot.object.name, "flappy");
+    assert_eq!(hot.object.namespace.as_deref(), Some("default"));
+    assert_eq!(hot.object.resource, "configmaps");
+    assert!(hot.writes >= 10, "{hot:?}");
+    assert!(hot.writes_per_minute > 10.0, "{hot:?}");
+    assert_eq!(hot.managers, ["flapper"]);
+    assert_eq!(
+        hot.changing_paths,
+        [r#".metadata.annotations["example.com/counter"]"#]
+    );
+    // An annotation counting up grows the object by a byte now and then: not growth.
+    assert!(report.growth.is_empty(), "{report:#?}");
+    assert!(report.has_findings());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_map_gaining_a_key_each_tick_is_growth() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "journal").await?;
+    let appender = keep_patching(
+        &client,
+        "journal",
+        "journaler",
+        Duration::from_millis(100),
+        |tick| json!({"data": {format!("entry-{tick}"): "something happened"}}),
+    );
+
+    let report = diagnose(client).await?;
+    appender.abort();
+
+    assert_eq!(report.growth.len(), 1, "{report:#?}");
+    let growth = &report.growth[0];
+    assert_eq!(growth.object.name, "journal");
+    assert!(growth.last_bytes >= growth.first_bytes + 64, "{growth:?}");
+    assert_eq!(growth.growing_writes, growth.writes, "{growth:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_held_by_a_finalizer_names_the_finalizer_and_its_manager() -> anyhow::Result<()>
+{
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "held").await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    config_maps
+        .patch(
+            "held",
+            &PatchParams {
+                field_manager: Some("cleaner".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/cleanup"]}})),
+        )
+        .await?;
+    config_maps.delete("held", &DeleteParams::default()).await?;
+
+    let report = diagnose(client).await?;
+
+    assert_eq!(report.stuck_deletions.len(), 1, "{report:#?}");
+    let stuck = &report.stuck_deletions[0];
+    assert_eq!(stuck.object.name, "held");
+    assert_eq!(stuck.finalizers.len(), 1);
+    assert_eq!(stuck.finalizers[0].finalizer, "example.com/cleanup");
+    assert_eq!(stuck.finalizers[0].managers, ["cleaner"]);
+    assert!(report.hot_loops.is_empty(), "{report:#?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_stuck_terminating_says_what_is_left_in_it() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let team = Namespace {
+        metadata: ObjectMeta {
+            name: Some("team".into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    namespaces.create(&PostParams::default(), &team).await?;
+    create_config_map(&client, "team", "held").await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    config_maps
+        .patch(
+            "held",
+            &PatchParams {
+                field_manager: Some("cleaner".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/cleanup"]}})),
+        )
+        .await?;
+    namespaces.delete("team", &DeleteParams::default()).await?;
+
+    let report = diagnose(client).await?;
+
+    assert_eq!(report.terminating_namespaces.len(), 1, "{report:#?}");
+    let team = &report.terminating_namespaces[0];
+    assert_eq!(team.name, "team");
+    assert_eq!(team.remaining.get("configmaps"), Some(&1), "{team:?}");
+    assert!(
+        report
+            .stuck_deletions
+            .iter()
+            .any(|s| s.object.name == "held" && s.finalizers[0].managers == ["cleaner"]),
+        "{report:#?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_cluster_has_a_clean_report() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "calm").await?;
+
+    let report = diagnose(client).await?;
+
+    assert!(!report.has_findings(), "{report:#?}");
+    assert!(report.unwatched.is_empty(), "{report:#?}");
+    assert!(report.resources > 10, "{report:#?}");
+    assert!(report.objects >= 1);
+    assert_eq!(report.writes, 0, "{report:#?}");
+    Ok(())
+}
