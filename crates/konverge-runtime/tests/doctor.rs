@@ -119,6 +119,10 @@ async fn a_config_map_gaining_a_key_each_tick_is_growth() -> anyhow::Result<()> 
     assert_eq!(growth.object.name, "journal");
     assert!(growth.last_bytes >= growth.first_bytes + 64, "{growth:?}");
     assert_eq!(growth.growing_writes, growth.writes, "{growth:?}");
+    // Written ten times a second, it is a hot loop too; a new key per write reads as one path.
+    assert_eq!(report.hot_loops.len(), 1, "{report:#?}");
+    assert_eq!(report.hot_loops[0].managers, ["journaler"]);
+    assert_eq!(report.hot_loops[0].changing_paths, [".data.*"]);
     Ok(())
 }
 

@@ -17,6 +17,8 @@ const MIN_GROWING_WRITES: u32 = 3;
 const MIN_GROWTH_BYTES: u32 = 64;
 /// Changing paths shown per hot loop, the most frequent first.
 const SHOWN_PATHS: usize = 5;
+/// Keys under one parent, each changed once, that are shown as `parent.*`.
+const MIN_COLLAPSED_KEYS: u32 = 3;
 
 /// What the doctor found.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -234,8 +236,8 @@ pub(super) fn build(
                     && churn.writes >= MIN_HOT_WRITES
                     && per_minute > f64::from(options.hot_writes_per_minute)
                 {
-                    let mut paths: Vec<(&String, &u32)> = churn.paths.iter().collect();
-                    paths.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+                    let mut paths: Vec<(String, u32)> = collapse_new_keys(&churn.paths);
+                    paths.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
                     report.hot_loops.push(HotLoop {
                         object: object(),
                         writes: churn.writes,
@@ -244,7 +246,7 @@ pub(super) fn build(
                         changing_paths: paths
                             .into_iter()
                             .take(SHOWN_PATHS)
-                            .map(|(path, _)| path.clone())
+                            .map(|(path, _)| path)
                             .collect(),
                     });
                 }
@@ -325,6 +327,42 @@ pub(super) fn build(
     report
 }
 
+/// The changed paths with their counts, where keys that each changed once under one parent
+/// (a map gaining a key per write) become one `parent.*`, counted for all of them: the parent
+/// is what keeps changing.
+fn collapse_new_keys(paths: &BTreeMap<String, u32>) -> Vec<(String, u32)> {
+    let mut once_by_parent: BTreeMap<&str, u32> = BTreeMap::new();
+    for (path, &count) in paths {
+        if count == 1 {
+            *once_by_parent.entry(parent(path)).or_default() += 1;
+        }
+    }
+    let mut collapsed: BTreeMap<String, u32> = BTreeMap::new();
+    for (path, &count) in paths {
+        let parent = parent(path);
+        if count == 1
+            && once_by_parent
+                .get(parent)
+                .is_some_and(|&n| n >= MIN_COLLAPSED_KEYS)
+        {
+            *collapsed.entry(format!("{parent}.*")).or_default() += 1;
+        } else {
+            collapsed.insert(path.clone(), count);
+        }
+    }
+    collapsed.into_iter().collect()
+}
+
+/// `.data` for `.data.key` and `.metadata.annotations` for `.metadata.annotations["a.b/c"]`.
+fn parent(path: &str) -> &str {
+    let cut = if path.ends_with("\"]") {
+        path.rfind("[\"")
+    } else {
+        path.rfind('.')
+    };
+    &path[..cut.unwrap_or(0)]
+}
+
 /// The busiest minute's writes for a window of a minute or more; for a shorter window, its
 /// writes scaled to a minute.
 fn writes_per_minute(record: &ObjectRecord, window: Duration) -> f64 {
@@ -336,5 +374,37 @@ fn writes_per_minute(record: &ObjectRecord, window: Duration) -> f64 {
         f64::from(churn.busiest_minute)
     } else {
         f64::from(churn.writes) * 60.0 / seconds.max(0.001)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_added_one_per_write_collapse_into_their_parent() {
+        let paths: BTreeMap<String, u32> = [
+            (".data.entry-1", 1),
+            (".data.entry-2", 1),
+            (".data.entry-3", 1),
+            (".metadata.annotations.last-run", 3),
+            (r#".metadata.annotations["example.com/a"]"#, 1),
+        ]
+        .into_iter()
+        .map(|(p, n)| (p.to_string(), n))
+        .collect();
+        assert_eq!(
+            collapse_new_keys(&paths),
+            [
+                (".data.*".to_string(), 3),
+                (".metadata.annotations.last-run".to_string(), 3),
+                (r#".metadata.annotations["example.com/a"]"#.to_string(), 1),
+            ]
+        );
+        assert_eq!(
+            parent(r#".metadata.annotations["example.com/a"]"#),
+            ".metadata.annotations"
+        );
+        assert_eq!(parent(".data"), "");
     }
 }
