@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use konverge_runtime::doctor::{self, Options, Report};
-use konverge_testkit::TestEnv;
+use konverge_testkit::{Rule, TestEnv, Verb};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -213,5 +213,108 @@ async fn a_quiet_cluster_has_a_clean_report() -> anyhow::Result<()> {
     assert!(report.resources > 10, "{report:#?}");
     assert!(report.objects >= 1);
     assert_eq!(report.writes, 0, "{report:#?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relists_after_cut_watches_and_expired_history_count_each_write_once() -> anyhow::Result<()>
+{
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "calm").await?;
+    create_config_map(&client, "default", "doomed").await?;
+    let faults = env.faults();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let chaos = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Written and deleted while the watches are down (they come back 400 ms late) and
+        // their history is gone: the relist must see one update and one deletion.
+        faults.delay(Rule::new().verb(Verb::Watch), Duration::from_millis(400));
+        faults.drop_watches();
+        config_maps
+            .patch(
+                "calm",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"a": "1"}})),
+            )
+            .await?;
+        config_maps
+            .delete("doomed", &DeleteParams::default())
+            .await?;
+        faults.expire_history().await?;
+        anyhow::Ok(())
+    });
+
+    let report = diagnose(client.clone()).await?;
+    chaos.await??;
+
+    assert!(
+        env.requests().count(Verb::List, "configmaps") >= 2,
+        "the doctor relisted"
+    );
+    assert!(!report.has_findings(), "{report:#?}");
+    assert_eq!(report.writes, 2, "{report:#?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_renewed_often_are_heartbeats_not_hot_loops() -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("leader".into()),
+            ..ObjectMeta::default()
+        },
+        ..Lease::default()
+    };
+    leases.create(&PostParams::default(), &lease).await?;
+    let renewer = tokio::spawn(async move {
+        for tick in 0u64.. {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let renew = json!({"spec": {"leaseDurationSeconds": 1 + tick % 100}});
+            let _ = leases
+                .patch("leader", &PatchParams::default(), &Patch::Merge(renew))
+                .await;
+        }
+    });
+
+    let report = diagnose(client).await?;
+    renewer.abort();
+
+    assert!(report.writes >= 10, "{report:#?}");
+    assert!(report.hot_loops.is_empty(), "{report:#?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_over_the_size_warning_are_reported() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let big = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("big".into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("blob".to_string(), "x".repeat(40 * 1024))].into()),
+        ..ConfigMap::default()
+    };
+    config_maps.create(&PostParams::default(), &big).await?;
+
+    // 2% of 1.5 MiB is 31,457 bytes.
+    let options = Options {
+        size_warn_percent: 2,
+        ..options()
+    };
+    let report = doctor::run(client, &options, |_| {}).await?;
+
+    assert_eq!(report.large_objects.len(), 1, "{report:#?}");
+    let large = &report.large_objects[0];
+    assert_eq!(large.object.name, "big");
+    assert!(large.bytes > 40 * 1024, "{large:?}");
+    assert!((2.6..2.8).contains(&large.percent_of_limit), "{large:?}");
     Ok(())
 }
