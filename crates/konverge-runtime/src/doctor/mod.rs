@@ -103,7 +103,7 @@ pub enum Progress {
     },
     /// Every resource was listed (or the sync timeout passed); the window is open.
     Synced {
-        /// Resources listed.
+        /// Resources listed, or given up on because the server refuses them.
         listed: usize,
         /// Resources to watch.
         resources: usize,

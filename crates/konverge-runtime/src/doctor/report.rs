@@ -181,7 +181,7 @@ pub(super) fn build(
 ) -> Report {
     let large_object_bytes = OBJECT_SIZE_LIMIT * u64::from(options.size_warn_percent) / 100;
     let mut report = Report {
-        window_seconds: window.as_secs_f64(),
+        window_seconds: (window.as_secs_f64() * 1000.0).round() / 1000.0,
         resources: watched.iter().filter(|r| r.listed_once).count(),
         objects: 0,
         writes,
