@@ -99,6 +99,38 @@ async fn a_flapping_annotation_is_a_hot_loop_named_with_its_manager_and_path() -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_controllers_fighting_over_a_label_are_both_named() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "contested").await?;
+    let blue = keep_patching(
+        &client,
+        "contested",
+        "blue-controller",
+        Duration::from_millis(60),
+        |_| json!({"metadata": {"labels": {"color": "blue"}}}),
+    );
+    let green = keep_patching(
+        &client,
+        "contested",
+        "green-controller",
+        Duration::from_millis(60),
+        |_| json!({"metadata": {"labels": {"color": "green"}}}),
+    );
+
+    let report = diagnose(client).await?;
+    blue.abort();
+    green.abort();
+
+    assert_eq!(report.hot_loops.len(), 1, "{report:#?}");
+    let hot = &report.hot_loops[0];
+    assert_eq!(hot.object.name, "contested");
+    assert_eq!(hot.managers, ["blue-controller", "green-controller"]);
+    assert_eq!(hot.changing_paths, [".metadata.labels.color"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_map_gaining_a_key_each_tick_is_growth() -> anyhow::Result<()> {
     let env = TestEnv::start().await;
     let client = env.client();
