@@ -316,6 +316,127 @@ fn human_duration(seconds: u64) -> String {
 mod tests {
     use super::*;
 
+    fn config_map(namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+            resource: "configmaps".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        }
+    }
+
+    #[test]
+    fn the_text_report_groups_findings_by_kind() {
+        let report = Report {
+            window_seconds: 60.0,
+            resources: 50,
+            objects: 58,
+            writes: 368,
+            thresholds: doctor::Thresholds {
+                hot_writes_per_minute: 10,
+                large_object_bytes: 786_432,
+                stuck_after_seconds: 300,
+            },
+            hot_loops: vec![doctor::HotLoop {
+                object: config_map("default", "flappy"),
+                writes: 360,
+                writes_per_minute: 360.0,
+                managers: vec!["flapper".into()],
+                changing_paths: vec![".metadata.annotations.last-run".into()],
+            }],
+            growth: vec![doctor::Growth {
+                object: config_map("default", "journal"),
+                first_bytes: 202,
+                last_bytes: 860,
+                writes: 8,
+                growing_writes: 8,
+            }],
+            large_objects: vec![doctor::LargeObject {
+                object: config_map("default", "big"),
+                bytes: 1_200_000,
+                percent_of_limit: 76.3,
+            }],
+            stuck_deletions: vec![doctor::StuckDeletion {
+                object: config_map("team", "held"),
+                deletion_timestamp: "2026-11-24T19:00:00Z".into(),
+                deleting_for_seconds: 723,
+                finalizers: vec![FinalizerHold {
+                    finalizer: "example.com/cleanup".into(),
+                    managers: vec!["cleaner".into()],
+                }],
+            }],
+            terminating_namespaces: vec![doctor::TerminatingNamespace {
+                name: "team".into(),
+                deletion_timestamp: "2026-11-24T19:00:00Z".into(),
+                terminating_for_seconds: 725,
+                finalizers: vec![FinalizerHold {
+                    finalizer: "kubernetes".into(),
+                    managers: vec![],
+                }],
+                remaining: [("configmaps".to_string(), 1)].into(),
+            }],
+            unwatched: vec![doctor::Unwatched {
+                resource: "secrets".into(),
+                reason: "list failed: forbidden".into(),
+            }],
+        };
+        assert_eq!(
+            render(&report),
+            "\
+Watched 50 resources, 58 objects, 368 writes in 60.0s.
+
+Hot loops (written more than 10 times a minute):
+  default/flappy (configmaps): 360 writes/min (360 in the window)
+    written by: flapper
+    changing:   .metadata.annotations.last-run
+
+Growing objects (larger on write after write):
+  default/journal (configmaps): 202 B -> 860 B over 8 writes
+
+Large objects (over 768.0 KiB of the 1.5 MiB object limit):
+  default/big (configmaps): 1.14 MiB (76.3% of the limit)
+
+Stuck deletions (deleting for more than 5m):
+  team/held (configmaps): deleting for 12m3s
+    finalizer example.com/cleanup (set by cleaner)
+
+Namespaces stuck Terminating:
+  team: terminating for 12m5s
+    finalizer kubernetes
+    left: configmaps 1
+
+Not watched (findings there would be missed):
+  secrets: list failed: forbidden
+"
+        );
+    }
+
+    #[test]
+    fn a_clean_report_says_so() {
+        let report = Report {
+            window_seconds: 1.0,
+            resources: 50,
+            objects: 55,
+            writes: 0,
+            thresholds: doctor::Thresholds {
+                hot_writes_per_minute: 10,
+                large_object_bytes: 786_432,
+                stuck_after_seconds: 300,
+            },
+            hot_loops: vec![],
+            growth: vec![],
+            large_objects: vec![],
+            stuck_deletions: vec![],
+            terminating_namespaces: vec![],
+            unwatched: vec![],
+        };
+        assert_eq!(
+            render(&report),
+            "Watched 50 resources, 55 objects, 0 writes in 1.0s.\n\nNothing found.\n"
+        );
+    }
+
     #[test]
     fn durations_read_as_people_write_them() {
         assert_eq!(human_duration(45), "45s");
