@@ -131,6 +131,77 @@ async fn two_controllers_fighting_over_a_label_are_both_named() -> anyhow::Resul
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_resource_whose_status_flaps_is_found_by_discovery() -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    use kube::runtime::wait::{await_condition, conditions};
+
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "widgets.konverge.test"},
+        "spec": {
+            "group": "konverge.test",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                }},
+            }],
+        },
+    }))?;
+    crds.create(&PostParams::default(), &crd).await?;
+    let ready = await_condition(
+        crds,
+        "widgets.konverge.test",
+        conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(5), ready).await??;
+
+    let resource = ApiResource {
+        group: "konverge.test".into(),
+        version: "v1".into(),
+        api_version: "konverge.test/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+    let widget = DynamicObject::new("gizmo", &resource).data(json!({"spec": {"size": 1}}));
+    widgets.create(&PostParams::default(), &widget).await?;
+    // The classic status loop: a reconcile that stamps the time into status on every run.
+    let operator = tokio::spawn(async move {
+        let params = PatchParams {
+            field_manager: Some("widget-operator".into()),
+            ..PatchParams::default()
+        };
+        for tick in 0u64.. {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let status = json!({"status": {"observedAt": format!("tick {tick}")}});
+            let _ = widgets
+                .patch_status("gizmo", &params, &Patch::Merge(status))
+                .await;
+        }
+    });
+
+    let report = diagnose(client).await?;
+    operator.abort();
+
+    assert_eq!(report.hot_loops.len(), 1, "{report:#?}");
+    let hot = &report.hot_loops[0];
+    assert_eq!(hot.object.resource, "widgets.konverge.test");
+    assert_eq!(hot.object.kind, "Widget");
+    assert_eq!(hot.object.name, "gizmo");
+    assert_eq!(hot.managers, ["widget-operator"]);
+    assert_eq!(hot.changing_paths, [".status.observedAt"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_map_gaining_a_key_each_tick_is_growth() -> anyhow::Result<()> {
     let env = TestEnv::start().await;
     let client = env.client();
