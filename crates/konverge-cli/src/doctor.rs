@@ -15,22 +15,23 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 #[derive(Args)]
 pub(crate) struct DoctorArgs {
     /// Kubeconfig file (default as kubectl: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// Kubeconfig context (default: its current context).
     #[arg(long)]
     context: Option<String>,
     /// How long to watch once everything is listed (Go duration: 90s, 5m).
-    #[arg(long = "for", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long = "for", value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     window: Duration,
-    /// Report objects written more than this many times a minute.
-    #[arg(long, default_value_t = 10)]
+    /// Report objects written more than this many times a minute (extrapolated when --for is
+    /// shorter than a minute; three writes at least).
+    #[arg(long, value_name = "N", default_value_t = 10)]
     hot_writes: u32,
     /// Report objects larger than this share of the 1.5 MiB object limit (percent).
-    #[arg(long, default_value = "50%", value_parser = parse_percent)]
+    #[arg(long, value_name = "PERCENT", default_value = "50%", value_parser = parse_percent)]
     size_warn: u32,
     /// Report deletions pending for longer than this (Go duration).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     stuck_after: Duration,
     /// Report format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]

@@ -54,7 +54,10 @@ pub const OBJECT_SIZE_LIMIT: u64 = 1536 * 1024;
 pub struct Options {
     /// How long to watch, once every resource is listed (60 s).
     pub window: Duration,
-    /// An object written more often than this per minute is a hot loop (10).
+    /// An object written more often than this per minute is a hot loop (10). Over a window of
+    /// a minute or more the rate is the busiest minute's; over a shorter one it is
+    /// extrapolated, and three writes at least are needed (one edit in a two-second window is
+    /// not a loop).
     pub hot_writes_per_minute: u32,
     /// An object above this share of [`OBJECT_SIZE_LIMIT`], in percent, is reported (50).
     pub size_warn_percent: u32,
