@@ -285,6 +285,27 @@ impl ResourceRecords {
     }
 }
 
+#[cfg(test)]
+impl ObjectRecord {
+    /// A record written at these times (ms into the window).
+    pub(crate) fn written_at(times_ms: &[u32]) -> ObjectRecord {
+        let mut churn = Churn::new();
+        for &at in times_ms {
+            churn.count_write(at);
+        }
+        ObjectRecord {
+            first_bytes: 100,
+            last_bytes: 100,
+            resource_version: 0,
+            managed: Box::new([]),
+            list_epoch: 0,
+            gone: false,
+            deleting: None,
+            churn: Some(Box::new(churn)),
+        }
+    }
+}
+
 fn object_name(object: &DynamicObject) -> Option<ObjectName> {
     let name = object.metadata.name.as_deref()?;
     Some((

@@ -382,6 +382,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_long_window_is_judged_by_its_busiest_minute_a_short_one_by_extrapolation() {
+        // 12 writes within one minute, then one every minute for the rest of five minutes.
+        let mut times: Vec<u32> = (0..12).map(|i| 100_000 + i * 1_000).collect();
+        times.extend([180_000, 240_000, 299_000]);
+        let record = ObjectRecord::written_at(&times);
+        assert_eq!(writes_per_minute(&record, Duration::from_secs(300)), 12.0);
+
+        // 3 writes in 2 seconds: 90 a minute.
+        let record = ObjectRecord::written_at(&[0, 700, 1_400]);
+        assert_eq!(writes_per_minute(&record, Duration::from_secs(2)), 90.0);
+    }
+
+    #[test]
     fn keys_added_one_per_write_collapse_into_their_parent() {
         let paths: BTreeMap<String, u32> = [
             (".data.entry-1", 1),
