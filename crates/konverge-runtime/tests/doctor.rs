@@ -131,7 +131,8 @@ async fn two_controllers_fighting_over_a_label_are_both_named() -> anyhow::Resul
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_custom_resource_whose_status_flaps_is_found_by_discovery() -> anyhow::Result<()> {
+async fn a_crd_installed_during_the_window_is_watched_and_its_flapping_status_found()
+-> anyhow::Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
@@ -155,14 +156,6 @@ async fn a_custom_resource_whose_status_flaps_is_found_by_discovery() -> anyhow:
             }],
         },
     }))?;
-    crds.create(&PostParams::default(), &crd).await?;
-    let ready = await_condition(
-        crds,
-        "widgets.konverge.test",
-        conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(5), ready).await??;
-
     let resource = ApiResource {
         group: "konverge.test".into(),
         version: "v1".into(),
@@ -172,9 +165,20 @@ async fn a_custom_resource_whose_status_flaps_is_found_by_discovery() -> anyhow:
     };
     let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
     let widget = DynamicObject::new("gizmo", &resource).data(json!({"spec": {"size": 1}}));
-    widgets.create(&PostParams::default(), &widget).await?;
-    // The classic status loop: a reconcile that stamps the time into status on every run.
+
+    // Once the doctor is watching: install the CRD, create a widget, and run the classic
+    // status loop, a reconcile that stamps the time into status on every run.
+    let (window_open, opened) = tokio::sync::oneshot::channel();
     let operator = tokio::spawn(async move {
+        opened.await?;
+        crds.create(&PostParams::default(), &crd).await?;
+        let ready = await_condition(
+            crds,
+            "widgets.konverge.test",
+            conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(5), ready).await??;
+        widgets.create(&PostParams::default(), &widget).await?;
         let params = PatchParams {
             field_manager: Some("widget-operator".into()),
             ..PatchParams::default()
@@ -186,9 +190,23 @@ async fn a_custom_resource_whose_status_flaps_is_found_by_discovery() -> anyhow:
                 .patch_status("gizmo", &params, &Patch::Merge(status))
                 .await;
         }
+        anyhow::Ok(())
     });
 
-    let report = diagnose(client).await?;
+    let options = Options {
+        window: Duration::from_millis(2500),
+        rediscover_every: Duration::from_millis(200),
+        ..options()
+    };
+    let mut window_open = Some(window_open);
+    let report = doctor::run(client, &options, |progress| {
+        if let Progress::Synced { .. } = progress
+            && let Some(open) = window_open.take()
+        {
+            let _ = open.send(());
+        }
+    })
+    .await?;
     operator.abort();
 
     assert_eq!(report.hot_loops.len(), 1, "{report:#?}");
@@ -198,6 +216,31 @@ async fn a_custom_resource_whose_status_flaps_is_found_by_discovery() -> anyhow:
     assert_eq!(hot.object.name, "gizmo");
     assert_eq!(hot.managers, ["widget-operator"]);
     assert_eq!(hot.changing_paths, [".status.observedAt"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_listed_after_the_window_opened_is_baseline_not_writes() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    for name in ["a", "b", "c"] {
+        create_config_map(&client, "default", name).await?;
+    }
+    // ConfigMaps answer their list late, after the window has opened without them.
+    env.faults().delay(
+        Rule::new().verb(Verb::List).resource("configmaps"),
+        Duration::from_millis(600),
+    );
+    let options = Options {
+        sync_timeout: Duration::from_millis(200),
+        ..options()
+    };
+
+    let report = doctor::run(client, &options, |_| {}).await?;
+
+    assert_eq!(report.writes, 0, "{report:#?}");
+    assert!(!report.has_findings(), "{report:#?}");
+    assert!(report.unwatched.is_empty(), "{report:#?}");
     Ok(())
 }
 

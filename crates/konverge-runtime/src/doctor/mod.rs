@@ -12,7 +12,9 @@
 //! churn, not how many exist.
 //!
 //! The window opens once every resource has been listed (so writes are counted over the same
-//! span for all), and at its end the records are turned into a [`Report`]:
+//! span for all); a resource's first list is always a baseline, never writes. Discovery runs
+//! again every [`Options::rediscover_every`], so the objects of a CRD installed during the
+//! window are watched too. At the end the records are turned into a [`Report`]:
 //!
 //! - [`HotLoop`]: written more than [`Options::hot_writes_per_minute`], with the field managers
 //!   whose managedFields `time` moved and the field paths that kept changing;
@@ -25,7 +27,7 @@
 mod record;
 mod report;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -66,6 +68,9 @@ pub struct Options {
     /// How long to wait for every resource's first list before the window opens anyway (60 s);
     /// resources still unlisted by then are reported as [`Unwatched`].
     pub sync_timeout: Duration,
+    /// How often discovery runs again during the window, to watch the resources of CRDs
+    /// installed meanwhile (30 s).
+    pub rediscover_every: Duration,
 }
 
 impl Default for Options {
@@ -76,6 +81,7 @@ impl Default for Options {
             size_warn_percent: 50,
             stuck_after: Duration::from_secs(300),
             sync_timeout: Duration::from_secs(60),
+            rediscover_every: Duration::from_secs(30),
         }
     }
 }
@@ -145,6 +151,10 @@ impl WatchedResource {
         }
     }
 
+    fn key(&self) -> (String, String) {
+        (self.api.group.clone(), self.api.plural.clone())
+    }
+
     fn is_namespaces(&self) -> bool {
         self.api.group.is_empty() && self.api.plural == "namespaces"
     }
@@ -198,17 +208,21 @@ pub async fn run(
     let shared = Arc::new(Shared::default());
     let stop = CancellationToken::new();
     let (listed_tx, mut listed_rx) = mpsc::unbounded_channel();
-    let mut tasks = Vec::with_capacity(resources.len());
-    for resource in &resources {
-        tasks.push(tokio::spawn(watch_resource(
+    let spawn_watch = |resource: WatchedResource| {
+        tokio::spawn(watch_resource(
             client.clone(),
-            resource.clone(),
+            resource,
             shared.clone(),
             listed_tx.clone(),
             stop.clone(),
-        )));
+        ))
+    };
+    let mut known: HashSet<(String, String)> = HashSet::new();
+    let mut tasks = Vec::with_capacity(resources.len());
+    for resource in &resources {
+        known.insert(resource.key());
+        tasks.push(spawn_watch(resource.clone()));
     }
-    drop(listed_tx);
 
     // Writes are counted from the moment every resource is listed, so that all are counted
     // over the same span; a resource the server keeps refusing must not hold the window shut.
@@ -237,6 +251,9 @@ pub async fn run(
         window_start + Duration::from_secs(1),
         Duration::from_secs(1),
     );
+    let rediscover_every = options.rediscover_every.max(Duration::from_millis(100));
+    let mut rediscovery =
+        tokio::time::interval_at(window_start + rediscover_every, rediscover_every);
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(window_end) => break,
@@ -246,6 +263,17 @@ pub async fn run(
                 objects: shared.objects.load(Ordering::Relaxed),
                 writes: shared.writes.load(Ordering::Relaxed),
             }),
+            // A CRD installed during the window adds a resource; its first list is its
+            // baseline, like everyone else's. A failed rediscovery just keeps what is watched.
+            _ = rediscovery.tick() => {
+                if let Ok(Ok(found)) = tokio::time::timeout_at(window_end, discover(&client)).await {
+                    for resource in found {
+                        if known.insert(resource.key()) {
+                            tasks.push(spawn_watch(resource));
+                        }
+                    }
+                }
+            }
         }
     }
     let window = window_start.elapsed();

@@ -198,7 +198,13 @@ impl ResourceRecords {
         let deleting = deleting(&object);
         let managed_fields = object.metadata.managed_fields.take().unwrap_or_default();
         let managed: Box<[u64]> = managed_fields.iter().map(entry_stamp).collect();
-        let at_ms = self.shared.window_ms();
+        // A resource's first list is its baseline even when it completes after the window
+        // opened (a slow resource past the sync timeout): listing is not writing.
+        let at_ms = if arrival == Arrival::Listed && !self.listed_once {
+            None
+        } else {
+            self.shared.window_ms()
+        };
         let epoch = self.list_epoch;
 
         let record = match self.objects.entry(name) {
