@@ -112,9 +112,9 @@ impl Churn {
 /// How a version of an object arrived.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Arrival {
-    /// In a (re)list: a write only if its resourceVersion moved since we last saw it.
+    /// In a (re)list.
     Listed,
-    /// As a watch event: a write.
+    /// As a watch event.
     Written,
 }
 
@@ -236,11 +236,9 @@ impl ResourceRecords {
         }
         record.list_epoch = epoch;
         record.deleting = deleting;
-        let changed = record.resource_version != resource_version;
-        let is_write = match arrival {
-            Arrival::Written => true,
-            Arrival::Listed => changed,
-        };
+        // A write moves the resourceVersion; a relisted object whose version did not move was
+        // not written, and a duplicate event is not a second write.
+        let is_write = record.resource_version != resource_version;
         match at_ms {
             // Before the window opens everything is baseline.
             None => {
