@@ -2,11 +2,16 @@
 //!
 //! - `konverge up`: the API server on loopback over HTTPS, with a kubeconfig (see `up`;
 //!   serving, credentials and the kubeconfig are `konverge_apiserver::serve`).
+//! - `konverge doctor`: watch a live cluster for a window and report hot loops, growing
+//!   objects and stuck deletions (see `doctor`; the engine is `konverge_runtime::doctor`).
 //! - `konverge bench store`: durable commit rate and latency of the disk store against a real
 //!   etcd on loopback, and watch fan-out (see `bench::store`).
 
 mod bench;
+mod doctor;
 mod up;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +30,9 @@ struct Cli {
 enum Command {
     /// Start a Kubernetes API server on this machine and write a kubeconfig for it.
     Up(up::UpArgs),
+    /// Watch a live cluster for a while and report hot loops, growing objects and stuck
+    /// deletions. Exit code 0: nothing found; 1: findings; 2: the doctor could not run.
+    Doctor(doctor::DoctorArgs),
     /// Measure konverge against its anchors (results are ratios measured in one run).
     Bench {
         #[command(subcommand)]
@@ -32,7 +40,7 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -46,8 +54,18 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         match cli.command {
-            Command::Up(args) => up::run(args).await,
-            Command::Bench { target } => bench::run(target).await,
+            Command::Up(args) => up::run(args).await.map(|()| ExitCode::SUCCESS),
+            Command::Bench { target } => bench::run(target).await.map(|()| ExitCode::SUCCESS),
+            // Findings and failures get distinct exit codes, so scripts can tell a sick
+            // cluster from a doctor that could not look.
+            Command::Doctor(args) => Ok(match doctor::run(args).await {
+                Ok(false) => ExitCode::SUCCESS,
+                Ok(true) => ExitCode::from(1),
+                Err(error) => {
+                    eprintln!("Error: {error:#}");
+                    ExitCode::from(2)
+                }
+            }),
         }
     })
 }

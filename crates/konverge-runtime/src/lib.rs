@@ -55,11 +55,18 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`metrics`]: Prometheus metrics under controller-runtime's names.
 //! - [`key`]: [`ObjectKey`], the order everything iterates in.
+//!
+//! Looking at a whole cluster:
+//!
+//! - [`doctor`]: watches every resource of a live cluster for a window and reports hot loops
+//!   (with the managers and fields that flap), growing and oversized objects, and deletions or
+//!   namespaces stuck on finalizers (with who set them) — what `konverge doctor` prints.
 
 pub mod apply;
 pub mod cache;
 pub mod conditions;
 pub mod controller;
+pub mod doctor;
 pub mod finalizer;
 pub mod hotloop;
 pub mod informer;
