@@ -33,6 +33,10 @@ pub(crate) struct DoctorArgs {
     /// Report deletions pending for longer than this (Go duration).
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     stuck_after: Duration,
+    /// Report a resource and verb answered 409 Conflict more than this many times a minute
+    /// (from the server's /metrics).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    conflicts: u32,
     /// Report format.
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     output: Format,
@@ -66,6 +70,7 @@ pub(crate) async fn run(args: DoctorArgs) -> anyhow::Result<bool> {
         hot_writes_per_minute: args.hot_writes,
         size_warn_percent: args.size_warn,
         stuck_after: args.stuck_after,
+        conflicts_per_minute: args.conflicts,
         ..Options::default()
     };
     let mut progress = ProgressLine::new();
@@ -253,6 +258,31 @@ fn render(report: &Report) -> String {
             }
         }
     }
+    if !report.request_trouble.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nRequests that keep failing (from the server's metrics; conflict storms over {}/min):",
+            thresholds.conflicts_per_minute
+        );
+        for trouble in &report.request_trouble {
+            let _ = writeln!(
+                out,
+                "  {} {}: {} of {} requests 409 Conflict ({:.0}/min), {} server errors or throttled",
+                trouble.verb,
+                trouble.resource,
+                trouble.conflicts,
+                trouble.requests,
+                trouble.conflicts_per_minute,
+                trouble.errors
+            );
+        }
+    }
+    if !report.server_metrics {
+        let _ = writeln!(
+            out,
+            "\nThe server's /metrics could not be read: conflict storms and error rates were not checked."
+        );
+    }
     if !report.unwatched.is_empty() {
         let _ = writeln!(out, "\nNot watched (findings there would be missed):");
         for unwatched in &report.unwatched {
@@ -338,6 +368,7 @@ mod tests {
                 hot_writes_per_minute: 10,
                 large_object_bytes: 786_432,
                 stuck_after_seconds: 300,
+                conflicts_per_minute: 30,
             },
             hot_loops: vec![doctor::HotLoop {
                 object: config_map("default", "flappy"),
@@ -377,6 +408,15 @@ mod tests {
                 }],
                 remaining: [("configmaps".to_string(), 1)].into(),
             }],
+            request_trouble: vec![doctor::RequestTrouble {
+                resource: "configmaps".into(),
+                verb: "PUT".into(),
+                requests: 62,
+                conflicts: 60,
+                errors: 0,
+                conflicts_per_minute: 60.0,
+            }],
+            server_metrics: true,
             unwatched: vec![doctor::Unwatched {
                 resource: "secrets".into(),
                 reason: "list failed: forbidden".into(),
@@ -407,6 +447,9 @@ Namespaces stuck Terminating:
     finalizer kubernetes
     left: configmaps 1
 
+Requests that keep failing (from the server's metrics; conflict storms over 30/min):
+  PUT configmaps: 60 of 62 requests 409 Conflict (60/min), 0 server errors or throttled
+
 Not watched (findings there would be missed):
   secrets: list failed: forbidden
 "
@@ -424,12 +467,15 @@ Not watched (findings there would be missed):
                 hot_writes_per_minute: 10,
                 large_object_bytes: 786_432,
                 stuck_after_seconds: 300,
+                conflicts_per_minute: 30,
             },
             hot_loops: vec![],
             growth: vec![],
             large_objects: vec![],
             stuck_deletions: vec![],
             terminating_namespaces: vec![],
+            request_trouble: vec![],
+            server_metrics: true,
             unwatched: vec![],
         };
         assert_eq!(

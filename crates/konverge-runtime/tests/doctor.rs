@@ -474,3 +474,42 @@ async fn objects_over_the_size_warning_are_reported() -> anyhow::Result<()> {
     assert!((2.6..2.8).contains(&large.percent_of_limit), "{large:?}");
     Ok(())
 }
+
+/// A writer that keeps updating with a stale resourceVersion makes a conflict storm, read
+/// from the server's own request counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_storm_is_read_from_the_servers_metrics() -> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    create_config_map(&client, "default", "contested").await?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut stale = api.get("contested").await?;
+    // Move it on, so the copy above is stale from now on.
+    api.patch(
+        "contested",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"x": "1"}})),
+    )
+    .await?;
+    stale.data = Some([("x".to_string(), "2".to_string())].into());
+    let storm = tokio::spawn(async move {
+        loop {
+            let _ = api
+                .replace("contested", &PostParams::default(), &stale)
+                .await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let report = diagnose(client).await?;
+    storm.abort();
+    assert!(report.server_metrics);
+    let trouble = report
+        .request_trouble
+        .iter()
+        .find(|t| t.resource == "configmaps" && t.verb == "PUT")
+        .unwrap_or_else(|| panic!("no conflict storm in {:#?}", report.request_trouble));
+    assert!(trouble.conflicts >= 10, "{trouble:?}");
+    assert_eq!(trouble.conflicts, trouble.requests, "{trouble:?}");
+    assert!(report.has_findings());
+    Ok(())
+}

@@ -183,3 +183,33 @@ async fn the_twin_that_never_prunes_is_caught_growing() {
             .any(|c| c.manager.as_deref() == Some(MANAGER))
     );
 }
+
+/// `konverge doctor`'s engine, watching while inputs churn, finds the twin's target growing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_finds_the_twins_growing_target() {
+    let env = TestEnv::start().await;
+    let _running = run(&env, Mode::NeverPrunes);
+    let api = setup(&env).await;
+    let doctor = tokio::spawn({
+        let client = env.client();
+        async move {
+            let options = konverge_runtime::doctor::Options {
+                window: Duration::from_secs(3),
+                ..Default::default()
+            };
+            konverge_runtime::doctor::run(client, &options, |_| {}).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for round in 0..4 {
+        churn(api.clone(), round).await;
+    }
+    let report = doctor.await.unwrap().unwrap();
+    assert!(
+        report
+            .growth
+            .iter()
+            .any(|g| g.object.resource == "configmaps" && g.object.name == "all"),
+        "no growth in {report:#?}"
+    );
+}

@@ -185,3 +185,38 @@ async fn the_twin_that_writes_status_every_pass_is_caught_looping() {
         "{violation}"
     );
 }
+
+/// `konverge doctor`'s engine, watching the cluster while the twin runs, finds the same hot
+/// loop, with the field that keeps changing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_finds_the_twins_hot_loop() {
+    let env = TestEnv::start().await;
+    let _check = install(&env).await;
+    let apps: Api<App> = Api::namespaced(driver(&env), "default");
+    let doctor = tokio::spawn({
+        let client = env.client();
+        async move {
+            let options = konverge_runtime::doctor::Options {
+                window: Duration::from_secs(2),
+                ..Default::default()
+            };
+            konverge_runtime::doctor::run(client, &options, |_| {}).await
+        }
+    });
+    // The doctor lists everything first; the twin starts looping inside its window.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _running = run(&env, Mode::Flapping);
+    apps.create(&PostParams::default(), &app("web", 1))
+        .await
+        .unwrap();
+    let report = doctor.await.unwrap().unwrap();
+    let hot = report
+        .hot_loops
+        .iter()
+        .find(|h| h.object.resource == "apps.example.konverge.dev" && h.object.name == "web")
+        .unwrap_or_else(|| panic!("no hot loop in {report:#?}"));
+    assert!(
+        hot.changing_paths.iter().any(|p| p.starts_with(".status")),
+        "{hot:?}"
+    );
+}

@@ -22,10 +22,14 @@
 //!   [`Options::size_warn_percent`] of the 1.5 MiB object limit;
 //! - [`StuckDeletion`]: a deletionTimestamp older than [`Options::stuck_after`], with the
 //!   finalizers holding it and the managers that set them; [`TerminatingNamespace`]: a namespace
-//!   stuck Terminating, with what is left in it.
+//!   stuck Terminating, with what is left in it;
+//! - [`RequestTrouble`]: conflict storms and error rates per resource and verb, from the
+//!   server's `apiserver_request_total` counters at `/metrics`, read when the window opens and
+//!   when it closes (skipped, and said so, when the server does not let them be read).
 
 mod record;
 mod report;
+mod requests;
 
 use std::collections::{BTreeMap, HashSet};
 use std::pin::pin;
@@ -47,6 +51,7 @@ pub use report::{
     FinalizerHold, Growth, HotLoop, LargeObject, ObjectRef, Report, StuckDeletion,
     TerminatingNamespace, Thresholds, Unwatched,
 };
+pub use requests::RequestTrouble;
 
 /// Kubernetes refuses objects larger than this (etcd's request limit, 1.5 MiB).
 pub const OBJECT_SIZE_LIMIT: u64 = 1536 * 1024;
@@ -71,6 +76,9 @@ pub struct Options {
     /// How often discovery runs again during the window, to watch the resources of CRDs
     /// installed meanwhile (30 s).
     pub rediscover_every: Duration,
+    /// A resource and verb answered 409 Conflict more often than this a minute is a conflict
+    /// storm (30).
+    pub conflicts_per_minute: u32,
 }
 
 impl Default for Options {
@@ -82,6 +90,7 @@ impl Default for Options {
             stuck_after: Duration::from_secs(300),
             sync_timeout: Duration::from_secs(60),
             rediscover_every: Duration::from_secs(30),
+            conflicts_per_minute: 30,
         }
     }
 }
@@ -238,6 +247,7 @@ pub async fn run(
             () = &mut sync_deadline => break,
         }
     }
+    let counters_before = requests::scrape(&client).await;
     let window_start = Instant::now();
     let _ = shared.window_start.set(window_start);
     progress(Progress::Synced {
@@ -283,13 +293,19 @@ pub async fn run(
     for task in tasks {
         watched.push(task.await.map_err(Error::Task)?);
     }
-    Ok(report::build(
+    let mut report = report::build(
         &watched,
         options,
         window,
         shared.writes.load(Ordering::Relaxed),
         jiff::Timestamp::now(),
-    ))
+    );
+    if let (Some(before), Some(after)) = (counters_before, requests::scrape(&client).await) {
+        report.server_metrics = true;
+        report.request_trouble =
+            requests::trouble(&before, &after, window, options.conflicts_per_minute);
+    }
+    Ok(report)
 }
 
 /// Every resource that can be listed and watched, at its most stable version, minus

@@ -43,6 +43,10 @@ pub struct Report {
     pub stuck_deletions: Vec<StuckDeletion>,
     /// Namespaces stuck Terminating.
     pub terminating_namespaces: Vec<TerminatingNamespace>,
+    /// Resources and verbs with conflict storms or high error rates.
+    pub request_trouble: Vec<super::RequestTrouble>,
+    /// Whether the server's `/metrics` could be read (request trouble is only judged then).
+    pub server_metrics: bool,
     /// Resources that could not be watched (not findings: the report is silent about them).
     pub unwatched: Vec<Unwatched>,
 }
@@ -54,7 +58,8 @@ impl Report {
             && self.growth.is_empty()
             && self.large_objects.is_empty()
             && self.stuck_deletions.is_empty()
-            && self.terminating_namespaces.is_empty())
+            && self.terminating_namespaces.is_empty()
+            && self.request_trouble.is_empty())
     }
 }
 
@@ -67,6 +72,8 @@ pub struct Thresholds {
     pub large_object_bytes: u64,
     /// Seconds after which a pending deletion is stuck.
     pub stuck_after_seconds: u64,
+    /// 409 Conflicts a minute above which a resource and verb has a conflict storm.
+    pub conflicts_per_minute: u32,
 }
 
 /// An object, as kubectl would name it.
@@ -189,12 +196,15 @@ pub(super) fn build(
             hot_writes_per_minute: options.hot_writes_per_minute,
             large_object_bytes,
             stuck_after_seconds: options.stuck_after.as_secs(),
+            conflicts_per_minute: options.conflicts_per_minute,
         },
         hot_loops: Vec::new(),
         growth: Vec::new(),
         large_objects: Vec::new(),
         stuck_deletions: Vec::new(),
         terminating_namespaces: Vec::new(),
+        request_trouble: Vec::new(),
+        server_metrics: false,
         unwatched: Vec::new(),
     };
     let stuck_after = options.stuck_after.as_secs_f64();
