@@ -15,6 +15,7 @@
 //! [hot-loop detector](crate::hotloop).
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -331,6 +332,7 @@ impl<K: CachedResource> Controller<K> {
             labels,
             cancel: CancellationToken::new(),
             ready,
+            written: std::sync::Mutex::new(HashMap::new()),
         });
         let concurrency = self.concurrency;
         Runnable {
@@ -460,7 +462,15 @@ struct Worker<K, Ctx, E> {
     cancel: CancellationToken,
     /// Every cache the controller reads; the first reconcile waits for all of them.
     ready: Vec<Arc<dyn ReadyFlag>>,
+    /// The last resourceVersion reconciles wrote to each object, and when: the next
+    /// reconcile of it waits until the cache has caught up.
+    written: std::sync::Mutex<HashMap<ObjectKey, (u64, Instant)>>,
 }
+
+/// How often a key whose cache is behind its own write is looked at again.
+const READ_YOUR_WRITES_POLL: Duration = Duration::from_millis(10);
+/// How long a reconcile waits at most for the cache to see the previous reconcile's write.
+const READ_YOUR_WRITES_LIMIT: Duration = Duration::from_secs(5);
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
@@ -531,6 +541,10 @@ where
             self.hot.forget(key);
             return;
         };
+        if self.cache_behind_own_write(key, &obj) {
+            self.queue.add_after(key.clone(), READ_YOUR_WRITES_POLL);
+            return;
+        }
         if let Some(wait) = self.hot.before(key) {
             self.queue.add_after(key.clone(), wait);
             return;
@@ -566,6 +580,32 @@ where
         }
     }
 
+    /// Whether the cached `obj` is older than the last write a reconcile of `key` made to it
+    /// (read your own writes); gives up waiting after [`READ_YOUR_WRITES_LIMIT`].
+    fn cache_behind_own_write(&self, key: &ObjectKey, obj: &K) -> bool {
+        let mut written = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some((version, at)) = written.get(key).copied() else {
+            return false;
+        };
+        let cached = obj
+            .meta()
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse::<u64>().ok());
+        let behind = cached.is_some_and(|c| c < version);
+        if behind && at.elapsed() < READ_YOUR_WRITES_LIMIT {
+            return true;
+        }
+        if behind {
+            tracing::warn!(controller = %self.name, object = %key, wrote = version, "cache did not catch up with our write; reconciling from it anyway");
+        }
+        written.remove(key);
+        false
+    }
+
     fn count_error(&self) {
         self.metrics
             .reconcile_errors
@@ -588,11 +628,14 @@ where
             reconcile_id = %info.id,
         );
         let deadline = Instant::now() + self.timeout;
+        let written = Arc::new(std::sync::Mutex::new(None));
         let scope = ReconcileScope {
             key: key.clone(),
             id: info.id.clone(),
             deadline,
             cancellation: self.cancel.child_token(),
+            primary: std::any::TypeId::of::<K>(),
+            written: written.clone(),
         };
         let token = scope.cancellation.clone();
         let active = self
@@ -607,6 +650,15 @@ where
             .instrument(span.clone())
             .await;
         active.dec();
+        let wrote = *written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(version) = wrote {
+            self.written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key.clone(), (version, Instant::now()));
+        }
         self.metrics
             .reconcile_time
             .get_or_create(&self.labels)

@@ -140,7 +140,7 @@ pub async fn finalizer<K, F, Fut, T, E>(
     reconcile: F,
 ) -> Result<FinalizerOutcome<T>, FinalizerError<E>>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
+    K: Resource + Clone + DeserializeOwned + Debug + 'static,
     F: FnOnce(FinalizerEvent<K>) -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: std::error::Error + 'static,
@@ -164,7 +164,10 @@ where
             (false, false) => {
                 let patch = add_patch(finalizers.as_deref(), finalizer_name);
                 match api.patch(&name, &PatchParams::default(), &patch).await {
-                    Ok(updated) => return apply(reconcile, Arc::new(updated), true).await,
+                    Ok(updated) => {
+                        crate::reconcile::wrote(&updated);
+                        return apply(reconcile, Arc::new(updated), true).await;
+                    }
                     Err(source) if lost_race(&source) && lost_races + 1 < ATTEMPTS => {
                         lost_races += 1;
                         match refresh(api, &name).await? {

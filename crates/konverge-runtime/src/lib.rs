@@ -48,6 +48,9 @@
 //!
 //! - [`predicate`]: which changes trigger a reconcile (generation by default).
 //! - [`hotloop`]: catches an object reconciled again and again by the controller's own writes.
+//! - read your own writes: after a reconcile wrote its object ([`reconcile::wrote`], called by
+//!   the status and finalizer helpers), the object's next reconcile waits until the cache has
+//!   that write, so a stale cache never makes it write again with an old resourceVersion.
 //! - [`finalizer`], [`status`], [`conditions`], [`apply`]: cleanup before deletion, status
 //!   written only when it changed, condition transitions, children applied in dependency order
 //!   and only when they differ (by merge patch, or by server-side apply, which prunes what a

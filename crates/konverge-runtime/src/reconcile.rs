@@ -16,6 +16,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -156,6 +157,35 @@ pub struct ReconcileScope {
     pub deadline: Instant,
     /// Fires at the deadline or on shutdown. Long operations should `select!` on it.
     pub cancellation: CancellationToken,
+    /// The Rust type of the controller's objects, to tell its own object from others.
+    pub(crate) primary: std::any::TypeId,
+    /// The newest resourceVersion of the reconciled object that this reconcile wrote.
+    pub(crate) written: Arc<Mutex<Option<u64>>>,
+}
+
+/// Records that the running reconcile wrote its own object, as `obj` came back from the
+/// server: the controller will not reconcile that object again from a cache older than this
+/// write (it waits, a few seconds at most, for its cache to catch up). Without it, a
+/// reconcile that starts before the cache has seen the previous one's write decides on the
+/// old object — writes again, fails with 409, retries at once, and so on until the cache
+/// catches up. konverge-runtime's status and finalizer helpers call it; call it after your
+/// own writes of the reconciled object. Outside a reconcile, or for other objects, it does
+/// nothing.
+pub fn wrote<R: kube::Resource + 'static>(obj: &R) {
+    let _ = SCOPE.try_with(|scope| {
+        let meta = obj.meta();
+        let same = std::any::TypeId::of::<R>() == scope.primary
+            && meta.name.as_deref() == Some(scope.key.name.as_str())
+            && meta.namespace == scope.key.namespace;
+        let version = meta
+            .resource_version
+            .as_deref()
+            .and_then(|rv| rv.parse::<u64>().ok());
+        if let (true, Some(version)) = (same, version) {
+            let mut written = scope.written.lock().unwrap_or_else(PoisonError::into_inner);
+            *written = Some(written.map_or(version, |w| w.max(version)));
+        }
+    });
 }
 
 tokio::task_local! {

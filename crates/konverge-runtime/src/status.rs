@@ -101,7 +101,7 @@ pub async fn patch_status_if_changed<K, S>(
     status: &S,
 ) -> Result<StatusWrite<K>>
 where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug + 'static,
     S: Serialize + ?Sized,
 {
     let name = obj.meta().name.clone().ok_or(StatusError::MissingName)?;
@@ -126,6 +126,7 @@ where
         )
         .await
         .map_err(|source| StatusError::Patch { name, source })?;
+    crate::reconcile::wrote(&written);
     Ok(StatusWrite::Written(written))
 }
 
