@@ -85,6 +85,10 @@ pub struct Change {
     pub paths: Vec<String>,
     /// The controller owner's UID, for ordering children by parent.
     pub owner: Option<String>,
+    /// The object's resourceVersion after the change: the server's revision, which orders
+    /// changes across resources (each resource is watched on its own stream, so the order
+    /// changes are seen in is not the order they happened in).
+    pub resource_version: Option<u64>,
 }
 
 /// The objects as last seen.
@@ -271,6 +275,9 @@ impl Shared {
             manager: newest_manager(object),
             paths,
             owner: controller_owner(object),
+            resource_version: meta["resourceVersion"]
+                .as_str()
+                .and_then(|rv| rv.parse().ok()),
         };
         state.history.push(change);
         if deleted {
@@ -766,7 +773,9 @@ impl Invariants {
                     .push(change);
             }
         }
-        for (owner, created) in by_owner {
+        for (owner, mut created) in by_owner {
+            // In the order the server made them, not the order the watches told of them.
+            created.sort_by_key(|c| (c.resource_version, c.seq));
             let present: BTreeSet<&str> =
                 created.iter().map(|c| c.object.resource.as_str()).collect();
             let mut seen = BTreeSet::new();

@@ -49,6 +49,12 @@ pub enum Fault {
         /// How many.
         times: usize,
     },
+    /// Caches go stale: every watch ends and the next watch requests are held for `behind`,
+    /// so a controller reads an old copy of what it (and others) wrote meanwhile.
+    StaleCaches {
+        /// How long the caches stay behind.
+        behind: Duration,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -69,6 +75,9 @@ impl fmt::Display for Fault {
             }
             Fault::LostResponses { times } => {
                 write!(f, "{times} writes applied with their answers lost (504)")
+            }
+            Fault::StaleCaches { behind } => {
+                write!(f, "caches {} ms behind", behind.as_millis())
             }
         }
     }
@@ -104,14 +113,14 @@ pub struct FaultPlan {
 impl FaultPlan {
     /// Between 4 and 8 faults of every kind, spread over the first 1.5 s, with the
     /// parameters drawn from `seed` (kept small enough that a controller recovers in
-    /// seconds: Retry-After of 1 s, latencies up to 100 ms).
+    /// seconds: Retry-After of 1 s, latencies up to 100 ms, caches up to 500 ms behind).
     pub fn random(seed: u64) -> FaultPlan {
         let mut rng = StdRng::seed_from_u64(seed);
         let count = rng.random_range(4..=8);
         let mut steps: Vec<Step> = (0..count)
             .map(|_| {
                 let at = Duration::from_millis(rng.random_range(0..1500));
-                let fault = match rng.random_range(0..7) {
+                let fault = match rng.random_range(0..8) {
                     0 => Fault::DropWatches,
                     1 => Fault::ExpireHistory,
                     2 => Fault::Conflicts {
@@ -128,8 +137,11 @@ impl FaultPlan {
                         delay: Duration::from_millis(rng.random_range(10..=100)),
                         requests: rng.random_range(1..=10),
                     },
-                    _ => Fault::LostResponses {
+                    6 => Fault::LostResponses {
                         times: rng.random_range(1..=2),
+                    },
+                    _ => Fault::StaleCaches {
+                        behind: Duration::from_millis(rng.random_range(100..=500)),
                     },
                 };
                 Step { at, fault }
@@ -199,6 +211,11 @@ async fn apply(faults: &Faults, fault: &Fault) {
         Fault::ServerErrors { times } => faults.fail(writes(), Failure::internal_error(), *times),
         Fault::Latency { delay, requests } => faults.delay_next(Rule::new(), *delay, *requests),
         Fault::LostResponses { times } => faults.lose_responses(writes(), *times),
+        Fault::StaleCaches { behind } => {
+            // Enough held watches for every informer of a few controllers.
+            faults.delay_next(Rule::new().verb(Verb::Watch), *behind, 16);
+            faults.drop_watches();
+        }
     }
 }
 
