@@ -1327,25 +1327,6 @@ pub(crate) fn replication_controller(obj: &Value, _old: Option<&Value>) -> Vec<C
         return causes;
     };
     pod_spec(spec, "spec.template.spec", &mut causes);
-    let restart = spec
-        .get("restartPolicy")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if restart != "Always" {
-        causes.push(not_supported(
-            "spec.template.spec.restartPolicy",
-            restart,
-            &["Always"],
-        ));
-    }
-    if spec
-        .get("activeDeadlineSeconds")
-        .is_some_and(|v| !v.is_null())
-    {
-        causes.push(forbidden(
-            "spec.template.spec.activeDeadlineSeconds",
-            "activeDeadlineSeconds in ReplicationController is not Supported",
-        ));
-    }
+    super::workloads::always_running_template(spec, "ReplicationController", &mut causes);
     causes
 }

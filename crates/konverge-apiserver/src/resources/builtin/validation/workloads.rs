@@ -85,6 +85,18 @@ fn workload(obj: &Value, kind: &str) -> Vec<Cause> {
         pod_spec(&spec, "spec.template.spec", &mut causes);
     }
     // After the pod spec's own check (Required for an empty one), apps/v1's.
+    let owner = match kind {
+        "daemonset" => "DaemonSet",
+        "statefulset" => "StatefulSet",
+        _ => "ReplicaSet",
+    };
+    always_running_template(&spec, owner, &mut causes);
+    causes
+}
+
+/// The pod template of a controller whose pods run until replaced (`owner`: ReplicaSet,
+/// DaemonSet, StatefulSet, ReplicationController): they always restart and have no deadline.
+pub(super) fn always_running_template(spec: &Value, owner: &str, causes: &mut Vec<Cause>) {
     let restart = spec
         .get("restartPolicy")
         .and_then(Value::as_str)
@@ -100,17 +112,11 @@ fn workload(obj: &Value, kind: &str) -> Vec<Cause> {
         .get("activeDeadlineSeconds")
         .is_some_and(|v| !v.is_null())
     {
-        let owner = match kind {
-            "daemonset" => "DaemonSet",
-            "statefulset" => "StatefulSet",
-            _ => "ReplicaSet",
-        };
         causes.push(forbidden(
             "spec.template.spec.activeDeadlineSeconds",
             &format!("activeDeadlineSeconds in {owner} is not Supported"),
         ));
     }
-    causes
 }
 
 /// A workload and, on update, its selector, which apps/v1 keeps (the registry's strategy
