@@ -303,6 +303,16 @@ fn go_field_name(key: &str) -> String {
     }
 }
 
+/// The items of the list `field` of `value`, with their indexes (none when it is not a list).
+fn items<'a>(value: &'a Value, field: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    value
+        .get(field)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
 /// Go's `%#v` of a `map[string]string` (keys sorted), or its nil.
 fn go_string_map(map: Option<&Value>) -> String {
     match map.and_then(Value::as_object) {

@@ -124,13 +124,7 @@ fn containers(spec: &Value, path: &str, volumes: &BTreeSet<String>, causes: &mut
 fn host_port_conflicts(containers: &[Value], path: &str, causes: &mut Vec<Cause>) {
     let mut taken = BTreeSet::new();
     for (i, c) in containers.iter().enumerate() {
-        for (j, port) in c
-            .get("ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (j, port) in items(c, "ports") {
             let host_port = port.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
             if host_port == 0 {
                 continue;
@@ -158,20 +152,8 @@ fn host_network(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
     if spec.get("hostNetwork") != Some(&json!(true)) {
         return;
     }
-    for (i, c) in spec
-        .get("containers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        for (j, port) in c
-            .get("ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+    for (i, c) in items(spec, "containers") {
+        for (j, port) in items(c, "ports") {
             let host_port = port.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
             let container_port = port
                 .get("containerPort")
@@ -205,13 +187,7 @@ fn named(spec: &Value, path: &str, fields: &[(&str, NameRule)], causes: &mut Vec
 /// `ValidateQualifiedName` of each readiness gate's condition and scheduling gate's name
 /// (these unique).
 fn gates(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
-    for (i, gate) in spec
-        .get("readinessGates")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, gate) in items(spec, "readinessGates") {
         let condition = gate
             .get("conditionType")
             .and_then(Value::as_str)
@@ -225,13 +201,7 @@ fn gates(spec: &Value, path: &str, causes: &mut Vec<Cause>) {
         }
     }
     let mut seen = BTreeSet::new();
-    for (i, gate) in spec
-        .get("schedulingGates")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, gate) in items(spec, "schedulingGates") {
         let at = format!("{path}.schedulingGates[{i}]");
         let name = gate.get("name").and_then(Value::as_str).unwrap_or("");
         for problem in konverge_apimachinery::selector::label_key_errors(name) {
@@ -427,13 +397,7 @@ fn port_num_or_name(port: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
 
 fn ports(container: &Value, at: &str, causes: &mut Vec<Cause>) {
     let mut names = BTreeSet::new();
-    for (j, port) in container
-        .get("ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (j, port) in items(container, "ports") {
         let path = format!("{at}.ports[{j}]");
         match port.get("containerPort").and_then(Value::as_i64) {
             None | Some(0) => causes.push(required(format!("{path}.containerPort"))),
@@ -618,13 +582,7 @@ fn security_context(context: &Value, at: &str, pod: Option<&Value>, causes: &mut
         id(field, context.get(*field), causes);
     }
     if let Some(spec) = pod {
-        for (g, gid) in context
-            .get("supplementalGroups")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
+        for (g, gid) in items(context, "supplementalGroups") {
             id(&format!("supplementalGroups[{g}]"), Some(gid), causes);
         }
         // The v1 API has these on the spec; kube-apiserver's internal one, and its path,
@@ -1128,13 +1086,7 @@ pub(super) fn resource_field_selector(fs: &Value, at: &str, volume: bool, causes
 
 /// `ValidateEnv` and `ValidateEnvFrom`: names, one source per value, and the references.
 fn env(c: &Value, at: &str, causes: &mut Vec<Cause>) {
-    for (i, var) in c
-        .get("env")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, var) in items(c, "env") {
         let path = format!("{at}.env[{i}]");
         let name = var.get("name").and_then(Value::as_str).unwrap_or("");
         if name.is_empty() {
@@ -1208,13 +1160,7 @@ fn env(c: &Value, at: &str, causes: &mut Vec<Cause>) {
             causes.push(Cause::invalid(&from_at, &json!(""), problem));
         }
     }
-    for (i, from) in c
-        .get("envFrom")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, from) in items(c, "envFrom") {
         let path = format!("{at}.envFrom[{i}]");
         let prefix = from.get("prefix").and_then(Value::as_str).unwrap_or("");
         if !env_name_ok(prefix) {

@@ -66,13 +66,7 @@ fn projected_sources(projected: &Value, at: &str, causes: &mut Vec<Cause>) {
             ));
         }
     };
-    for (i, source) in projected
-        .get("sources")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, source) in items(projected, "sources") {
         let source_at = format!("{at}.sources[{i}]");
         let mut kinds = 0;
         for kind in ["secret", "configMap"] {
@@ -83,13 +77,7 @@ fn projected_sources(projected: &Value, at: &str, causes: &mut Vec<Cause>) {
             let kind_at = format!("{source_at}.{kind}");
             require_str(s, "name", &kind_at, causes);
             let name = s.get("name").and_then(Value::as_str).unwrap_or("");
-            for (j, item) in s
-                .get("items")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
+            for (j, item) in items(s, "items") {
                 key_to_path(item, &format!("{kind_at}.items[{j}]"), causes);
                 claim(
                     item.get("path").and_then(Value::as_str).unwrap_or(""),
@@ -195,13 +183,7 @@ const FILE_MODE: &str = "must be a number between 0 and 0777 (octal), both inclu
 /// without errors, the ones mounts may refer to.
 pub(super) fn volumes(spec: &Value, path: &str, causes: &mut Vec<Cause>) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for (i, volume) in spec
-        .get("volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, volume) in items(spec, "volumes") {
         let at = format!("{path}.volumes[{i}]");
         let mut problems = volume_source(volume, &at);
         let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
@@ -264,13 +246,7 @@ fn volume_source(volume: &Value, at: &str) -> Vec<Cause> {
                 };
                 require_str(source, name, &path, &mut causes);
                 file_mode(source, "defaultMode", &path, &mut causes);
-                for (j, item) in source
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
+                for (j, item) in items(source, "items") {
                     key_to_path(item, &format!("{path}.items[{j}]"), &mut causes);
                 }
             }
@@ -459,13 +435,7 @@ pub(super) fn volume_mounts(
     // kube-apiserver reports sub-paths, propagation and recursive read-only on the list,
     // without the mount's index.
     let list = format!("{at}.volumeMounts");
-    for (j, mount) in c
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (j, mount) in items(c, "volumeMounts") {
         let path = format!("{list}[{j}]");
         let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
         let target = mount.get("mountPath").and_then(Value::as_str).unwrap_or("");
