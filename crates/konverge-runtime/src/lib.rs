@@ -47,6 +47,7 @@
 //! What keeps controllers converging:
 //!
 //! - [`predicate`]: which changes trigger a reconcile (generation by default).
+//! - [`crd`]: installing the operator's own CustomResourceDefinition at start.
 //! - [`hotloop`]: catches an object reconciled again and again by the controller's own writes.
 //! - read your own writes: after a reconcile wrote its object ([`reconcile::wrote`], called by
 //!   the status and finalizer helpers), the object's next reconcile waits until the cache has
@@ -69,6 +70,7 @@ pub mod apply;
 pub mod cache;
 pub mod conditions;
 pub mod controller;
+pub mod crd;
 pub mod doctor;
 pub mod finalizer;
 pub mod hotloop;

@@ -5,12 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use konverge_example_app_operator::{App, Context, Mode, controller, reconcile};
 use konverge_runtime::Manager;
 use kube::CustomResourceExt;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -26,20 +23,13 @@ async fn main() -> anyhow::Result<()> {
         Mode::Correct
     };
     let client = kube::Client::try_default().await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = App::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply("app-operator").force(),
-        &Patch::Apply(&crd),
+    konverge_runtime::crd::install(
+        &client,
+        &App::crd(),
+        "app-operator",
+        Duration::from_secs(30),
     )
     .await?;
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await??;
     let mut manager = Manager::new(client.clone());
     manager.add(
         controller(&client, mode),

@@ -8,12 +8,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use konverge_example_app_operator::{App, AppSpec, Context, Mode, controller, reconcile};
 use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, Invariants, TestEnv, Violation, World};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt};
 use serde_json::json;
 
@@ -34,18 +32,10 @@ fn driver(env: &TestEnv) -> Client {
 }
 
 async fn install(env: &TestEnv) -> Invariants {
-    let crds: Api<CustomResourceDefinition> = Api::all(driver(env));
-    crds.create(&PostParams::default(), &App::crd())
+    // The operator's own start-up step: apply the definition, wait until it is served.
+    let driver = Client::new(env.server().router(), "default");
+    konverge_runtime::crd::install(&driver, &App::crd(), "test", Duration::from_secs(10))
         .await
-        .unwrap();
-    let established = await_condition(
-        crds,
-        "apps.example.konverge.dev",
-        conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), established)
-        .await
-        .unwrap()
         .unwrap();
     env.invariants()
         .watch::<App>()

@@ -6,14 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use konverge_example_bucket_operator::{
     Bucket, BucketSpec, Cloud, Context, FINALIZER, Mode, controller, reconcile,
 };
 use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, Invariants, TestEnv, Violation, World};
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, CustomResourceExt};
 
 fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> RunningManager {
@@ -34,19 +32,10 @@ fn driver(env: &TestEnv) -> Api<Bucket> {
 }
 
 async fn install(env: &TestEnv) -> Invariants {
-    let crds: Api<CustomResourceDefinition> =
-        Api::all(Client::new(env.server().router(), "default"));
-    crds.create(&PostParams::default(), &Bucket::crd())
+    // The operator's own start-up step: apply the definition, wait until it is served.
+    let driver = Client::new(env.server().router(), "default");
+    konverge_runtime::crd::install(&driver, &Bucket::crd(), "test", Duration::from_secs(10))
         .await
-        .unwrap();
-    let established = await_condition(
-        crds,
-        "buckets.example.konverge.dev",
-        conditions::is_crd_established(),
-    );
-    tokio::time::timeout(Duration::from_secs(10), established)
-        .await
-        .unwrap()
         .unwrap();
     env.invariants().watch::<Bucket>().start().await
 }
