@@ -46,6 +46,7 @@ use std::sync::{Arc, RwLock};
 
 use konverge_store::KvStore;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
 use crate::registry::Registry;
@@ -137,6 +138,7 @@ impl ApiServerBuilder {
             token: self.token,
             tokens: Arc::new(tokens),
             address: RwLock::new("127.0.0.1:6443".into()),
+            stop: CancellationToken::new(),
         });
         server.metrics.set_build_info(&server.version_info());
         controllers::bootstrap::run(&server.registry).await?;
@@ -152,7 +154,7 @@ impl ApiServerBuilder {
                     },
                 )
             })?;
-        tokio::spawn(controllers::crd::run(server.registry.clone()));
+        server.background(controllers::crd::run(server.registry.clone()));
         if self.control_loops {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
@@ -160,8 +162,8 @@ impl ApiServerBuilder {
             controllers::settle(&server.registry, &settings)
                 .await
                 .map_err(|e| ApiError::from_store(e, error::Target::default()))?;
-            tokio::spawn(controllers::run(server.registry.clone(), settings));
-            tokio::spawn(controllers::compaction::run(
+            server.background(controllers::run(server.registry.clone(), settings));
+            server.background(controllers::compaction::run(
                 server.registry.store().clone(),
                 self.compaction_interval,
             ));
@@ -177,6 +179,8 @@ pub struct ApiServer {
     token: Option<String>,
     tokens: Arc<auth::tokens::ServiceAccountTokens>,
     address: RwLock<String>,
+    /// Cancelled by [`ApiServer::stop`]: ends the control loops.
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -217,6 +221,22 @@ impl ApiServer {
     /// The registry, for in-process callers and control loops.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Stops everything the server runs in the background: its control loops, compaction and
+    /// the watch caches' feeders (the watch caches close; requests still being served may
+    /// fail). Requests are not refused by this — stop serving the router first — and the store
+    /// stays open. Once the last handle on the server and its registry is dropped, nothing of
+    /// it holds the store any more, so a store that closes when unused (the disk store) can be
+    /// reopened, as when the process restarts.
+    pub fn stop(&self) {
+        self.stop.cancel();
+        self.registry.stop_watch_caches();
+    }
+
+    /// Runs `task` until [`stop`](Self::stop).
+    fn background(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        tokio::spawn(self.stop.clone().run_until_cancelled_owned(task));
     }
 
     /// Records the address clients reach the server at (reported by `/api`).

@@ -100,8 +100,8 @@ pub(crate) struct Caches {
     /// store, so its lists count as `list` store calls).
     metrics: Arc<crate::metrics::Metrics>,
     caches: Mutex<HashMap<String, Arc<Cache>>>,
-    /// Dropped with the registry: the feeders stop.
-    _shutdown: watch::Sender<()>,
+    /// Dropped with the registry, or sent on by [`Caches::stop`]: the feeders stop.
+    shutdown: watch::Sender<()>,
     shutdown_rx: watch::Receiver<()>,
 }
 
@@ -117,9 +117,14 @@ impl Caches {
             config,
             metrics,
             caches: Mutex::new(HashMap::new()),
-            _shutdown: shutdown,
+            shutdown,
             shutdown_rx,
         }
+    }
+
+    /// Stops every feeder, running or started later.
+    pub(crate) fn stop(&self) {
+        self.shutdown.send_replace(());
     }
 
     pub(crate) fn config(&self) -> &WatchCacheConfig {

@@ -309,6 +309,12 @@ impl Registry {
         Ok(revision)
     }
 
+    /// Stops every watch cache of this registry and its clones: their feeders end, and
+    /// requests that need a cache fail from then on. Part of [`crate::ApiServer::stop`].
+    pub fn stop_watch_caches(&self) {
+        self.caches.stop();
+    }
+
     /// How many resources have a running watch cache.
     pub fn watch_caches(&self) -> usize {
         self.caches.len()
