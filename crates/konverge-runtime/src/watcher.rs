@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::{Api, Resource};
 use prometheus_client::metrics::counter::Counter;
 use rand::Rng;
@@ -120,6 +120,8 @@ pub struct Config {
     pub watch_timeout: u32,
     /// Retry spacing after errors.
     pub backoff: Backoff,
+    /// Whether lists accept any resourceVersion ([`Config::any_version`]).
+    pub any_version: bool,
 }
 
 impl Default for Config {
@@ -131,6 +133,7 @@ impl Default for Config {
             initial_list: InitialList::List,
             watch_timeout: 290,
             backoff: Backoff::default(),
+            any_version: false,
         }
     }
 }
@@ -139,6 +142,17 @@ impl Config {
     /// Only objects with these labels (label selector syntax).
     pub fn labels(mut self, selector: impl Into<String>) -> Self {
         self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Lists (the first page of each) accept any resourceVersion (`resourceVersion=0`), so
+    /// kube-apiserver may answer from its watch cache without reading etcd — cheaper on a big
+    /// cluster, and possibly older than the latest write: the watch that follows starts at
+    /// the list's resourceVersion and brings the cache up to date. By default lists ask for
+    /// the most recent state. Such a list comes in one page, as kube-apiserver serves it
+    /// from its cache whole ([`Config::page_size`] does not apply).
+    pub fn any_version(mut self) -> Self {
+        self.any_version = true;
         self
     }
 
@@ -164,11 +178,16 @@ impl Config {
     }
 
     fn list_params(&self, continue_token: Option<String>) -> ListParams {
+        // kube-apiserver serves a resourceVersion=0 list whole from its cache (it ignores the
+        // limit), and kube's client leaves resourceVersion=0 out when a limit is given.
+        let any = self.any_version && continue_token.is_none();
         ListParams {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
-            limit: Some(self.page_size),
+            limit: (!any).then_some(self.page_size),
             continue_token,
+            resource_version: any.then(|| "0".to_string()),
+            version_match: any.then_some(VersionMatch::NotOlderThan),
             ..ListParams::default()
         }
     }

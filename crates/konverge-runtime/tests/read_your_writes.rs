@@ -80,8 +80,7 @@ async fn conflicts_under(runtime: Runtime) -> usize {
         faults: env.faults(),
     });
     // The driver writes past the faults.
-    let driver: Api<ConfigMap> =
-        Api::namespaced(Client::new(env.server().router(), "default"), "default");
+    let driver: Api<ConfigMap> = Api::namespaced(env.direct_client(), "default");
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some("x".into()),

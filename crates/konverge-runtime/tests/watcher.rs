@@ -227,3 +227,35 @@ async fn metadata_only_watch_for_cheap_triggers() {
     }
     assert_eq!(seen, ["init", "init-apply big", "init-done", "apply after"]);
 }
+
+/// A watcher that lets its list be answered from any version may get an old list (a lagging
+/// watch cache); its watch from that list's resourceVersion brings it up to date. One that
+/// asks for the most recent state never sees the old list.
+#[tokio::test]
+async fn an_any_version_list_may_be_stale_and_the_watch_catches_up() {
+    let env = TestEnv::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    api.create(&PostParams::default(), &cm("old"))
+        .await
+        .unwrap();
+    env.faults()
+        .stale_reads(konverge_testkit::Rule::new().verb(Verb::List), 2)
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &cm("new"))
+        .await
+        .unwrap();
+
+    let mut recent = Box::pin(watcher::watcher(api.clone(), watcher::Config::default()));
+    assert_eq!(
+        next_events(&mut recent, 4).await,
+        ["init", "init-apply new", "init-apply old", "init-done"]
+    );
+    let any = watcher::Config::default().any_version();
+    let mut any = Box::pin(watcher::watcher(api.clone(), any));
+    assert_eq!(
+        next_events(&mut any, 4).await,
+        ["init", "init-apply old", "init-done", "apply new"]
+    );
+    assert_eq!(env.faults().pending_failures(), 1, "one stale list given");
+}

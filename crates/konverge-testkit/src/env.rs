@@ -3,7 +3,8 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
 
 use konverge_apiserver::ApiServer;
 use konverge_apiserver::registry::WatchCacheConfig;
@@ -12,9 +13,9 @@ use konverge_store::{
     KvStore, MemStore, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, WatchRequest,
     WatchStream,
 };
-use tower::Layer;
+use tower::{Layer, ServiceExt};
 
-use crate::faults::Faults;
+use crate::faults::{Faults, Restart};
 use crate::requests::RequestLog;
 
 /// Why a [`TestEnv`] could not start.
@@ -35,6 +36,12 @@ pub enum Error {
     /// The `kube::Client` could not be built.
     #[error("building the kube client")]
     Client(#[source] kube::Error),
+    /// A restart was asked of [`Faults`] made around a server outside a [`TestEnv`].
+    #[error("these faults have no server to restart: only a TestEnv's can be restarted")]
+    NotRestartable,
+    /// A [`TestEnv::direct_client`] was used after its `TestEnv` was dropped.
+    #[error("the TestEnv was dropped")]
+    Stopped,
 }
 
 /// Which store a [`TestEnv`] runs on.
@@ -90,23 +97,17 @@ impl TestEnvBuilder {
 
     /// Starts the environment, or says why it could not.
     pub async fn try_start(self) -> Result<TestEnv, Error> {
-        let store: Arc<dyn KvStore> = match self.backend {
-            Backend::Memory => Arc::new(MemStore::new()),
-            Backend::Disk => Arc::new(TempDiskStore::open()?),
+        let disk = match self.backend {
+            Backend::Memory => None,
+            Backend::Disk => Some(Arc::new(TempDiskStore::open()?)),
         };
-        let server = ApiServer::builder(store.clone())
-            .control_loops(self.control_loops)
-            .watch_cache(self.watch_cache)
-            .build()
-            .await
-            .map_err(Error::Server)?;
+        let store: Arc<dyn KvStore> = match &disk {
+            Some(disk) => disk.clone(),
+            None => Arc::new(MemStore::new()),
+        };
+        let server = self.build(&store).await?;
         let faults = Faults::new(&server);
-        // The faults see every request before the server does.
-        let service = axum::Router::new().fallback_service(faults.layer().layer(server.router()));
-        let serving = Serve::new(service)
-            .bind("127.0.0.1:0")
-            .await
-            .map_err(Error::Serve)?;
+        let serving = serve(&faults, &server, "127.0.0.1:0").await?;
         let addr = serving.local_addr();
         server.set_address(addr.to_string());
         let url = serving.url();
@@ -115,16 +116,40 @@ impl TestEnvBuilder {
             .expect("an http URL of a socket address is a valid URI");
         let client = kube::Client::try_from(kube::Config::new(uri)).map_err(Error::Client)?;
         serving.ready().await;
+        let inner = Arc::new(Inner {
+            builder: self,
+            addr,
+            store,
+            disk,
+            server: Mutex::new(server.clone()),
+            serving: Mutex::new(Some(serving)),
+            up: tokio::sync::RwLock::new(()),
+            faults: faults.clone(),
+        });
+        let restart: Weak<dyn Restart> = Arc::downgrade(&inner) as Weak<dyn Restart>;
+        faults.restart_with(restart);
         Ok(TestEnv {
             client,
             url,
             addr,
-            server,
-            store,
-            faults,
-            _serving: serving,
+            inner,
         })
     }
+
+    async fn build(&self, store: &Arc<dyn KvStore>) -> Result<Arc<ApiServer>, Error> {
+        ApiServer::builder(store.clone())
+            .control_loops(self.control_loops)
+            .watch_cache(self.watch_cache.clone())
+            .build()
+            .await
+            .map_err(Error::Server)
+    }
+}
+
+/// Serves `server` behind `faults` (which see every request first) on `addr`.
+async fn serve(faults: &Faults, server: &Arc<ApiServer>, addr: &str) -> Result<Serving, Error> {
+    let service = axum::Router::new().fallback_service(faults.layer().layer(server.router()));
+    Serve::new(service).bind(addr).await.map_err(Error::Serve)
 }
 
 /// A konverge API server on a loopback port (plain HTTP) and a `kube::Client` for it, with
@@ -137,11 +162,60 @@ pub struct TestEnv {
     client: kube::Client,
     url: String,
     addr: SocketAddr,
-    server: Arc<ApiServer>,
+    inner: Arc<Inner>,
+}
+
+/// What changes when the server restarts, and what it needs to start again.
+struct Inner {
+    builder: TestEnvBuilder,
+    addr: SocketAddr,
     store: Arc<dyn KvStore>,
-    faults: Faults,
+    /// The same store as `store`, when it is the disk store (to reopen).
+    disk: Option<Arc<TempDiskStore>>,
+    server: Mutex<Arc<ApiServer>>,
     // Dropping it stops serving and cuts every connection.
-    _serving: Serving,
+    serving: Mutex<Option<Serving>>,
+    /// Held for writing while the server restarts: in-process clients wait on it.
+    up: tokio::sync::RwLock<()>,
+    faults: Faults,
+}
+
+impl Inner {
+    fn server(&self) -> Arc<ApiServer> {
+        self.server
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Restart for Inner {
+    async fn restart(&self, down: Duration) -> Result<(), Error> {
+        let _down = self.up.write().await;
+        // The process dies: every connection is cut, the port refuses new ones, and nothing
+        // of the old server runs on.
+        drop(
+            self.serving
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        self.server().stop();
+        if let Some(disk) = &self.disk {
+            disk.reopen().await?;
+        }
+        tokio::time::sleep(down).await;
+        // A new process: a fresh server over what the store kept, on the same address.
+        let server = self.builder.build(&self.store).await?;
+        server.set_address(self.addr.to_string());
+        let serving = serve(&self.faults, &server, &self.addr.to_string()).await?;
+        serving.ready().await;
+        self.faults.follow(&server);
+        *self.server.lock().unwrap_or_else(PoisonError::into_inner) = server;
+        *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(serving);
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for TestEnv {
@@ -181,31 +255,69 @@ impl TestEnv {
         self.url.clone()
     }
 
-    /// The address the server listens on.
+    /// The address the server listens on (the same after a [restart](Self::restart)).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// The API server itself, for in-process calls to its registry.
-    pub fn server(&self) -> &Arc<ApiServer> {
-        &self.server
+    /// The API server itself, for in-process calls to its registry: the one running now (a
+    /// [restart](Self::restart) starts another).
+    pub fn server(&self) -> Arc<ApiServer> {
+        self.inner.server()
     }
 
     /// The store under the server.
     pub fn store(&self) -> &Arc<dyn KvStore> {
-        &self.store
+        &self.inner.store
+    }
+
+    /// A client that reaches the server in-process, past the [`Faults`] (nothing is injected
+    /// into its requests, and they are not in the [`RequestLog`]): for a test's own writes
+    /// and observers, which should not count as the controller under test. It follows
+    /// restarts: while the server is down its requests wait, then go to the new server.
+    pub fn direct_client(&self) -> kube::Client {
+        let inner = Arc::downgrade(&self.inner);
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let inner = inner.clone();
+            async move {
+                let Some(inner) = inner.upgrade() else {
+                    return Err(Error::Stopped);
+                };
+                let router = {
+                    let _up = inner.up.read().await;
+                    inner.server().router()
+                };
+                match router.oneshot(request).await {
+                    Ok(response) => Ok(response),
+                    Err(never) => match never {},
+                }
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Restarts the API server, as when its process is killed and started again: every
+    /// connection (watches included) is cut and the port refuses connections for `down`; the
+    /// server's control loops and watch caches stop; with the disk store, the store is
+    /// closed and opened again from its files. Then a new server starts on the same address
+    /// over what the store kept — every acknowledged write, the same revisions — with empty
+    /// watch caches, so clients must reconnect and watch again (from a resourceVersion the
+    /// store still has, or relist). With the in-memory store the store stays up, as etcd does
+    /// when kube-apiserver restarts.
+    pub async fn restart(&self, down: Duration) -> Result<(), Error> {
+        self.inner.restart(down).await
     }
 
     /// The fault-injection handle: drop watches, expire history, inject errors and latency.
     /// Cheap; every call returns a handle on the same faults.
     pub fn faults(&self) -> Faults {
-        self.faults.clone()
+        self.inner.faults.clone()
     }
 
     /// The record of every request clients sent to the server (the same as
     /// `faults().requests()`).
     pub fn requests(&self) -> RequestLog {
-        self.faults.requests()
+        self.inner.faults.requests()
     }
 
     /// Writes a kubeconfig for this server to `path` (cluster, user and context named
@@ -221,43 +333,83 @@ impl TestEnv {
 
 /// A `DiskStore` in a temporary directory that lives exactly as long as the store: the
 /// server's control loops may hold the store after the [`TestEnv`] is gone, and the directory
-/// must not be removed under an open store.
+/// must not be removed under an open store. It can be closed and opened again in place, as a
+/// restarted process does.
 struct TempDiskStore {
-    store: konverge_store_disk::DiskStore,
+    /// `None` while it is being reopened.
+    store: RwLock<Option<konverge_store_disk::DiskStore>>,
     // Declared after the store, so the store closes before the directory is removed.
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
+
+/// How long a reopen waits for the last user of the old store to let go.
+const REOPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TempDiskStore {
     fn open() -> Result<Self, Error> {
         let dir = tempfile::tempdir().map_err(Error::TempDir)?;
         let store = konverge_store_disk::DiskStore::open(dir.path()).map_err(Error::Store)?;
-        Ok(TempDiskStore { store, _dir: dir })
+        Ok(TempDiskStore {
+            store: RwLock::new(Some(store)),
+            dir,
+        })
+    }
+
+    fn current(&self) -> konverge_store::Result<konverge_store_disk::DiskStore> {
+        self.store
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(konverge_store::Error::Closed)
+    }
+
+    /// Closes the store and opens it again from its files. The directory stays locked until
+    /// the last handle and watch of the old store are gone (calls in flight and the watches
+    /// of a stopped server end within moments); until then opening is retried.
+    async fn reopen(&self) -> Result<(), Error> {
+        let old = self
+            .store
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(old);
+        let deadline = tokio::time::Instant::now() + REOPEN_TIMEOUT;
+        let store = loop {
+            match konverge_store_disk::DiskStore::open(self.dir.path()) {
+                Ok(store) => break store,
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => return Err(Error::Store(e)),
+            }
+        };
+        *self.store.write().unwrap_or_else(PoisonError::into_inner) = Some(store);
+        Ok(())
     }
 }
 
 /// Every method the disk store implements goes straight to it (the rest are the trait's
-/// defaults, built on these).
+/// defaults, built on these); while it is being reopened, calls fail as on a closed store.
 #[async_trait::async_trait]
 impl KvStore for TempDiskStore {
     async fn range(&self, req: RangeRequest) -> konverge_store::Result<RangeResponse> {
-        self.store.range(req).await
+        self.current()?.range(req).await
     }
 
     async fn txn(&self, txn: Txn) -> konverge_store::Result<TxnResponse> {
-        self.store.txn(txn).await
+        self.current()?.txn(txn).await
     }
 
     async fn watch(&self, req: WatchRequest) -> konverge_store::Result<WatchStream> {
-        self.store.watch(req).await
+        self.current()?.watch(req).await
     }
 
     async fn compact(&self, revision: Revision) -> konverge_store::Result<()> {
-        self.store.compact(revision).await
+        self.current()?.compact(revision).await
     }
 
     async fn current_revision(&self) -> konverge_store::Result<Revision> {
-        self.store.current_revision().await
+        self.current()?.current_revision().await
     }
 }
 

@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -266,7 +266,7 @@ impl Failure {
         status
     }
 
-    fn response(&self, request: &RequestInfo, name: &str) -> Response<Body> {
+    pub(crate) fn response(&self, request: &RequestInfo, name: &str) -> Response<Body> {
         let body = serde_json::to_vec(&self.status(request, name)).unwrap_or_default();
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = self.code;
@@ -290,6 +290,8 @@ enum Effect {
     Delay(Duration),
     /// The server handles the request; its answer is lost on the way back.
     LoseResponse,
+    /// A read that allows it is answered as of this revision ([`crate::stale`]).
+    StaleRead(Revision),
 }
 
 #[derive(Debug)]
@@ -305,10 +307,17 @@ struct Verdict {
     delay: Duration,
     failure: Option<Failure>,
     lose_response: bool,
+    stale_at: Option<Revision>,
 }
 
 struct Shared {
     injected: Mutex<Vec<Injected>>,
+    /// The registry of the server behind the layer (replaced when a [`TestEnv`] restarts it).
+    ///
+    /// [`TestEnv`]: crate::TestEnv
+    registry: Mutex<Registry>,
+    /// How to restart that server, when a [`TestEnv`](crate::TestEnv) runs it.
+    restart: Mutex<Option<Weak<dyn Restart>>>,
     /// Cancelled by [`Faults::drop_watches`], which puts a fresh one in its place.
     watch_cut: Mutex<CancellationToken>,
     open_watches: AtomicUsize,
@@ -326,13 +335,22 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn registry(&self) -> Registry {
+        self.registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Every matching delay adds up; the first matching failure with requests left answers;
-    /// failing that, the first matching lost response takes the server's answer.
-    fn verdict(&self, request: &RequestInfo) -> Verdict {
+    /// failing that, the first matching lost response takes the server's answer. A stale read
+    /// applies only to reads that allow one (`stale_ok` of its revision).
+    fn verdict(&self, request: &RequestInfo, stale_ok: impl Fn(Revision) -> bool) -> Verdict {
         let mut verdict = Verdict {
             delay: Duration::ZERO,
             failure: None,
             lose_response: false,
+            stale_at: None,
         };
         let mut injected = self.injected();
         let mut lost = None;
@@ -341,6 +359,10 @@ impl Shared {
                 continue;
             }
             match &fault.effect {
+                Effect::StaleRead(at) if verdict.stale_at.is_none() && stale_ok(*at) => {
+                    verdict.stale_at = Some(*at)
+                }
+                Effect::StaleRead(_) => continue,
                 Effect::Delay(delay) => verdict.delay += *delay,
                 Effect::Fail(_) if verdict.failure.is_some() => continue,
                 Effect::Fail(failure) => verdict.failure = Some(failure.clone()),
@@ -375,7 +397,12 @@ impl Shared {
 #[derive(Clone)]
 pub struct Faults {
     shared: Arc<Shared>,
-    registry: Registry,
+}
+
+/// Restarts the server behind a [`FaultLayer`]; [`TestEnv`](crate::TestEnv) implements it.
+#[async_trait::async_trait]
+pub(crate) trait Restart: Send + Sync {
+    async fn restart(&self, down: Duration) -> Result<(), crate::Error>;
 }
 
 impl fmt::Debug for Faults {
@@ -394,12 +421,31 @@ impl Faults {
         Faults {
             shared: Arc::new(Shared {
                 injected: Mutex::new(Vec::new()),
+                registry: Mutex::new(server.registry().clone()),
+                restart: Mutex::new(None),
                 watch_cut: Mutex::new(CancellationToken::new()),
                 open_watches: AtomicUsize::new(0),
                 log: RequestLog::default(),
             }),
-            registry: server.registry().clone(),
         }
+    }
+
+    /// Points the faults at the server that replaced theirs (after a restart).
+    pub(crate) fn follow(&self, server: &Arc<ApiServer>) {
+        *self
+            .shared
+            .registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = server.registry().clone();
+    }
+
+    /// Says how to restart the server ([`Faults::restart_server`]).
+    pub(crate) fn restart_with(&self, restart: Weak<dyn Restart>) {
+        *self
+            .shared
+            .restart
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(restart);
     }
 
     /// The layer that carries out these faults, to wrap the server's router in.
@@ -441,7 +487,45 @@ impl Faults {
     /// To simulate the whole disconnect, call [`drop_watches`](Self::drop_watches) after
     /// this: clients then resume from resourceVersions that have expired.
     pub async fn expire_history(&self) -> Result<Revision, ApiError> {
-        self.registry.expire_history().await
+        self.shared.registry().expire_history().await
+    }
+
+    /// Answers the next `times` reads that `rule` matches, of those the API lets a server
+    /// answer from a cache that lags, as of the store's revision now — as a kube-apiserver
+    /// whose watch cache fell behind does. Those are gets and lists with
+    /// `resourceVersion=0`, or with a not-older-than resourceVersion (then answered at that
+    /// resourceVersion); reads of the most recent state (no resourceVersion), exact reads
+    /// and continued lists are always fresh, on a cluster and here. A stale list has the old
+    /// revision as its resourceVersion, so a watch from it replays what came after; a stale
+    /// get answers the object as it was, or 404 if it did not exist then. Returns the
+    /// revision reads are pinned at.
+    pub async fn stale_reads(&self, rule: Rule, times: usize) -> Result<Revision, ApiError> {
+        let registry = self.shared.registry();
+        let at = registry
+            .store()
+            .current_revision()
+            .await
+            .map_err(|e| ApiError::from_store(e, Default::default()))?;
+        self.inject(rule, Effect::StaleRead(at), Some(times));
+        Ok(at)
+    }
+
+    /// Restarts the API server of the [`TestEnv`](crate::TestEnv) these faults belong to,
+    /// as [`TestEnv::restart`](crate::TestEnv::restart) does: down for `down`, then back on
+    /// the same address with its store's data. Fails for faults made with [`Faults::new`]
+    /// around a server of the test's own.
+    pub async fn restart_server(&self, down: Duration) -> Result<(), crate::Error> {
+        let restart = self
+            .shared
+            .restart
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .and_then(Weak::upgrade);
+        match restart {
+            Some(restart) => restart.restart(down).await,
+            None => Err(crate::Error::NotRestartable),
+        }
     }
 
     /// Answers the next `times` requests that `rule` matches with `failure`, without
@@ -482,12 +566,17 @@ impl Faults {
         self.inject(rule, Effect::Delay(latency), Some(times));
     }
 
-    /// How many injected failures have not been used yet.
+    /// How many injected failures, lost responses and stale reads have not been used yet.
     pub fn pending_failures(&self) -> usize {
         self.shared
             .injected()
             .iter()
-            .filter(|f| matches!(f.effect, Effect::Fail(_) | Effect::LoseResponse))
+            .filter(|f| {
+                matches!(
+                    f.effect,
+                    Effect::Fail(_) | Effect::LoseResponse | Effect::StaleRead(_)
+                )
+            })
             .map(|f| f.remaining.unwrap_or(0))
             .sum()
     }
@@ -511,13 +600,15 @@ impl Faults {
     /// Runs one request through the faults, then (unless a failure answers it) `inner`.
     async fn handle<S>(self, mut inner: S, request: Request<Body>) -> Response<Body>
     where
-        S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+        S: Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
     {
         let info = RequestInfo::new(request.method(), request.uri());
         // Taken before the request is served: a watch that started before `drop_watches` was
         // called is cut by it.
         let watch_cut = self.shared.watch_cut().clone();
-        let verdict = self.shared.verdict(&info);
+        let verdict = self
+            .shared
+            .verdict(&info, |at| crate::stale::allows(&request, &info, at));
         if !verdict.delay.is_zero() {
             tokio::time::sleep(verdict.delay).await;
         }
@@ -527,6 +618,12 @@ impl Faults {
                 None => created_name(&info, request.into_body()).await,
             };
             let response = failure.response(&info, &name);
+            self.record(info, response.status(), true);
+            return response;
+        }
+        if let Some(at) = verdict.stale_at {
+            let (parts, _) = request.into_parts();
+            let response = crate::stale::serve(inner, parts, &info, at).await;
             self.record(info, response.status(), true);
             return response;
         }

@@ -404,7 +404,7 @@ impl InvariantsBuilder<'_> {
         });
         // Past the faults and the request log: the observer must see every change, and
         // must not count as a client of the controller under test.
-        let client = kube::Client::new(self.env.server().router(), "default");
+        let client = self.env.direct_client();
         let mut tasks = Vec::new();
         for resource in &self.resources {
             let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);

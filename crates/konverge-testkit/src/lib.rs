@@ -20,16 +20,24 @@
 //! - [`Faults::inject_conflicts`], [`Faults::inject_errors`], [`Faults::fail`]: the next *n*
 //!   requests a [`Rule`] matches (by [`Verb`], resource, namespace, name) are answered with a
 //!   Kubernetes `Status` ([`Failure`]) and never reach the server;
-//! - [`Faults::delay`]: latency for matching requests.
+//! - [`Faults::delay`]: latency for matching requests;
+//! - [`Faults::lose_responses`]: writes the server applies whose answers never arrive;
+//! - [`Faults::stale_reads`]: reads that allow it (`resourceVersion=0`, not-older-than)
+//!   answered from an older revision, as by a lagging watch cache;
+//! - [`TestEnv::restart`] ([`Faults::restart_server`]): the API server restarts — connections
+//!   cut and refused for a while, the disk store closed and reopened, watch caches empty.
+//!
+//! [`TestEnv::direct_client`] reaches the server in-process, past the faults and across
+//! restarts: for a test's own writes and observers.
 //!
 //! The same layer records every request in a [`RequestLog`] ([`TestEnv::requests`]): verb,
 //! resource and subresource, namespace, name, status code. With it a test asserts what a
 //! reconcile did over the API — for example that a second reconcile of a converged object
 //! writes nothing ([`RequestLog::writes`]).
 //!
-//! [`FaultPlan::random`] draws a schedule of all of these (plus 429s with `Retry-After`,
-//! 500s, and writes applied by the server whose answers are lost, [`Faults::lose_responses`])
-//! from a seed: the same seed replays the same faults, and a plan prints its seed.
+//! [`FaultPlan::random`] draws a schedule of all of these (plus 429s with `Retry-After`, 500s
+//! and stale caches) from a seed: the same seed replays the same faults, and a plan prints
+//! its seed.
 //!
 //! [`TestEnv::invariants`] checks a whole controller while a test drives its inputs
 //! ([`Invariants`]): it **converges** (the desired state is reached and writes stop), is
@@ -89,6 +97,7 @@ mod invariants;
 mod plan;
 mod request_info;
 mod requests;
+mod stale;
 
 pub use env::{Error, TestEnv, TestEnvBuilder};
 pub use faults::{Failure, FaultLayer, FaultService, Faults, Rule};

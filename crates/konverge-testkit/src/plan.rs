@@ -55,6 +55,20 @@ pub enum Fault {
         /// How long the caches stay behind.
         behind: Duration,
     },
+    /// The next `times` reads that allow it (`resourceVersion=0` or not-older-than) are
+    /// answered as of the store's revision when the fault happens
+    /// ([`Faults::stale_reads`]).
+    StaleReads {
+        /// How many.
+        times: usize,
+    },
+    /// The API server restarts: connections cut, refused for `down`, then a new server over
+    /// the same store — reopened from disk on the disk store ([`Faults::restart_server`]).
+    /// The plan's later steps wait for the server to be back.
+    Restart {
+        /// How long the server is down.
+        down: Duration,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -78,6 +92,12 @@ impl fmt::Display for Fault {
             }
             Fault::StaleCaches { behind } => {
                 write!(f, "caches {} ms behind", behind.as_millis())
+            }
+            Fault::StaleReads { times } => {
+                write!(f, "{times} reads answered from an older resourceVersion")
+            }
+            Fault::Restart { down } => {
+                write!(f, "server restart, down {} ms", down.as_millis())
             }
         }
     }
@@ -113,14 +133,15 @@ pub struct FaultPlan {
 impl FaultPlan {
     /// Between 4 and 8 faults of every kind, spread over the first 1.5 s, with the
     /// parameters drawn from `seed` (kept small enough that a controller recovers in
-    /// seconds: Retry-After of 1 s, latencies up to 100 ms, caches up to 500 ms behind).
+    /// seconds: Retry-After of 1 s, latencies up to 100 ms, caches up to 500 ms behind, a
+    /// restarted server down for up to 300 ms).
     pub fn random(seed: u64) -> FaultPlan {
         let mut rng = StdRng::seed_from_u64(seed);
         let count = rng.random_range(4..=8);
         let mut steps: Vec<Step> = (0..count)
             .map(|_| {
                 let at = Duration::from_millis(rng.random_range(0..1500));
-                let fault = match rng.random_range(0..8) {
+                let fault = match rng.random_range(0..10) {
                     0 => Fault::DropWatches,
                     1 => Fault::ExpireHistory,
                     2 => Fault::Conflicts {
@@ -140,8 +161,14 @@ impl FaultPlan {
                     6 => Fault::LostResponses {
                         times: rng.random_range(1..=2),
                     },
-                    _ => Fault::StaleCaches {
+                    7 => Fault::StaleCaches {
                         behind: Duration::from_millis(rng.random_range(100..=500)),
+                    },
+                    8 => Fault::StaleReads {
+                        times: rng.random_range(1..=5),
+                    },
+                    _ => Fault::Restart {
+                        down: Duration::from_millis(rng.random_range(50..=300)),
                     },
                 };
                 Step { at, fault }
@@ -216,6 +243,18 @@ async fn apply(faults: &Faults, fault: &Fault) {
             faults.delay_next(Rule::new().verb(Verb::Watch), *behind, 16);
             faults.drop_watches();
         }
+        Fault::StaleReads { times } => {
+            if let Err(e) = faults.stale_reads(Rule::new(), *times).await {
+                tracing::warn!(error = %e, "fault plan: could not pin stale reads");
+            }
+        }
+        Fault::Restart { down } => {
+            // A server that stays down fails every check after it, for a reason that is not
+            // the controller's: say so here instead.
+            if let Err(e) = faults.restart_server(*down).await {
+                panic!("fault plan: the server did not come back after a restart: {e}");
+            }
+        }
     }
 }
 
@@ -254,6 +293,9 @@ mod tests {
             "answered 500",
             "held",
             "answers lost",
+            "behind",
+            "older resourceVersion",
+            "server restart",
         ] {
             assert!(shown.contains(kind), "{kind}");
         }

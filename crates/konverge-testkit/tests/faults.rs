@@ -449,3 +449,166 @@ async fn fault_plans_carry_out_their_steps() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+fn value(cm: &ConfigMap) -> &str {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get("v"))
+        .map_or("", String::as_str)
+}
+
+/// Reads that let the server answer from a lagging cache (`resourceVersion=0`) get the
+/// world as it was when the fault was injected; reads of the most recent state stay fresh.
+#[tokio::test]
+async fn stale_reads_answer_only_reads_that_allow_them_from_the_past() -> anyhow::Result<()> {
+    use kube::api::GetParams;
+    let env = TestEnv::start().await;
+    let api = config_maps(&env);
+    create(&api, "old").await?;
+    let at = env
+        .faults()
+        .stale_reads(Rule::new().resource("configmaps"), 3)
+        .await?;
+    api.replace("old", &PostParams::default(), &{
+        let mut cm = api.get("old").await?;
+        cm.data = Some(BTreeMap::from([("v".to_string(), "1".to_string())]));
+        cm
+    })
+    .await?;
+    create(&api, "new").await?;
+
+    // Most recent state: fresh, and not counted against the fault.
+    assert_eq!(value(&api.get("old").await?), "1");
+    let fresh = api.list(&ListParams::default()).await?;
+    assert_eq!(fresh.items.len(), 2);
+    assert_eq!(env.faults().pending_failures(), 3);
+
+    // Any version: the object as it was, and the object created since does not exist.
+    let stale = api.get_with("old", &GetParams::any()).await?;
+    assert_eq!(value(&stale), "0");
+    assert_eq!(stale.metadata.name.as_deref(), Some("old"));
+    let missing = api
+        .get_with("new", &GetParams::any())
+        .await
+        .expect_err("not there yet at the stale revision");
+    assert!(
+        matches!(&missing, kube::Error::Api(s) if s.code == 404 && s.message == r#"configmaps "new" not found"#),
+        "{missing}"
+    );
+    // A stale list says where it stands, so a watch from it replays what came after.
+    let list = api.list(&ListParams::default().match_any()).await?;
+    assert_eq!(list.metadata.resource_version, Some(at.to_string()));
+    assert_eq!(list.items.len(), 1);
+    let mut events = watch(&api, &at.to_string()).await?;
+    assert!(matches!(next(&mut events).await, Some(WatchEvent::Modified(cm)) if value(&cm) == "1"));
+    assert_eq!(added_name(next(&mut events).await), "new");
+    // Not older than a version after the pin: answered at that version.
+    let newer = rv(&api.get("old").await?);
+    let at_least = api
+        .list(
+            &ListParams::default()
+                .at(&newer)
+                .matching(VersionMatch::NotOlderThan),
+        )
+        .await?;
+    assert_eq!(at_least.items.len(), 2, "nothing older than asked for");
+
+    // Three stale answers were given; reads are fresh again.
+    assert_eq!(env.faults().pending_failures(), 0);
+    assert_eq!(value(&api.get_with("old", &GetParams::any()).await?), "1");
+    let stale_answers = env
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.injected)
+        .count();
+    assert_eq!(
+        stale_answers, 3,
+        "the not-older-than list was newer than the pin: not stale"
+    );
+    Ok(())
+}
+
+/// A restarted server cuts every connection, refuses them while it is down, and comes back
+/// on the same address with every write and the same revisions; clients reconnect and
+/// resume their watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_comes_back_with_its_data() -> anyhow::Result<()> {
+    restart_on(TestEnv::start().await).await
+}
+
+/// On the disk store the store itself is closed and opened again from its files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_the_disk_store_reopens_it() -> anyhow::Result<()> {
+    restart_on(TestEnv::builder().disk().start().await).await
+}
+
+async fn restart_on(env: TestEnv) -> anyhow::Result<()> {
+    let api = config_maps(&env);
+    let before = create(&api, "before").await?;
+    let mut events = watch(&api, &rv(&before)).await?;
+    open_watches(&env.faults(), 1).await;
+    let old = env.server();
+
+    let restart = tokio::spawn({
+        let faults = env.faults();
+        async move { faults.restart_server(Duration::from_millis(300)).await }
+    });
+    // The open watch ends with the connection.
+    assert!(next(&mut events).await.is_none(), "the watch was cut");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = api.get("before").await.expect_err("down");
+    assert!(
+        !matches!(refused, kube::Error::Api(_)),
+        "no server to answer: {refused}"
+    );
+    // A client past the faults waits for the server instead.
+    let direct: Api<ConfigMap> = Api::namespaced(env.direct_client(), "default");
+    assert_eq!(
+        direct.get("before").await?.metadata.uid,
+        before.metadata.uid
+    );
+    restart.await??;
+
+    assert!(!std::sync::Arc::ptr_eq(&old, &env.server()), "a new server");
+    let kept = api.get("before").await?;
+    assert_eq!(kept.metadata.uid, before.metadata.uid);
+    assert_eq!(rv(&kept), rv(&before));
+    let after = create(&api, "after").await?;
+    assert!(rv(&after).parse::<u64>()? > rv(&before).parse::<u64>()?);
+    // A watch from before the restart resumes on the new server.
+    let mut events = watch(&api, &rv(&before)).await?;
+    assert_eq!(added_name(next(&mut events).await), "after");
+    // The faults follow the new server.
+    env.faults().expire_history().await?;
+    Ok(())
+}
+
+/// A plan's restart step restarts the server; the invariants' observer follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_restarts_the_server() -> anyhow::Result<()> {
+    use konverge_testkit::{Fault, FaultPlan, Step};
+    let env = TestEnv::builder().disk().start().await;
+    let check = env.invariants().watch::<ConfigMap>().start().await;
+    let api = config_maps(&env);
+    create(&api, "a").await?;
+    FaultPlan::from_steps(vec![Step {
+        at: Duration::ZERO,
+        fault: Fault::Restart {
+            down: Duration::from_millis(50),
+        },
+    }])
+    .run(&env.faults())
+    .await;
+    create(&api, "b").await?;
+    check
+        .converges(Duration::from_secs(10), |world| {
+            match world.get("configmaps", "default", "b") {
+                Some(_) => Ok(()),
+                None => Err("b not seen".into()),
+            }
+        })
+        .await
+        .map_err(|v| anyhow::anyhow!("{v}"))?;
+    Ok(())
+}

@@ -167,7 +167,7 @@ async fn a_correct_controller_keeps_every_invariant_under_seeded_fault_plans() {
         let check = env.invariants().watch::<ConfigMap>().start().await;
         let running = start(&env, Mode::Correct);
         // The driver does not go through the faults: only the controller meets them.
-        let driver = Client::new(env.server().router(), "default");
+        let driver = env.direct_client();
         let api: Api<ConfigMap> = Api::namespaced(driver, "default");
         for name in ["a", "b", "c"] {
             api.create(&PostParams::default(), &source(name, &[("k", name)]))

@@ -62,15 +62,22 @@ pub enum Error {
 
 /// The controller: targets are the primary objects; a change to any source reconciles the
 /// target it names.
+///
+/// ConfigMaps are many on a big cluster, so its lists accept any resourceVersion
+/// ([`Config::any_version`]): kube-apiserver answers them from its watch cache, possibly a
+/// little behind, and the watches catch up. The tests prove the aggregate converges anyway,
+/// with stale list answers among their faults.
 pub fn controller(client: &Client) -> Controller<ConfigMap> {
     Controller::new(
         Api::<ConfigMap>::all(client.clone()),
-        Config::default().labels(format!("{TARGET}=true")),
+        Config::default()
+            .labels(format!("{TARGET}=true"))
+            .any_version(),
     )
     .named("aggregator")
     .watches(
         Api::<ConfigMap>::all(client.clone()),
-        Config::default().labels(INTO),
+        Config::default().labels(INTO).any_version(),
         |source: &ConfigMap| {
             let target = source.labels().get(INTO).cloned();
             let namespace = source.namespace().unwrap_or_default();

@@ -65,10 +65,7 @@ fn aggregated(world: &World) -> Result<(), String> {
 
 async fn setup(env: &TestEnv) -> Api<ConfigMap> {
     // The test's own writes go past the faults: only the controller meets them.
-    let api: Api<ConfigMap> = Api::namespaced(
-        kube::Client::new(env.server().router(), "default"),
-        "default",
-    );
+    let api: Api<ConfigMap> = Api::namespaced(env.direct_client(), "default");
     api.create(
         &PostParams::default(),
         &config_map("all", &[(TARGET, "true")], &[]),
@@ -115,7 +112,7 @@ async fn the_aggregator_keeps_every_invariant_under_20_fault_plans() {
 async fn one_plan(seed: u64) {
     let plan = FaultPlan::random(seed);
     let fail = |v: Violation| -> ! { panic!("{plan}\n{v}") };
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().disk().start().await;
     let check = env.invariants().watch::<ConfigMap>().start().await;
     let running = run(&env, Mode::Correct);
     let api = setup(&env).await;

@@ -28,12 +28,12 @@ fn run(env: &TestEnv, mode: Mode) -> RunningManager {
 
 /// A client past the faults, for the test's own writes.
 fn driver(env: &TestEnv) -> Client {
-    Client::new(env.server().router(), "default")
+    env.direct_client()
 }
 
 async fn install(env: &TestEnv) -> Invariants {
     // The operator's own start-up step: apply the definition, wait until it is served.
-    let driver = Client::new(env.server().router(), "default");
+    let driver = env.direct_client();
     konverge_runtime::crd::install(&driver, &App::crd(), "test", Duration::from_secs(10))
         .await
         .unwrap();
@@ -106,7 +106,7 @@ const ORDER: [&str; 4] = ["secrets", "configmaps", "deployments.apps", "services
 async fn one_plan(seed: u64) {
     let plan = FaultPlan::random(seed);
     let fail = |v: Violation| -> ! { panic!("{plan}\n{v}") };
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().disk().start().await;
     let check = install(&env).await;
     let running = run(&env, Mode::Correct);
     let apps: Api<App> = Api::namespaced(driver(&env), "default");

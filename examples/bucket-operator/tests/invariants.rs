@@ -11,8 +11,8 @@ use konverge_example_bucket_operator::{
 };
 use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, Invariants, TestEnv, Violation, World};
+use kube::CustomResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::{Client, CustomResourceExt};
 
 fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> RunningManager {
     let client = env.client();
@@ -28,12 +28,12 @@ fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> RunningManager {
 
 /// A client past the faults, for the test's own writes.
 fn driver(env: &TestEnv) -> Api<Bucket> {
-    Api::namespaced(Client::new(env.server().router(), "default"), "default")
+    Api::namespaced(env.direct_client(), "default")
 }
 
 async fn install(env: &TestEnv) -> Invariants {
     // The operator's own start-up step: apply the definition, wait until it is served.
-    let driver = Client::new(env.server().router(), "default");
+    let driver = env.direct_client();
     konverge_runtime::crd::install(&driver, &Bucket::crd(), "test", Duration::from_secs(10))
         .await
         .unwrap();
@@ -73,7 +73,7 @@ fn in_sync(cloud: &Cloud) -> impl Fn(&World) -> Result<(), String> + '_ {
 async fn one_plan(seed: u64) {
     let plan = FaultPlan::random(seed);
     let fail = |v: Violation| -> ! { panic!("{plan}\n{v}") };
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().disk().start().await;
     let check = install(&env).await;
     let cloud = Cloud::default();
     let running = run(&env, &cloud, Mode::Correct);
