@@ -11,16 +11,15 @@
 //! so etcd's own readiness, idle memory and write rate are a lower bound on what a
 //! kube-apiserver + etcd control plane costs on this machine.
 
-use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::up::{rss_mib, start_standalone};
 
 #[derive(clap::Args)]
 pub(crate) struct ApiArgs {
@@ -72,70 +71,6 @@ impl Stats {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// Resident memory of a process, in MiB.
-fn rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
-}
-
-struct Standalone {
-    // Held so that dropping the handle kills the server.
-    _child: tokio::process::Child,
-    client: kube::Client,
-    ready: Duration,
-    pid: u32,
-}
-
-/// Starts `konverge up` on `dir` and waits until `/readyz` answers over HTTPS.
-async fn start_standalone(dir: &Path) -> anyhow::Result<Standalone> {
-    let exe = std::env::current_exe().context("locating the konverge binary")?;
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new(exe)
-        .args(["up", "--port", "0", "--store", "disk", "--data-dir"])
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting konverge up")?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let first = lines.next_line().await?.context("konverge up exited")?;
-    if !first.starts_with("konverge is ready") {
-        bail!("unexpected first line from konverge up: {first}");
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let kubeconfig = kube::config::Kubeconfig::read_from(dir.join("kubeconfig"))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    let client = kube::Client::try_from(config)?;
-    loop {
-        let req = http::Request::get("/readyz").body(Vec::new())?;
-        if client.request_text(req).await.is_ok() {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            bail!("konverge up did not become ready");
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let ready = started.elapsed();
-    let pid = child.id().context("konverge up pid")?;
-    Ok(Standalone {
-        _child: child,
-        client,
-        ready,
-        pid,
-    })
 }
 
 fn cm(name: &str, payload: &str) -> ConfigMap {
@@ -459,7 +394,8 @@ mod etcd {
     use konverge_store_etcd::EtcdStore;
     use konverge_store_etcd::testing::EtcdServer;
 
-    use super::{Anchor, rss_mib};
+    use super::Anchor;
+    use crate::bench::up::rss_mib;
 
     pub(super) async fn measure(
         skip: bool,

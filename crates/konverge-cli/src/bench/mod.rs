@@ -3,7 +3,9 @@
 
 mod api;
 mod controller;
+mod doctor;
 mod store;
+mod up;
 
 use clap::Subcommand;
 
@@ -15,6 +17,9 @@ pub(crate) enum Target {
     Api(api::ApiArgs),
     /// Time to converge and peak memory of a konverge-runtime controller vs kube-runtime's.
     Controller(controller::ControllerArgs),
+    /// Peak memory and findings of `konverge doctor` on 10,000 objects, some in a hot loop,
+    /// vs a cluster of bootstrap objects only.
+    Doctor(doctor::DoctorArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
@@ -22,5 +27,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Store(args) => store::run(args).await,
         Target::Api(args) => api::run(args).await,
         Target::Controller(args) => controller::run(args).await,
+        Target::Doctor(args) => doctor::run(args).await,
     }
 }

@@ -1,0 +1,83 @@
+//! `konverge up` as a process for the benchmarks: started on a data directory, its client, and
+//! the memory processes use.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// Resident memory of a process, in MiB.
+pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
+    proc_status_mib(pid, "VmRSS:")
+}
+
+/// A `kB` line of `/proc/<pid>/status`, in MiB.
+fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+pub(crate) struct Standalone {
+    // Held so that dropping the handle kills the server.
+    _child: tokio::process::Child,
+    pub(crate) client: kube::Client,
+    pub(crate) ready: Duration,
+    pub(crate) pid: u32,
+}
+
+/// Starts `konverge up` on `dir` and waits until `/readyz` answers over HTTPS.
+pub(crate) async fn start_standalone(dir: &Path) -> anyhow::Result<Standalone> {
+    let exe = std::env::current_exe().context("locating the konverge binary")?;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(exe)
+        .args(["up", "--port", "0", "--store", "disk", "--data-dir"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting konverge up")?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next_line().await?.context("konverge up exited")?;
+    if !first.starts_with("konverge is ready") {
+        bail!("unexpected first line from konverge up: {first}");
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let kubeconfig = kube::config::Kubeconfig::read_from(dir.join("kubeconfig"))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let client = kube::Client::try_from(config)?;
+    loop {
+        let req = http::Request::get("/readyz").body(Vec::new())?;
+        if client.request_text(req).await.is_ok() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("konverge up did not become ready");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let ready = started.elapsed();
+    let pid = child.id().context("konverge up pid")?;
+    Ok(Standalone {
+        _child: child,
+        client,
+        ready,
+        pid,
+    })
+}
+
+/// The most memory a process has been resident with so far (`VmHWM`), in MiB.
+pub(crate) fn peak_rss_mib(pid: u32) -> Option<f64> {
+    proc_status_mib(pid, "VmHWM:")
+}
