@@ -258,6 +258,29 @@ fn render(report: &Report) -> String {
             }
         }
     }
+    if !report.deleted_after_warning.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nDeleted after a warning (the last Event about them was a Warning: the cleanup they were owed may never have happened):"
+        );
+        for deleted in &report.deleted_after_warning {
+            let from = if deleted.reporting_controller.is_empty() {
+                String::new()
+            } else {
+                format!(" from {}", deleted.reporting_controller)
+            };
+            let _ = writeln!(
+                out,
+                "  {}: Warning {}{from} at {}",
+                object(&deleted.object),
+                deleted.reason,
+                deleted.time
+            );
+            if !deleted.note.is_empty() {
+                let _ = writeln!(out, "    {}", deleted.note);
+            }
+        }
+    }
     if !report.request_trouble.is_empty() {
         let _ = writeln!(
             out,
@@ -408,6 +431,19 @@ mod tests {
                 }],
                 remaining: [("configmaps".to_string(), 1)].into(),
             }],
+            deleted_after_warning: vec![doctor::DeletedAfterWarning {
+                object: ObjectRef {
+                    namespace: Some("default".into()),
+                    name: "media".into(),
+                    resource: "buckets.example.konverge.dev".into(),
+                    api_version: "example.konverge.dev/v1".into(),
+                    kind: "Bucket".into(),
+                },
+                reason: "CleanupFailed".into(),
+                note: "deleting cloud bucket media: the cloud is unavailable".into(),
+                reporting_controller: "bucket-operator".into(),
+                time: "2026-11-24T19:00:41.5Z".into(),
+            }],
             request_trouble: vec![doctor::RequestTrouble {
                 resource: "configmaps".into(),
                 verb: "PUT".into(),
@@ -447,6 +483,10 @@ Namespaces stuck Terminating:
     finalizer kubernetes
     left: configmaps 1
 
+Deleted after a warning (the last Event about them was a Warning: the cleanup they were owed may never have happened):
+  default/media (buckets.example.konverge.dev): Warning CleanupFailed from bucket-operator at 2026-11-24T19:00:41.5Z
+    deleting cloud bucket media: the cloud is unavailable
+
 Requests that keep failing (from the server's metrics; conflict storms over 30/min):
   PUT configmaps: 60 of 62 requests 409 Conflict (60/min), 0 server errors or throttled
 
@@ -474,6 +514,7 @@ Not watched (findings there would be missed):
             large_objects: vec![],
             stuck_deletions: vec![],
             terminating_namespaces: vec![],
+            deleted_after_warning: vec![],
             request_trouble: vec![],
             server_metrics: true,
             unwatched: vec![],

@@ -3,7 +3,8 @@
 //! - `konverge up`: the API server on loopback over HTTPS, with a kubeconfig (see `up`;
 //!   serving, credentials and the kubeconfig are `konverge_apiserver::serve`).
 //! - `konverge doctor`: watch a live cluster for a window and report hot loops, growing
-//!   objects and stuck deletions (see `doctor`; the engine is `konverge_runtime::doctor`).
+//!   objects, stuck deletions and objects deleted after a Warning Event (see `doctor`; the
+//!   engine is `konverge_runtime::doctor`).
 //! - `konverge bench store`: durable commit rate and latency of the disk store against a real
 //!   etcd on loopback, and watch fan-out (see `bench::store`).
 
@@ -30,8 +31,17 @@ struct Cli {
 enum Command {
     /// Start a Kubernetes API server on this machine and write a kubeconfig for it.
     Up(up::UpArgs),
-    /// Watch a live cluster for a while and report hot loops, growing objects and stuck
-    /// deletions. Exit code 0: nothing found; 1: findings; 2: the doctor could not run.
+    /// Watch a live cluster for a while and report hot loops, growing objects, stuck
+    /// deletions and objects deleted after a Warning.
+    ///
+    /// Findings: objects written too often (with who wrote them and which fields changed),
+    /// objects that grow write after write or near the 1.5 MiB limit, deletions and namespaces
+    /// held up by finalizers, objects deleted during the window while the latest Event about
+    /// them was a Warning (the last thing their controller said was a failure: the cleanup
+    /// they were owed, such as an external resource, may never have happened), and conflict
+    /// storms and error rates from the server's metrics.
+    ///
+    /// Exit code 0: nothing found; 1: findings; 2: the doctor could not run.
     Doctor(doctor::DoctorArgs),
     /// Measure konverge against its anchors (results are ratios measured in one run).
     Bench {

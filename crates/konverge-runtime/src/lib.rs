@@ -63,8 +63,9 @@
 //! Looking at a whole cluster:
 //!
 //! - [`doctor`]: watches every resource of a live cluster for a window and reports hot loops
-//!   (with the managers and fields that flap), growing and oversized objects, and deletions or
-//!   namespaces stuck on finalizers (with who set them) — what `konverge doctor` prints.
+//!   (with the managers and fields that flap), growing and oversized objects, deletions or
+//!   namespaces stuck on finalizers (with who set them), and objects deleted while the latest
+//!   Event about them was a Warning — what `konverge doctor` prints.
 
 pub mod apply;
 pub mod cache;

@@ -1,11 +1,11 @@
 //! The doctor against the in-process server, with deliberately broken controllers running
 //! beside it: a flapping annotation, a ConfigMap that grows on every write, a finalizer nobody
-//! removes, a namespace that cannot finish terminating — and a quiet cluster, which must come
-//! back clean.
+//! removes, a namespace that cannot finish terminating, an object let go while the last Event
+//! about it was a Warning — and a quiet cluster, which must come back clean.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference};
 use konverge_runtime::doctor::{self, Options, Progress, Report};
 use konverge_testkit::{Rule, TestEnv, Verb};
 use kube::Client;
@@ -300,6 +300,94 @@ async fn a_deletion_held_by_a_finalizer_names_the_finalizer_and_its_manager() ->
     assert_eq!(stuck.finalizers[0].finalizer, "example.com/cleanup");
     assert_eq!(stuck.finalizers[0].managers, ["cleaner"]);
     assert!(report.hot_loops.is_empty(), "{report:#?}");
+    Ok(())
+}
+
+/// Says `reason` about `object` as `cleaner`, with kube's event recorder.
+async fn say(
+    client: &Client,
+    object: &ObjectReference,
+    type_: kube::runtime::events::EventType,
+    reason: &str,
+) -> anyhow::Result<()> {
+    use kube::runtime::events::{Event, Recorder, Reporter};
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cleaner".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(format!(
+            "{reason} for {}",
+            object.name.as_deref().unwrap_or_default()
+        )),
+        action: "Cleanup".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, object).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_deleted_while_its_last_event_is_a_warning_is_reported() -> anyhow::Result<()> {
+    use kube::Resource;
+    use kube::runtime::events::EventType::{Normal, Warning};
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let mut refs = Vec::new();
+    for name in ["leaked", "cleaned", "failing"] {
+        create_config_map(&client, "default", name).await?;
+        refs.push(config_maps.get(name).await?.object_ref(&()));
+    }
+    let [leaked, cleaned, failing] = <[ObjectReference; 3]>::try_from(refs).expect("three");
+    // Said before the window opens: the doctor's first list of Events is the baseline.
+    say(&client, &cleaned, Warning, "CleanupFailed").await?;
+    let (window_open, opened) = tokio::sync::oneshot::channel();
+    let cleaner = tokio::spawn({
+        let client = client.clone();
+        async move {
+            opened.await?;
+            // Let go first, then the cleanup fails: the Warning comes after the deletion.
+            config_maps
+                .delete("leaked", &DeleteParams::default())
+                .await?;
+            say(&client, &leaked, Warning, "CleanupFailed").await?;
+            // Failed once, then cleaned up, then let go.
+            say(&client, &cleaned, Normal, "Deleted").await?;
+            config_maps
+                .delete("cleaned", &DeleteParams::default())
+                .await?;
+            // Failing, but still here.
+            say(&client, &failing, Warning, "CleanupFailed").await?;
+            anyhow::Ok(())
+        }
+    });
+
+    let mut window_open = Some(window_open);
+    let report = doctor::run(client, &options(), |progress| {
+        if let Progress::Synced { .. } = progress
+            && let Some(open) = window_open.take()
+        {
+            let _ = open.send(());
+        }
+    })
+    .await?;
+    cleaner.await??;
+
+    assert!(report.has_findings());
+    assert_eq!(report.deleted_after_warning.len(), 1, "{report:#?}");
+    let found = &report.deleted_after_warning[0];
+    assert_eq!(found.object.name, "leaked");
+    assert_eq!(found.object.resource, "configmaps");
+    assert_eq!(found.reason, "CleanupFailed");
+    assert_eq!(found.note, "CleanupFailed for leaked");
+    assert_eq!(found.reporting_controller, "cleaner");
+    assert!(report.unwatched.is_empty(), "{report:#?}");
     Ok(())
 }
 

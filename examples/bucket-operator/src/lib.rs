@@ -11,6 +11,12 @@
 //! an invalid region is a [`TerminalError`] that is reported and not retried.
 //! [`Mode::ReleasesEarly`] is the broken twin, which removes the finalizer first.
 //!
+//! The operator says what it did to each Bucket in Events (kube's event [`Recorder`], as
+//! [`REPORTER`]): `Normal` `Created` when the cloud bucket is made, `Warning` `CleanupFailed`
+//! when deleting it fails, `Normal` `Deleted` when it is deleted. A Bucket that is gone while
+//! the last Event about it is `CleanupFailed` is a leaked cloud bucket, and `konverge doctor`
+//! reports it so: that is how the twin is caught on a live cluster.
+//!
 //! [`Cloud`] is the external system: in memory here, with the failure modes of a real one
 //! (transient errors on demand, invalid regions refused); a real operator talks to its
 //! cloud's SDK in its place.
@@ -28,13 +34,16 @@ use konverge_runtime::status::{StatusError, patch_status_if_changed};
 use konverge_runtime::watcher::Config;
 use konverge_runtime::{Action, Controller, TerminalError};
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, CustomResource, ResourceExt};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, CustomResource, Resource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 /// The finalizer that keeps a Bucket until its cloud bucket is gone.
 pub const FINALIZER: &str = "buckets.example.konverge.dev/cleanup";
+/// The controller's name: in its Events' `reportingController`.
+pub const REPORTER: &str = "bucket-operator";
 
 /// What a Bucket asks for.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema, PartialEq)]
@@ -159,6 +168,70 @@ pub struct Context {
     pub cloud: Cloud,
     /// Correct, or the broken twin.
     pub mode: Mode,
+    /// Publishes the Events about Buckets, as [`REPORTER`].
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context whose Events are published through `client` as [`REPORTER`].
+    pub fn new(client: Client, cloud: Cloud, mode: Mode) -> Context {
+        let reporter = Reporter {
+            controller: REPORTER.into(),
+            instance: None,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            cloud,
+            mode,
+        }
+    }
+
+    /// Publishes an Event about `bucket`: what was tried (`action`) and how it went. Events
+    /// are a report, not state: one that cannot be written is logged and the reconcile goes
+    /// on.
+    async fn tell(
+        &self,
+        bucket: &Bucket,
+        type_: EventType,
+        (action, reason): (&str, &str),
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &bucket.object_ref(&())).await {
+            tracing::warn!(bucket = %bucket.name_any(), reason, %error, "could not publish an Event");
+        }
+    }
+
+    /// Deletes `bucket`'s cloud bucket and says how that went.
+    async fn delete_cloud_bucket(&self, bucket: &Bucket) -> Result<(), Error> {
+        let name = bucket.name_any();
+        match self.cloud.delete(&name) {
+            Ok(()) => {
+                let note = format!("deleted cloud bucket {name}");
+                self.tell(bucket, EventType::Normal, ("Delete", "Deleted"), note)
+                    .await;
+                Ok(())
+            }
+            Err(error) => {
+                let note = format!("deleting cloud bucket {name}: {error}");
+                self.tell(
+                    bucket,
+                    EventType::Warning,
+                    ("Delete", "CleanupFailed"),
+                    note,
+                )
+                .await;
+                Err(Error::Cloud(error))
+            }
+        }
+    }
 }
 
 /// Why a reconcile failed.
@@ -199,17 +272,17 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action,
             &Patch::Merge(&release),
         )
         .await?;
-        ctx.cloud.delete(&bucket.name_any()).map_err(Error::Cloud)?;
+        ctx.delete_cloud_bucket(&bucket).await?;
         return Ok(Action::await_change());
     }
     let outcome = finalizer(&api, FINALIZER, bucket, |event| async {
         match event {
-            FinalizerEvent::Apply(bucket) => apply(&api, &bucket, &ctx.cloud).await,
+            FinalizerEvent::Apply(bucket) => apply(&api, &bucket, &ctx).await,
+            // The finalizer goes only if this succeeds.
             FinalizerEvent::Cleanup(bucket) => ctx
-                .cloud
-                .delete(&bucket.name_any())
-                .map(|()| Action::await_change())
-                .map_err(Error::Cloud),
+                .delete_cloud_bucket(&bucket)
+                .await
+                .map(|()| Action::await_change()),
         }
     })
     .await;
@@ -221,9 +294,9 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action,
     }
 }
 
-async fn apply(api: &Api<Bucket>, bucket: &Bucket, cloud: &Cloud) -> Result<Action, Error> {
+async fn apply(api: &Api<Bucket>, bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
     let mut status = BucketStatus::default();
-    let result = cloud.ensure(&bucket.name_any(), &bucket.spec.region);
+    let result = ctx.cloud.ensure(&bucket.name_any(), &bucket.spec.region);
     match &result {
         Ok(id) => {
             status.ready = true;
@@ -234,7 +307,17 @@ async fn apply(api: &Api<Bucket>, bucket: &Bucket, cloud: &Cloud) -> Result<Acti
         }
         Err(CloudError::Unavailable) => return Err(Error::Cloud(CloudError::Unavailable)),
     }
-    patch_status_if_changed(api, bucket, &status).await?;
+    let was_ready = bucket.status.as_ref().is_some_and(|s| s.ready);
+    let written = patch_status_if_changed(api, bucket, &status).await?;
+    // Said once, when the Bucket first reports its cloud bucket (a resync writes nothing).
+    if written.is_written()
+        && !was_ready
+        && let Some(id) = &status.id
+    {
+        let note = format!("created cloud bucket {id}");
+        ctx.tell(bucket, EventType::Normal, ("Create", "Created"), note)
+            .await;
+    }
     match result {
         Err(e @ CloudError::NoSuchRegion(_)) => Err(Error::Invalid(TerminalError::new(e))),
         _ => Ok(Action::await_change()),

@@ -35,11 +35,7 @@ async fn main() -> anyhow::Result<()> {
     manager.add(
         controller(&client),
         reconcile,
-        Arc::new(Context {
-            client,
-            cloud,
-            mode,
-        }),
+        Arc::new(Context::new(client, cloud, mode)),
     );
     manager
         .run(async {

@@ -1,27 +1,26 @@
 //! The bucket operator keeps every invariant under 20 seeded fault plans while its cloud
 //! fails too: no bucket leaks, no Bucket stays Terminating. Invalid regions are terminal and
-//! not retried. The broken twin, which lets a Bucket go before deleting its cloud bucket,
-//! leaks the bucket the first time the delete fails.
+//! not retried. Its Events tell each Bucket's story, ending in `Deleted`. The broken twin,
+//! which lets a Bucket go before deleting its cloud bucket, leaks the bucket the first time
+//! the delete fails — its last word about the Bucket is the Warning `CleanupFailed`, which is
+//! how `konverge doctor` finds it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::events::v1::Event;
 use konverge_example_bucket_operator::{
-    Bucket, BucketSpec, Cloud, Context, FINALIZER, Mode, controller, reconcile,
+    Bucket, BucketSpec, Cloud, Context, FINALIZER, Mode, REPORTER, controller, reconcile,
 };
 use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::{FaultPlan, Invariants, TestEnv, Violation, World};
 use kube::CustomResourceExt;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
 fn run(env: &TestEnv, cloud: &Cloud, mode: Mode) -> RunningManager {
     let client = env.client();
     let mut manager = Manager::new(client.clone());
-    let ctx = Context {
-        client: client.clone(),
-        cloud: cloud.clone(),
-        mode,
-    };
+    let ctx = Context::new(client.clone(), cloud.clone(), mode);
     manager.add(controller(&client), reconcile, Arc::new(ctx));
     manager.spawn()
 }
@@ -191,4 +190,157 @@ async fn the_twin_that_releases_early_leaks_the_bucket() {
             .contains(r#"the cloud holds ["media"], the cluster []"#),
         "{violation}"
     );
+}
+
+/// The Events about the Bucket `name`, oldest first, as `(type, reason)`, and each one's
+/// reporting controller.
+async fn story(env: &TestEnv, name: &str) -> Vec<(String, String, String)> {
+    let events: Api<Event> =
+        Api::namespaced(env.direct_client(), "default");
+    let mut about: Vec<Event> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    about.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    about
+        .into_iter()
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.reporting_controller.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn said(events: &[(&str, &str)]) -> Vec<(String, String, String)> {
+    events
+        .iter()
+        .map(|(t, r)| (t.to_string(), r.to_string(), REPORTER.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_events_tell_each_buckets_story_ending_in_deleted() {
+    let env = TestEnv::start().await;
+    let check = install(&env).await;
+    let cloud = Cloud::default();
+    let _running = run(&env, &cloud, Mode::Correct);
+    let api = driver(&env);
+    api.create(&PostParams::default(), &bucket("media", "eu-1"))
+        .await
+        .unwrap();
+    check
+        .converges(Duration::from_secs(10), in_sync(&cloud))
+        .await
+        .unwrap();
+    cloud.fail_next(1);
+    api.delete("media", &DeleteParams::default()).await.unwrap();
+    let synced = in_sync(&cloud);
+    check
+        .converges(Duration::from_secs(10), |w| {
+            synced(w)?;
+            match w.get("buckets.example.konverge.dev", "default", "media") {
+                Some(_) => Err("the Bucket is still there".into()),
+                None => Ok(()),
+            }
+        })
+        .await
+        .unwrap();
+    assert!(cloud.buckets().is_empty());
+    assert_eq!(
+        story(&env, "media").await,
+        said(&[
+            ("Normal", "Created"),
+            ("Warning", "CleanupFailed"),
+            ("Normal", "Deleted")
+        ])
+    );
+}
+
+#[tokio::test]
+async fn the_twins_last_word_about_its_leaked_bucket_is_a_warning() {
+    let env = TestEnv::start().await;
+    let check = install(&env).await;
+    let cloud = Cloud::default();
+    let _running = run(&env, &cloud, Mode::ReleasesEarly);
+    let api = driver(&env);
+    api.create(&PostParams::default(), &bucket("media", "eu-1"))
+        .await
+        .unwrap();
+    check
+        .converges(Duration::from_secs(10), in_sync(&cloud))
+        .await
+        .unwrap();
+    cloud.fail_next(1);
+    api.delete("media", &DeleteParams::default()).await.unwrap();
+    // The Bucket goes at once; its cloud bucket stays, and the Event says why.
+    let mut last = Vec::new();
+    for _ in 0..50 {
+        last = story(&env, "media").await;
+        if last.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(api.get_opt("media").await.unwrap().is_none());
+    assert_eq!(
+        last,
+        said(&[("Normal", "Created"), ("Warning", "CleanupFailed")])
+    );
+    assert_eq!(cloud.buckets().into_keys().collect::<Vec<_>>(), ["media"]);
+}
+
+/// `konverge doctor`'s engine, watching while the twin lets a Bucket go and then fails to
+/// delete its cloud bucket, reports the Bucket as deleted after a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_finds_the_twins_leaked_bucket() {
+    let env = TestEnv::start().await;
+    let check = install(&env).await;
+    let cloud = Cloud::default();
+    let _running = run(&env, &cloud, Mode::ReleasesEarly);
+    let api = driver(&env);
+    api.create(&PostParams::default(), &bucket("media", "eu-1"))
+        .await
+        .unwrap();
+    check
+        .converges(Duration::from_secs(10), in_sync(&cloud))
+        .await
+        .unwrap();
+    let (opened, window_open) = tokio::sync::oneshot::channel();
+    let doctor = tokio::spawn({
+        let client = env.client();
+        async move {
+            let options = konverge_runtime::doctor::Options {
+                window: Duration::from_secs(2),
+                ..Default::default()
+            };
+            let mut opened = Some(opened);
+            konverge_runtime::doctor::run(client, &options, |progress| {
+                if let konverge_runtime::doctor::Progress::Synced { .. } = progress
+                    && let Some(opened) = opened.take()
+                {
+                    let _ = opened.send(());
+                }
+            })
+            .await
+        }
+    });
+    window_open.await.unwrap();
+    cloud.fail_next(1);
+    api.delete("media", &DeleteParams::default()).await.unwrap();
+    let report = doctor.await.unwrap().unwrap();
+    let found = report
+        .deleted_after_warning
+        .iter()
+        .find(|d| d.object.resource == "buckets.example.konverge.dev" && d.object.name == "media")
+        .unwrap_or_else(|| panic!("not found in {report:#?}"));
+    assert_eq!(found.reason, "CleanupFailed");
+    assert_eq!(found.reporting_controller, REPORTER);
+    assert!(found.note.contains("the cloud is unavailable"), "{found:?}");
 }

@@ -1,15 +1,21 @@
 //! The doctor: watches every resource of a live cluster for a while and reports the writing
 //! patterns that make clusters sick — hot loops, objects that keep growing, deletions that
-//! never finish.
+//! never finish, objects let go while their controller was failing.
 //!
-//! [`run`] discovers every resource the server lets it list and watch (subresources and Events
-//! are skipped: events are written all the time by design), opens one [`watcher`] per
-//! resource on [`DynamicObject`]s, and keeps a small record per object, keyed by resource,
-//! namespace and name. Objects only listed (never written during the window) cost a few dozen
-//! bytes: their size, resourceVersion and the stamps of their managedFields. An object written
-//! during the window also keeps when it was written, who wrote it, which fields changed, and its
-//! last version serialized, to diff the next one against. So memory follows how many objects
-//! churn, not how many exist.
+//! [`run`] discovers every resource the server lets it list and watch (subresources are
+//! skipped), opens one [`watcher`] per resource on [`DynamicObject`]s, and keeps a small record
+//! per object, keyed by resource, namespace and name. Objects only listed (never written during
+//! the window) cost a few dozen bytes: their size, the hashes of their resourceVersion and uid,
+//! and the stamps of their managedFields. An object written during the window also keeps when
+//! it was written, who wrote it, which fields changed, and its last version serialized, to diff
+//! the next one against; an object deleted during the window is remembered with its uid. So
+//! memory follows how many objects churn, not how many exist.
+//!
+//! Events are written all the time by design, so they are not records like the rest: one
+//! watch (events.k8s.io/v1, or core v1 Events where that is not served) keeps only the latest
+//! Event about each regarded object, by uid: its time, and for a Warning its reason, note and
+//! reporting controller. Memory follows how many objects have Events, not how many Events
+//! there are.
 //!
 //! The window opens once every resource has been listed (so writes are counted over the same
 //! span for all); a resource's first list is always a baseline, never writes. Discovery runs
@@ -23,10 +29,14 @@
 //! - [`StuckDeletion`]: a deletionTimestamp older than [`Options::stuck_after`], with the
 //!   finalizers holding it and the managers that set them; [`TerminatingNamespace`]: a namespace
 //!   stuck Terminating, with what is left in it;
+//! - [`DeletedAfterWarning`]: deleted during the window while the latest Event about it was a
+//!   `Warning` — the last thing its controller said was a failure, so the cleanup it owed (an
+//!   external resource) likely never happened;
 //! - [`RequestTrouble`]: conflict storms and error rates per resource and verb, from the
 //!   server's `apiserver_request_total` counters at `/metrics`, read when the window opens and
 //!   when it closes (skipped, and said so, when the server does not let them be read).
 
+mod events;
 mod record;
 mod report;
 mod requests;
@@ -46,10 +56,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::watcher::{self, Event};
+use events::LatestEvents;
 use record::ResourceRecords;
 pub use report::{
-    FinalizerHold, Growth, HotLoop, LargeObject, ObjectRef, Report, StuckDeletion,
-    TerminatingNamespace, Thresholds, Unwatched,
+    DeletedAfterWarning, FinalizerHold, Growth, HotLoop, LargeObject, ObjectRef, Report,
+    StuckDeletion, TerminatingNamespace, Thresholds, Unwatched,
 };
 pub use requests::RequestTrouble;
 
@@ -206,26 +217,38 @@ pub async fn run(
     options: &Options,
     mut progress: impl FnMut(Progress),
 ) -> Result<Report, Error> {
-    let resources = discover(&client).await?;
+    let Discovered { resources, events } = discover(&client).await?;
     if resources.is_empty() {
         return Err(Error::NothingToWatch);
     }
-    progress(Progress::Discovered {
-        resources: resources.len(),
-    });
+    // The Events resource is listed before the window opens like every other.
+    let to_list = resources.len() + usize::from(events.is_some());
+    progress(Progress::Discovered { resources: to_list });
 
     let shared = Arc::new(Shared::default());
     let stop = CancellationToken::new();
     let (listed_tx, mut listed_rx) = mpsc::unbounded_channel();
     let spawn_watch = |resource: WatchedResource| {
-        tokio::spawn(watch_resource(
+        let api = resource.api.clone();
+        let records = ResourceRecords::new(resource, shared.clone());
+        tokio::spawn(watch(
             client.clone(),
-            resource,
-            shared.clone(),
+            api,
+            records,
             listed_tx.clone(),
             stop.clone(),
         ))
     };
+    let events_task = events.map(|resource| {
+        let latest = LatestEvents::new(resource.display_name());
+        tokio::spawn(watch(
+            client.clone(),
+            resource.api,
+            latest,
+            listed_tx.clone(),
+            stop.clone(),
+        ))
+    });
     let mut known: HashSet<(String, String)> = HashSet::new();
     let mut tasks = Vec::with_capacity(resources.len());
     for resource in &resources {
@@ -238,7 +261,7 @@ pub async fn run(
     let mut listed = 0;
     let sync_deadline = tokio::time::sleep(options.sync_timeout);
     let mut sync_deadline = pin!(sync_deadline);
-    while listed < resources.len() {
+    while listed < to_list {
         tokio::select! {
             message = listed_rx.recv() => match message {
                 Some(()) => listed += 1,
@@ -252,7 +275,7 @@ pub async fn run(
     let _ = shared.window_start.set(window_start);
     progress(Progress::Synced {
         listed,
-        resources: resources.len(),
+        resources: to_list,
         objects: shared.objects.load(Ordering::Relaxed),
     });
 
@@ -277,7 +300,7 @@ pub async fn run(
             // baseline, like everyone else's. A failed rediscovery just keeps what is watched.
             _ = rediscovery.tick() => {
                 if let Ok(Ok(found)) = tokio::time::timeout_at(window_end, discover(&client)).await {
-                    for resource in found {
+                    for resource in found.resources {
                         if known.insert(resource.key()) {
                             tasks.push(spawn_watch(resource));
                         }
@@ -293,8 +316,13 @@ pub async fn run(
     for task in tasks {
         watched.push(task.await.map_err(Error::Task)?);
     }
+    let latest_events = match events_task {
+        Some(task) => Some(task.await.map_err(Error::Task)?),
+        None => None,
+    };
     let mut report = report::build(
         &watched,
+        latest_events.as_ref(),
         options,
         window,
         shared.writes.load(Ordering::Relaxed),
@@ -308,55 +336,120 @@ pub async fn run(
     Ok(report)
 }
 
-/// Every resource that can be listed and watched, at its most stable version, minus
-/// subresources and Events, sorted by group and name.
-async fn discover(client: &Client) -> Result<Vec<WatchedResource>, Error> {
+/// What discovery found to watch.
+struct Discovered {
+    /// Every resource that can be listed and watched, at its most stable version, minus
+    /// subresources and Events, sorted by group and name.
+    resources: Vec<WatchedResource>,
+    /// The Events to watch for the latest Event per object: events.k8s.io's, or core v1's
+    /// where the server does not serve those (both are views of the same objects).
+    events: Option<WatchedResource>,
+}
+
+async fn discover(client: &Client) -> Result<Discovered, Error> {
     // Aggregated discovery is two requests instead of one per group version; servers older
     // than 1.26 do not offer it.
-    let discovery = match Discovery::new(client.clone())
-        .exclude(&["events.k8s.io"])
-        .run_aggregated()
-        .await
-    {
+    let discovery = match Discovery::new(client.clone()).run_aggregated().await {
         Ok(discovery) => discovery,
         Err(_) => Discovery::new(client.clone())
-            .exclude(&["events.k8s.io"])
             .run()
             .await
             .map_err(Error::Discovery)?,
     };
     let mut resources: BTreeMap<(String, String), WatchedResource> = BTreeMap::new();
+    let (mut events_v1, mut core_events) = (None, None);
     for group in discovery.groups() {
         for (api, capabilities) in group.resources_by_stability() {
-            let is_events = api.group.is_empty() && api.plural == "events";
-            if is_events
-                || api.plural.contains('/')
+            if api.plural.contains('/')
                 || !capabilities.supports_operation(verbs::LIST)
                 || !capabilities.supports_operation(verbs::WATCH)
             {
                 continue;
             }
-            let heartbeat = api.group == "coordination.k8s.io" && api.plural == "leases";
-            resources.insert(
-                (api.group.clone(), api.plural.clone()),
-                WatchedResource { heartbeat, api },
-            );
+            let resource = WatchedResource {
+                heartbeat: api.group == "coordination.k8s.io" && api.plural == "leases",
+                api,
+            };
+            match (resource.api.group.as_str(), resource.api.plural.as_str()) {
+                ("events.k8s.io", "events") => events_v1 = Some(resource),
+                ("", "events") => core_events = Some(resource),
+                _ => {
+                    resources.insert(resource.key(), resource);
+                }
+            }
         }
     }
-    Ok(resources.into_values().collect())
+    Ok(Discovered {
+        resources: resources.into_values().collect(),
+        events: events_v1.or(core_events),
+    })
 }
 
-/// One resource's watch: every event goes into its records until `stop`; the records are the
-/// result. Signals `listed` once, after the first complete list (or on giving up).
-async fn watch_resource(
+/// Where a watch's events go: an object resource's records, or the latest Events.
+trait Sink: Send + 'static {
+    /// A (re)list starts.
+    fn relist_started(&mut self);
+    /// An object of a (re)list.
+    fn listed(&mut self, object: DynamicObject);
+    /// A (re)list is complete.
+    fn relist_done(&mut self);
+    /// An object was created or changed.
+    fn written(&mut self, object: DynamicObject);
+    /// An object was deleted.
+    fn deleted(&mut self, object: DynamicObject);
+    /// The watch reported an error.
+    fn problem(&mut self, error: String);
+}
+
+impl Sink for ResourceRecords {
+    fn relist_started(&mut self) {
+        ResourceRecords::relist_started(self);
+    }
+    fn listed(&mut self, object: DynamicObject) {
+        ResourceRecords::listed(self, object);
+    }
+    fn relist_done(&mut self) {
+        ResourceRecords::relist_done(self);
+    }
+    fn written(&mut self, object: DynamicObject) {
+        ResourceRecords::written(self, object);
+    }
+    fn deleted(&mut self, object: DynamicObject) {
+        ResourceRecords::deleted(self, object);
+    }
+    fn problem(&mut self, error: String) {
+        self.problem = Some(error);
+    }
+}
+
+impl Sink for LatestEvents {
+    fn relist_started(&mut self) {}
+    fn listed(&mut self, event: DynamicObject) {
+        self.seen(&event);
+    }
+    fn relist_done(&mut self) {
+        self.listed_once = true;
+    }
+    fn written(&mut self, event: DynamicObject) {
+        self.seen(&event);
+    }
+    /// An Event that expired (its TTL passed) still was the last thing said.
+    fn deleted(&mut self, _event: DynamicObject) {}
+    fn problem(&mut self, error: String) {
+        self.problem = Some(error);
+    }
+}
+
+/// One resource's watch: every event goes into `sink` until `stop`; the sink is the result.
+/// Signals `listed` once, after the first complete list (or on giving up).
+async fn watch<S: Sink>(
     client: Client,
-    resource: WatchedResource,
-    shared: Arc<Shared>,
+    api: ApiResource,
+    mut sink: S,
     listed: mpsc::UnboundedSender<()>,
     stop: CancellationToken,
-) -> ResourceRecords {
-    let api: Api<DynamicObject> = Api::all_with(client, &resource.api);
-    let mut records = ResourceRecords::new(resource, shared);
+) -> S {
+    let api: Api<DynamicObject> = Api::all_with(client, &api);
     let mut events = pin!(watcher::watcher(api, watcher::Config::default()));
     let mut signalled = false;
     loop {
@@ -367,20 +460,20 @@ async fn watch_resource(
         };
         match event {
             None => break,
-            Some(Ok(Event::Init)) => records.relist_started(),
-            Some(Ok(Event::InitApply(object))) => records.listed(object),
+            Some(Ok(Event::Init)) => sink.relist_started(),
+            Some(Ok(Event::InitApply(object))) => sink.listed(object),
             Some(Ok(Event::InitDone)) => {
-                records.relist_done();
+                sink.relist_done();
                 if !signalled {
                     signalled = true;
                     let _ = listed.send(());
                 }
             }
-            Some(Ok(Event::Apply(object))) => records.written(object),
-            Some(Ok(Event::Delete(object))) => records.deleted(object),
+            Some(Ok(Event::Apply(object))) => sink.written(object),
+            Some(Ok(Event::Delete(object))) => sink.deleted(object),
             Some(Err(error)) => {
                 let refused = refusal(&error);
-                records.problem = Some(error.to_string());
+                sink.problem(error.to_string());
                 // A resource the server refuses to list (RBAC, an aggregated API that is
                 // down) will not start working within the window: stop retrying it.
                 if refused && !signalled {
@@ -390,7 +483,7 @@ async fn watch_resource(
             }
         }
     }
-    records
+    sink
 }
 
 /// Whether the server turned the request down for good (4xx other than conflicts and rate

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::events::{LatestEvents, Said};
 use super::record::{ObjectRecord, ResourceRecords};
 use super::{OBJECT_SIZE_LIMIT, Options};
 
@@ -43,6 +44,8 @@ pub struct Report {
     pub stuck_deletions: Vec<StuckDeletion>,
     /// Namespaces stuck Terminating.
     pub terminating_namespaces: Vec<TerminatingNamespace>,
+    /// Objects deleted during the window whose latest Event was a Warning.
+    pub deleted_after_warning: Vec<DeletedAfterWarning>,
     /// Resources and verbs with conflict storms or high error rates.
     pub request_trouble: Vec<super::RequestTrouble>,
     /// Whether the server's `/metrics` could be read (request trouble is only judged then).
@@ -59,6 +62,7 @@ impl Report {
             && self.large_objects.is_empty()
             && self.stuck_deletions.is_empty()
             && self.terminating_namespaces.is_empty()
+            && self.deleted_after_warning.is_empty()
             && self.request_trouble.is_empty())
     }
 }
@@ -170,6 +174,26 @@ pub struct TerminatingNamespace {
     pub remaining: BTreeMap<String, u64>,
 }
 
+/// An object deleted during the window whose latest Event (matched by the uid in its
+/// `regarding`, or a core Event's `involvedObject`) was a `Warning`: the last thing its
+/// controller said about it was a failure, so the cleanup it owed likely never happened (an
+/// external resource leaked).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DeletedAfterWarning {
+    /// The object.
+    pub object: ObjectRef,
+    /// The Event's `reason`: `CleanupFailed`.
+    pub reason: String,
+    /// The Event's `note` (core v1: `message`), at most 1 KiB.
+    pub note: String,
+    /// The Event's `reportingController` (core v1: `reportingComponent` or
+    /// `source.component`); empty when it names none.
+    pub reporting_controller: String,
+    /// When the Event last happened (`series.lastObservedTime`, `eventTime`, the legacy
+    /// `lastTimestamp`, or its creationTimestamp), RFC 3339.
+    pub time: String,
+}
+
 /// A resource the doctor could not list.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Unwatched {
@@ -181,6 +205,7 @@ pub struct Unwatched {
 
 pub(super) fn build(
     watched: &[ResourceRecords],
+    events: Option<&LatestEvents>,
     options: &Options,
     window: Duration,
     writes: u64,
@@ -189,7 +214,8 @@ pub(super) fn build(
     let large_object_bytes = OBJECT_SIZE_LIMIT * u64::from(options.size_warn_percent) / 100;
     let mut report = Report {
         window_seconds: (window.as_secs_f64() * 1000.0).round() / 1000.0,
-        resources: watched.iter().filter(|r| r.listed_once).count(),
+        resources: watched.iter().filter(|r| r.listed_once).count()
+            + usize::from(events.is_some_and(|e| e.listed_once)),
         objects: 0,
         writes,
         thresholds: Thresholds {
@@ -203,10 +229,20 @@ pub(super) fn build(
         large_objects: Vec::new(),
         stuck_deletions: Vec::new(),
         terminating_namespaces: Vec::new(),
+        deleted_after_warning: Vec::new(),
         request_trouble: Vec::new(),
         server_metrics: false,
         unwatched: Vec::new(),
     };
+    if let Some(events) = events.filter(|e| !e.listed_once) {
+        report.unwatched.push(Unwatched {
+            resource: events.resource.clone(),
+            reason: events
+                .problem
+                .clone()
+                .unwrap_or_else(|| "not listed before the window opened".to_string()),
+        });
+    }
     let stuck_after = options.stuck_after.as_secs_f64();
     let mut remaining: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
 
@@ -220,6 +256,24 @@ pub(super) fn build(
                     .problem
                     .clone()
                     .unwrap_or_else(|| "not listed before the window opened".to_string()),
+            });
+        }
+        for ((namespace, name), uid) in &records.deleted {
+            let Some(Said::Warning(warning)) = events.and_then(|e| e.latest(*uid)) else {
+                continue;
+            };
+            report.deleted_after_warning.push(DeletedAfterWarning {
+                object: ObjectRef {
+                    namespace: namespace.as_deref().map(str::to_string),
+                    name: name.to_string(),
+                    resource: resource_name.clone(),
+                    api_version: resource.api.api_version.clone(),
+                    kind: resource.api.kind.clone(),
+                },
+                reason: warning.reason.to_string(),
+                note: warning.note.to_string(),
+                reporting_controller: warning.controller.to_string(),
+                time: warning.at.to_string(),
             });
         }
         for ((namespace, name), record) in &records.objects {
@@ -333,6 +387,9 @@ pub(super) fn build(
     report
         .terminating_namespaces
         .sort_by(|a, b| a.name.cmp(&b.name));
+    report
+        .deleted_after_warning
+        .sort_by(|a, b| a.object.cmp(&b.object).then_with(|| a.time.cmp(&b.time)));
     report.unwatched.sort_by(|a, b| a.resource.cmp(&b.resource));
     report
 }
@@ -389,7 +446,118 @@ fn writes_per_minute(record: &ObjectRecord, window: Duration) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    use serde_json::json;
+    use tokio::time::Instant;
+
     use super::*;
+    use crate::doctor::{Shared, WatchedResource};
+
+    fn bucket(name: &str, uid: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.konverge.dev/v1", "kind": "Bucket",
+            "metadata": {"name": name, "namespace": "default", "uid": uid,
+                         "resourceVersion": "1"},
+            "spec": {"region": "eu-1"},
+        }))
+        .unwrap()
+    }
+
+    fn event(uid: &str, type_: &str, reason: &str, second: u32) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": format!("{uid}.{second}"), "namespace": "default"},
+            "regarding": {"apiVersion": "example.konverge.dev/v1", "kind": "Bucket",
+                          "namespace": "default", "name": "whatever", "uid": uid},
+            "type": type_, "reason": reason, "note": format!("{reason}: the cloud said no"),
+            "reportingController": "bucket-operator",
+            "eventTime": format!("2026-01-01T00:00:{second:02}.000000Z"),
+        }))
+        .unwrap()
+    }
+
+    /// Buckets `kept`, `cleaned`, `leaked` and `quiet` listed, the window opened, then all
+    /// but `kept` deleted, with these Events about them.
+    fn deleted_after_warning(events: &[DynamicObject]) -> Vec<DeletedAfterWarning> {
+        let shared = Arc::new(Shared::default());
+        let resource = WatchedResource {
+            api: ApiResource {
+                group: "example.konverge.dev".into(),
+                version: "v1".into(),
+                api_version: "example.konverge.dev/v1".into(),
+                kind: "Bucket".into(),
+                plural: "buckets".into(),
+            },
+            heartbeat: false,
+        };
+        let mut records = ResourceRecords::new(resource, shared.clone());
+        let names = ["kept", "cleaned", "leaked", "quiet"];
+        records.relist_started();
+        for name in names {
+            records.listed(bucket(name, &format!("uid-{name}")));
+        }
+        records.relist_done();
+        let _ = shared.window_start.set(Instant::now());
+        for name in &names[1..] {
+            records.deleted(bucket(name, &format!("uid-{name}")));
+        }
+        let mut latest = LatestEvents::new("events.events.k8s.io".into());
+        latest.listed_once = true;
+        for event in events {
+            latest.seen(event);
+        }
+        build(
+            &[records],
+            Some(&latest),
+            &Options::default(),
+            Duration::from_secs(5),
+            4,
+            jiff::Timestamp::now(),
+        )
+        .deleted_after_warning
+    }
+
+    #[test]
+    fn an_object_deleted_while_its_latest_event_is_a_warning_is_reported() {
+        let found = deleted_after_warning(&[
+            // Failed, then cleaned up: the last word is Normal.
+            event("uid-cleaned", "Warning", "CleanupFailed", 1),
+            event("uid-cleaned", "Normal", "Deleted", 2),
+            // Created fine, then the cleanup failed: the last word is a Warning.
+            event("uid-leaked", "Normal", "Created", 1),
+            event("uid-leaked", "Warning", "CleanupFailed", 3),
+            // Not deleted: a Warning about a live object is not this finding.
+            event("uid-kept", "Warning", "CleanupFailed", 4),
+        ]);
+        assert_eq!(
+            found,
+            [DeletedAfterWarning {
+                object: ObjectRef {
+                    namespace: Some("default".into()),
+                    name: "leaked".into(),
+                    resource: "buckets.example.konverge.dev".into(),
+                    api_version: "example.konverge.dev/v1".into(),
+                    kind: "Bucket".into(),
+                },
+                reason: "CleanupFailed".into(),
+                note: "CleanupFailed: the cloud said no".into(),
+                reporting_controller: "bucket-operator".into(),
+                time: "2026-01-01T00:00:03Z".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_normal_event_after_a_warning_clears_it_whatever_order_they_arrive_in() {
+        let found = deleted_after_warning(&[
+            event("uid-leaked", "Normal", "Deleted", 5),
+            event("uid-leaked", "Warning", "CleanupFailed", 3),
+        ]);
+        assert_eq!(found, []);
+    }
 
     #[test]
     fn a_long_window_is_judged_by_its_busiest_minute_a_short_one_by_extrapolation() {
