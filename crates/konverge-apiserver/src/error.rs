@@ -237,19 +237,26 @@ impl ApiError {
         )
     }
 
-    /// 403 Forbidden with a message.
+    /// 403 Forbidden: `configmaps "x" is forbidden: why`, or `configmaps is forbidden: why`
+    /// without a name.
     pub fn forbidden(target: Target<'_>, why: impl AsRef<str>) -> Self {
-        Self::new(
-            StatusCode::FORBIDDEN,
-            Reason::Forbidden,
+        let message = if target.name.is_empty() {
+            format!("{} is forbidden: {}", target.qualified(), why.as_ref())
+        } else {
             format!(
                 "{} {:?} is forbidden: {}",
                 target.qualified(),
                 target.name,
                 why.as_ref()
-            ),
-        )
-        .with_details(target.details())
+            )
+        };
+        Self::new(StatusCode::FORBIDDEN, Reason::Forbidden, message).with_details(target.details())
+    }
+
+    /// 403 Forbidden about no resource (a path): the message as given, empty details.
+    pub fn forbidden_plain(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, Reason::Forbidden, message)
+            .with_details(Details::default())
     }
 
     /// 404 NotFound for an object: `configmaps "x" not found`.

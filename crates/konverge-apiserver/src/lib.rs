@@ -73,9 +73,40 @@ pub struct ApiServerBuilder {
     watch_cache: registry::WatchCacheConfig,
     root_ca: Option<String>,
     service_account_key: Option<Vec<u8>>,
+    authorization: AuthorizationMode,
+    observer: Option<auth::authz::Observer>,
+}
+
+/// How the server decides whether a request may be done (`--authorization-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthorizationMode {
+    /// Everything is allowed (the builder's default: in-process servers of tests that do not
+    /// care who asks).
+    #[default]
+    AlwaysAllow,
+    /// Roles, ClusterRoles and their bindings decide, as on a cluster (`konverge up`'s
+    /// default); `system:masters` may do anything.
+    Rbac,
 }
 
 impl ApiServerBuilder {
+    /// Tells `observer` of every request authorized (after authentication and impersonation)
+    /// and what was decided — for tools that report which permissions a client used or
+    /// lacked (konverge-testkit's permission report).
+    pub fn observe_authorization(
+        mut self,
+        observer: impl Fn(&auth::authz::Attributes, &auth::authz::Decision) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// How requests are authorized (default [`AuthorizationMode::AlwaysAllow`]).
+    pub fn authorization(mut self, mode: AuthorizationMode) -> Self {
+        self.authorization = mode;
+        self
+    }
+
     /// The ECDSA P-256 key (PKCS#8 DER) ServiceAccount tokens are signed with; without one,
     /// the server makes a key that lasts as long as it runs.
     pub fn service_account_key(mut self, pkcs8_der: impl Into<Vec<u8>>) -> Self {
@@ -90,8 +121,8 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Requires `Authorization: Bearer <token>` on every request but `/version` and the health
-    /// checks.
+    /// The admin's bearer token. With one, requests without credentials are anonymous (and
+    /// forbidden nearly everything under RBAC); without, they are the admin.
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -130,13 +161,20 @@ impl ApiServerBuilder {
             None => auth::tokens::ServiceAccountTokens::generate(),
         };
         let metrics = Arc::new(metrics::Metrics::new());
+        let registry = Registry::new(self.store, catalog)
+            .with_watch_cache(self.watch_cache)
+            .with_metrics(metrics.clone());
+        let tokens = Arc::new(tokens);
+        let authorizer: Arc<dyn auth::authz::Authorizer> = match self.authorization {
+            AuthorizationMode::AlwaysAllow => Arc::new(auth::authz::AlwaysAllow),
+            AuthorizationMode::Rbac => Arc::new(auth::rbac::Rbac::new(registry.clone())),
+        };
         let server = Arc::new(ApiServer {
-            registry: Registry::new(self.store, catalog)
-                .with_watch_cache(self.watch_cache)
-                .with_metrics(metrics.clone()),
+            registry,
             metrics,
-            token: self.token,
-            tokens: Arc::new(tokens),
+            authenticator: auth::authn::Authenticator::new(self.token, tokens.clone()),
+            authorization: auth::authz::Authorization::new(authorizer, self.observer.clone()),
+            tokens,
             address: RwLock::new("127.0.0.1:6443".into()),
             stop: CancellationToken::new(),
         });
@@ -176,7 +214,8 @@ impl ApiServerBuilder {
 pub struct ApiServer {
     registry: Registry,
     metrics: Arc<metrics::Metrics>,
-    token: Option<String>,
+    authenticator: auth::authn::Authenticator,
+    authorization: auth::authz::Authorization,
     tokens: Arc<auth::tokens::ServiceAccountTokens>,
     address: RwLock<String>,
     /// Cancelled by [`ApiServer::stop`]: ends the control loops.
@@ -200,6 +239,8 @@ impl ApiServer {
             watch_cache: registry::WatchCacheConfig::default(),
             root_ca: None,
             service_account_key: None,
+            authorization: AuthorizationMode::AlwaysAllow,
+            observer: None,
         }
     }
 
@@ -244,14 +285,14 @@ impl ApiServer {
         *self.address.write().unwrap_or_else(|e| e.into_inner()) = address.into();
     }
 
-    /// Who sends requests: the admin, as long as the server knows no other identity.
-    pub(crate) fn requester(&self) -> resources::Requester {
-        resources::Requester {
-            username: ADMIN_USER.into(),
-            groups: ADMIN_GROUPS.iter().map(|g| g.to_string()).collect(),
-            server_token: self.token.clone(),
-            tokens: self.tokens.clone(),
-        }
+    /// How credentials become users.
+    pub fn authenticator(&self) -> &auth::authn::Authenticator {
+        &self.authenticator
+    }
+
+    /// How requests are authorized.
+    pub fn authorization(&self) -> &auth::authz::Authorization {
+        &self.authorization
     }
 
     fn address(&self) -> String {

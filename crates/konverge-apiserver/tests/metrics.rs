@@ -410,17 +410,26 @@ async fn bad_paths_are_answered_and_not_counted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_need_the_token_and_unauthenticated_requests_are_not_counted() {
+async fn metrics_need_the_token_and_refused_requests_are_not_counted() {
     let router = ApiServer::builder(Arc::new(MemStore::new()))
         .bearer_token("secret")
+        .authorization(konverge_apiserver::AuthorizationMode::Rbac)
         .build()
         .await
         .expect("server")
         .router();
+    // Anonymous: forbidden; a token the server does not know: unauthorized.
     let (code, _) = send(&router, "GET", "/metrics", JSON, json!(null)).await;
-    assert_eq!(code, 401);
+    assert_eq!(code, 403);
     let (code, _) = send(&router, "GET", CONFIGMAPS, JSON, json!(null)).await;
-    assert_eq!(code, 401);
+    assert_eq!(code, 403);
+    let wrong = http::Request::builder()
+        .uri(CONFIGMAPS)
+        .header("authorization", "Bearer guess")
+        .body(Body::empty())
+        .expect("request");
+    let refused = router.clone().oneshot(wrong).await.expect("infallible");
+    assert_eq!(refused.status(), 401);
     let with_token = |path: &str| {
         http::Request::builder()
             .uri(path)

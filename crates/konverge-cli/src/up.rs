@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use konverge_apiserver::ApiServer;
+use konverge_apiserver::{ApiServer, AuthorizationMode};
 use konverge_store::{KvStore, MemStore};
 use konverge_store_disk::DiskStore;
 
@@ -27,6 +27,19 @@ pub(crate) struct UpArgs {
     /// `etcd://HOST:PORT` (an etcd cluster; needs the `etcd` build feature).
     #[arg(long, default_value = "disk")]
     store: String,
+    /// How requests are authorized: `RBAC` (Roles, ClusterRoles and their bindings decide, as
+    /// on a cluster; the kubeconfig's admin is in system:masters) or `AlwaysAllow`.
+    #[arg(long, value_enum, default_value_t = Authorization::Rbac)]
+    authorization_mode: Authorization,
+}
+
+/// `--authorization-mode`, with kube-apiserver's names.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Authorization {
+    #[value(name = "RBAC")]
+    Rbac,
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -104,6 +117,10 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let server = ApiServer::builder(store)
         .bearer_token(credentials.token.clone())
         .root_ca(credentials.ca_pem.clone())
+        .authorization(match args.authorization_mode {
+            Authorization::Rbac => AuthorizationMode::Rbac,
+            Authorization::AlwaysAllow => AuthorizationMode::AlwaysAllow,
+        })
         .build()
         .await
         .context("starting the API server")?;

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use konverge_apiserver::ApiServer;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::serve::{Serve, Serving};
+use konverge_apiserver::{ApiServer, AuthorizationMode};
 use konverge_store::{
     KvStore, MemStore, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, WatchRequest,
     WatchStream,
@@ -57,6 +57,7 @@ pub struct TestEnvBuilder {
     backend: Backend,
     watch_cache: WatchCacheConfig,
     control_loops: bool,
+    authorization: AuthorizationMode,
 }
 
 impl TestEnvBuilder {
@@ -79,6 +80,13 @@ impl TestEnvBuilder {
     /// namespace finalization, periodic compaction (default: yes, as a cluster does).
     pub fn control_loops(mut self, run: bool) -> Self {
         self.control_loops = run;
+        self
+    }
+
+    /// How the server authorizes requests (default: [`AuthorizationMode::Rbac`], as a
+    /// cluster does). [`TestEnv::client`] is the admin either way.
+    pub fn authorization(mut self, mode: AuthorizationMode) -> Self {
+        self.authorization = mode;
         self
     }
 
@@ -105,7 +113,8 @@ impl TestEnvBuilder {
             Some(disk) => disk.clone(),
             None => Arc::new(MemStore::new()),
         };
-        let server = self.build(&store).await?;
+        let token = konverge_apiserver::serve::credentials::generate_token();
+        let server = self.build(&store, &token).await?;
         let faults = Faults::new(&server);
         let serving = serve(&faults, &server, "127.0.0.1:0").await?;
         let addr = serving.local_addr();
@@ -114,10 +123,13 @@ impl TestEnvBuilder {
         let uri = url
             .parse()
             .expect("an http URL of a socket address is a valid URI");
-        let client = kube::Client::try_from(kube::Config::new(uri)).map_err(Error::Client)?;
+        let mut config = kube::Config::new(uri);
+        config.auth_info.token = Some(token.clone().into());
+        let client = kube::Client::try_from(config).map_err(Error::Client)?;
         serving.ready().await;
         let inner = Arc::new(Inner {
             builder: self,
+            token,
             addr,
             store,
             disk,
@@ -136,8 +148,10 @@ impl TestEnvBuilder {
         })
     }
 
-    async fn build(&self, store: &Arc<dyn KvStore>) -> Result<Arc<ApiServer>, Error> {
+    async fn build(&self, store: &Arc<dyn KvStore>, token: &str) -> Result<Arc<ApiServer>, Error> {
         ApiServer::builder(store.clone())
+            .bearer_token(token)
+            .authorization(self.authorization)
             .control_loops(self.control_loops)
             .watch_cache(self.watch_cache.clone())
             .build()
@@ -168,6 +182,8 @@ pub struct TestEnv {
 /// What changes when the server restarts, and what it needs to start again.
 struct Inner {
     builder: TestEnvBuilder,
+    /// The admin's bearer token.
+    token: String,
     addr: SocketAddr,
     store: Arc<dyn KvStore>,
     /// The same store as `store`, when it is the disk store (to reopen).
@@ -207,7 +223,7 @@ impl Restart for Inner {
         }
         tokio::time::sleep(down).await;
         // A new process: a fresh server over what the store kept, on the same address.
-        let server = self.builder.build(&self.store).await?;
+        let server = self.builder.build(&self.store, &self.token).await?;
         server.set_address(self.addr.to_string());
         let serving = serve(&self.faults, &server, &self.addr.to_string()).await?;
         serving.ready().await;
@@ -242,6 +258,7 @@ impl TestEnv {
             backend: Backend::Memory,
             watch_cache: WatchCacheConfig::default(),
             control_loops: true,
+            authorization: AuthorizationMode::Rbac,
         }
     }
 
@@ -277,7 +294,7 @@ impl TestEnv {
     /// restarts: while the server is down its requests wait, then go to the new server.
     pub fn direct_client(&self) -> kube::Client {
         let inner = Arc::downgrade(&self.inner);
-        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
             let inner = inner.clone();
             async move {
                 let Some(inner) = inner.upgrade() else {
@@ -287,6 +304,14 @@ impl TestEnv {
                     let _up = inner.up.read().await;
                     inner.server().router()
                 };
+                if !request.headers().contains_key(http::header::AUTHORIZATION) {
+                    let bearer = format!("Bearer {}", inner.token);
+                    if let Ok(value) = http::HeaderValue::from_str(&bearer) {
+                        request
+                            .headers_mut()
+                            .insert(http::header::AUTHORIZATION, value);
+                    }
+                }
                 match router.oneshot(request).await {
                     Ok(response) => Ok(response),
                     Err(never) => match never {},
@@ -321,10 +346,15 @@ impl TestEnv {
     }
 
     /// Writes a kubeconfig for this server to `path` (cluster, user and context named
-    /// `konverge-testkit`; the server needs no credentials), so real tools
-    /// (`kubectl --kubeconfig`) can look at what a test did.
+    /// `konverge-testkit`, with the admin's token), so real tools (`kubectl --kubeconfig`) can
+    /// look at what a test did.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let config = konverge_apiserver::serve::kubeconfig("konverge-testkit", &self.url, None);
+        let mut config = konverge_apiserver::serve::kubeconfig("konverge-testkit", &self.url, None);
+        for user in &mut config.auth_infos {
+            if let Some(auth) = &mut user.auth_info {
+                auth.token = Some(self.inner.token.clone().into());
+            }
+        }
         let yaml =
             konverge_apiserver::serve::kubeconfig::render(&config).map_err(io::Error::other)?;
         std::fs::write(path, yaml)

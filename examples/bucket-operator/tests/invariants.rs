@@ -195,8 +195,7 @@ async fn the_twin_that_releases_early_leaks_the_bucket() {
 /// The Events about the Bucket `name`, oldest first, as `(type, reason)`, and each one's
 /// reporting controller.
 async fn story(env: &TestEnv, name: &str) -> Vec<(String, String, String)> {
-    let events: Api<Event> =
-        Api::namespaced(env.direct_client(), "default");
+    let events: Api<Event> = Api::namespaced(env.direct_client(), "default");
     let mut about: Vec<Event> = events
         .list(&ListParams::default())
         .await

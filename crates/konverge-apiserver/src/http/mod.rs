@@ -118,13 +118,9 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
             &route,
             Ok(Route::Resource(r)) if konverge_protobuf::can_encode(&r.rt.api_version(), &r.rt.kind)
         );
-    // kube-apiserver counts what reaches a handler: not requests refused by authentication,
-    // nor paths that match nothing.
-    let info = match &route {
-        Ok(Route::Health(..)) => request_info(&route, &req, &accept),
-        _ if authenticated(&server, &req) => request_info(&route, &req, &accept),
-        _ => None,
-    };
+    // kube-apiserver counts what reaches a handler: not requests refused by authentication or
+    // authorization (below), nor paths that match nothing.
+    let info = request_info(&route, &req, &accept);
     let _inflight = match &info {
         Some(info) if info.long_running => None,
         Some(info) => Some(server.metrics.enter(info.mutating())),
@@ -134,7 +130,15 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
                 .enter(!matches!(*req.method(), Method::GET | Method::HEAD)),
         ),
     };
-    let response = match handle(&server, route, accept, req).await {
+    // Requests refused by authentication or authorization never reach a handler, and kube
+    // does not count them.
+    let (parts, body) = req.into_parts();
+    let user = match admit(&server, &parts).await {
+        Ok(user) => user,
+        Err(err) => return respond(err.code, &err.to_status(), protobuf),
+    };
+    let req = Request::from_parts(parts, body);
+    let response = match handle(&server, &user, route, accept, req).await {
         Ok(response) => response,
         Err(err) => respond(err.code, &err.to_status(), protobuf),
     };
@@ -240,32 +244,42 @@ impl Drop for Open {
     }
 }
 
-fn authenticated(server: &ApiServer, req: &Request) -> bool {
-    let Some(token) = &server.token else {
-        return true;
-    };
-    req.headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), token.as_bytes()))
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Who asks, who they act as, and whether they may: before routing, as in kube-apiserver
+/// (a request for a resource that does not exist is forbidden before it is not found).
+async fn admit(
+    server: &ApiServer,
+    parts: &http::request::Parts,
+) -> Result<crate::auth::user::UserInfo> {
+    let requester = server
+        .authenticator()
+        .authenticate(
+            server.registry(),
+            &parts.headers,
+            parts
+                .extensions
+                .get::<crate::auth::authn::ClientCertificate>(),
+        )
+        .await?;
+    let user =
+        crate::auth::authn::impersonate(server.authorization(), requester, &parts.headers).await?;
+    let attributes = crate::auth::authz::Attributes::of_request(
+        &user,
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+    );
+    server.authorization().check(&attributes).await?;
+    Ok(user)
 }
 
 async fn handle(
     server: &Arc<ApiServer>,
+    user: &crate::auth::user::UserInfo,
     route: Result<Route>,
     accept: Accept,
     req: Request,
 ) -> Result<Response> {
     let path = req.uri().path().to_string();
-    let public = matches!(route, Ok(Route::Version | Route::Health(..)));
-    if !public && !authenticated(server, &req) {
-        return Err(ApiError::unauthorized());
-    }
     let route = route?;
     let method = req.method().clone();
     let query = Query::parse(req.uri().query())?;
@@ -334,12 +348,13 @@ async fn handle(
             );
             Ok(response)
         }
-        Route::Resource(route) => resource(server, route, method, accept, query, req).await,
+        Route::Resource(route) => resource(server, user, route, method, accept, query, req).await,
     }
 }
 
 async fn resource(
     server: &Arc<ApiServer>,
+    user: &crate::auth::user::UserInfo,
     route: ResourceRoute,
     method: Method,
     accept: Accept,
@@ -394,7 +409,7 @@ async fn resource(
             let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
             let obj = registry.decode_request(&rt, decoded.value, &opts)?;
-            let answer = review(&server.requester(), ns, obj)?;
+            let answer = crate::resources::reviews::answer(server, user, review, ns, obj).await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
         (crate::resources::Serving::ComponentStatus, _) => {

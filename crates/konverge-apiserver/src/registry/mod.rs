@@ -20,6 +20,7 @@ mod update;
 mod watch;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
@@ -129,6 +130,8 @@ pub struct Registry {
     caches: Arc<cache::Caches>,
     generate_name: fn(&str) -> String,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Counts committed writes of RBAC objects ([`Registry::policy_generation`]).
+    policy_generation: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -214,7 +217,16 @@ impl Registry {
             caches,
             generate_name: meta::generate_name,
             metrics,
+            policy_generation: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// How many writes of Roles, ClusterRoles and their bindings this registry (and its
+    /// clones) committed. It changes before the write is answered, so an authorizer that
+    /// rebuilds its view whenever it changes never judges a request by policy older than
+    /// what a client has been told is written.
+    pub fn policy_generation(&self) -> u64 {
+        self.policy_generation.load(Ordering::Acquire)
     }
 
     /// The same registry recording its store calls and object counts into `metrics` (the
@@ -240,6 +252,12 @@ impl Registry {
     ) -> konverge_store::Result<T> {
         let started = std::time::Instant::now();
         let result = call.await;
+        if rt.group == crate::auth::rbac::GROUP
+            && matches!(operation, "create" | "update" | "delete")
+            && result.is_ok()
+        {
+            self.policy_generation.fetch_add(1, Ordering::AcqRel);
+        }
         self.metrics.record_store_call(
             operation,
             &crate::metrics::group_resource(rt),

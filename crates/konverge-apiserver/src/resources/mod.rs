@@ -124,22 +124,20 @@ pub struct Subresource {
     pub verbs: Verbs,
 }
 
-/// An answer computed from a request body instead of stored (the review resources:
-/// `TokenReview`, `SubjectAccessReview`, ...). Takes the decoded body (`apiVersion` and `kind`
-/// set), the namespace of the path and who is asking; answers with the object to return.
-pub type Review = fn(&Requester, Option<&str>, Value) -> Result<Value, ApiError>;
-
-/// Who sent a request, as the review resources see it.
-#[derive(Debug, Clone)]
-pub struct Requester {
-    /// The user name.
-    pub username: String,
-    /// The user's groups.
-    pub groups: Vec<String>,
-    /// The bearer token the server accepts, if it requires one (what a `TokenReview` checks).
-    pub server_token: Option<String>,
-    /// The key ServiceAccount tokens are signed with (what a `TokenReview` verifies).
-    pub tokens: Arc<crate::auth::tokens::ServiceAccountTokens>,
+/// An answer computed from a request body instead of stored: the review resources, each
+/// answered by the server's authenticator or authorizer ([`reviews`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Review {
+    /// `SelfSubjectReview`: who the requester is.
+    SelfSubject,
+    /// `TokenReview`: whose a token is.
+    Token,
+    /// `SubjectAccessReview`, `LocalSubjectAccessReview`: may a user do something.
+    SubjectAccess,
+    /// `SelfSubjectAccessReview`: may the requester do something.
+    SelfSubjectAccess,
+    /// `SelfSubjectRulesReview`: what the requester may do in a namespace.
+    SelfSubjectRules,
 }
 
 /// How a resource is served.

@@ -1,15 +1,32 @@
 //! The review resources: questions clients ask the server by creating an object that is
 //! answered and never stored (`TokenReview`, `SelfSubjectReview`, the `SubjectAccessReview`
-//! family).
-//!
-//! Until the server enforces authorization, it behaves as kube-apiserver with
-//! `--authorization-mode=AlwaysAllow`: every access review is allowed, and a rules review
-//! lists everything. Token reviews accept exactly the token the server requires.
+//! family), answered by the server's own authenticator and authorizer — so `kubectl auth
+//! can-i` and `kubectl auth whoami` say what the server will do.
 
 use serde_json::{Value, json};
 
+use crate::ApiServer;
+use crate::auth::authz::{Attributes, Decision};
+use crate::auth::user::UserInfo;
 use crate::error::{ApiError, Cause};
-use crate::resources::Requester;
+use crate::resources::Review;
+
+/// Answers a review created by `user` in `namespace` (the path's, for the local kinds).
+pub(crate) async fn answer(
+    server: &ApiServer,
+    user: &UserInfo,
+    review: Review,
+    namespace: Option<&str>,
+    body: Value,
+) -> Result<Value, ApiError> {
+    match review {
+        Review::SelfSubject => Ok(self_subject(user, body)),
+        Review::Token => Ok(token(server, body).await),
+        Review::SubjectAccess => subject_access(server, namespace, body).await,
+        Review::SelfSubjectAccess => self_subject_access(server, user, body).await,
+        Review::SelfSubjectRules => self_subject_rules(server, user, body).await,
+    }
+}
 
 /// What the review's body says about its metadata: kept, with the creation timestamp
 /// kube-apiserver leaves unset.
@@ -24,73 +41,36 @@ fn answered(mut body: Value, status: Value) -> Value {
     body
 }
 
-fn user_info(requester: &Requester) -> Value {
-    json!({"username": requester.username, "groups": requester.groups})
-}
-
 /// `SelfSubjectReview`: who the requester is.
-pub(crate) fn self_subject(
-    requester: &Requester,
-    _namespace: Option<&str>,
-    body: Value,
-) -> Result<Value, ApiError> {
-    let mut answer = answered(body, json!({"userInfo": user_info(requester)}));
+fn self_subject(user: &UserInfo, body: Value) -> Value {
+    let mut answer = answered(body, json!({"userInfo": user.to_json()}));
     crate::resources::meta::metadata_mut(&mut answer).insert(
         "creationTimestamp".into(),
         json!(crate::resources::meta::now()),
     );
-    Ok(answer)
+    answer
 }
 
 /// `TokenReview`: whether a bearer token is one the server accepts, and whose it is.
-pub(crate) fn token(
-    requester: &Requester,
-    _namespace: Option<&str>,
-    body: Value,
-) -> Result<Value, ApiError> {
+async fn token(server: &ApiServer, body: Value) -> Value {
     let token = body
         .pointer("/spec/token")
         .and_then(Value::as_str)
         .unwrap_or("");
     let audiences = crate::auth::tokens::audiences(&body);
-    let admin = match &requester.server_token {
-        Some(expected) => !token.is_empty() && token == expected,
-        None => false,
-    };
-    let status = if admin {
-        json!({
-            "authenticated": true,
-            "user": {"username": crate::ADMIN_USER, "groups": crate::ADMIN_GROUPS},
-        })
-    } else if let Some(claims) =
-        requester
-            .tokens
-            .verify(token, &audiences, jiff::Timestamp::now().as_second())
+    let status = match server
+        .authenticator()
+        .token(server.registry(), token, &audiences)
+        .await
     {
-        let mut extra =
-            json!({"authentication.kubernetes.io/credential-id": [format!("JTI={}", claims.id)]});
-        if let Some((pod, pod_uid)) = &claims.pod {
-            extra["authentication.kubernetes.io/pod-name"] = json!([pod]);
-            extra["authentication.kubernetes.io/pod-uid"] = json!([pod_uid]);
-        }
-        json!({
+        Some((user, audiences)) => json!({
             "authenticated": true,
-            "user": {
-                "username": format!("system:serviceaccount:{}:{}", claims.namespace, claims.name),
-                "uid": claims.uid,
-                "groups": [
-                    "system:serviceaccounts",
-                    format!("system:serviceaccounts:{}", claims.namespace),
-                    "system:authenticated",
-                ],
-                "extra": extra,
-            },
-            "audiences": claims.audiences,
-        })
-    } else {
-        json!({"user": {}})
+            "user": user.to_json(),
+            "audiences": audiences,
+        }),
+        None => json!({"user": {}}),
     };
-    Ok(answered(body, status))
+    answered(body, status)
 }
 
 /// Exactly one of resourceAttributes and nonResourceAttributes, and a user or a group.
@@ -129,9 +109,52 @@ fn check_access_spec(kind: &str, body: &Value, needs_subject: bool) -> Result<()
     }
 }
 
+/// The attributes a review's `spec` asks about, for `user`.
+fn asked(spec: &Value, user: UserInfo) -> Attributes {
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    match spec.get("resourceAttributes").filter(|v| v.is_object()) {
+        Some(r) => Attributes {
+            user,
+            verb: text(r, "verb"),
+            resource_request: true,
+            namespace: text(r, "namespace"),
+            api_group: text(r, "group"),
+            api_version: text(r, "version"),
+            resource: text(r, "resource"),
+            subresource: text(r, "subresource"),
+            name: text(r, "name"),
+            path: String::new(),
+        },
+        None => {
+            let n = spec
+                .get("nonResourceAttributes")
+                .cloned()
+                .unwrap_or(Value::Null);
+            Attributes {
+                user,
+                verb: text(&n, "verb"),
+                path: text(&n, "path"),
+                ..Attributes::default()
+            }
+        }
+    }
+}
+
+/// A `SubjectAccessReviewStatus`.
+fn access_status(decision: Decision) -> Value {
+    let mut status = json!({"allowed": decision.allowed()});
+    if matches!(decision, Decision::Deny(_)) {
+        status["denied"] = json!(true);
+    }
+    if !decision.reason().is_empty() {
+        status["reason"] = json!(decision.reason());
+    }
+    status
+}
+
 /// `SubjectAccessReview` and `LocalSubjectAccessReview`: whether a user may do something.
-pub(crate) fn subject_access(
-    _requester: &Requester,
+async fn subject_access(
+    server: &ApiServer,
     namespace: Option<&str>,
     body: Value,
 ) -> Result<Value, ApiError> {
@@ -151,74 +174,100 @@ pub(crate) fn subject_access(
             )));
         }
     }
-    Ok(answered(body, json!({"allowed": true})))
+    let spec = &body["spec"];
+    let strings = |key: &str| -> Vec<String> {
+        spec.get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let user = UserInfo {
+        name: spec["user"].as_str().unwrap_or("").to_string(),
+        uid: spec["uid"].as_str().unwrap_or("").to_string(),
+        groups: strings("groups"),
+        extra: spec
+            .get("extra")
+            .and_then(|e| serde_json::from_value(e.clone()).ok())
+            .unwrap_or_default(),
+    };
+    let decision = server.authorization().decide(&asked(spec, user)).await;
+    Ok(answered(body, access_status(decision)))
 }
 
 /// `SelfSubjectAccessReview`: whether the requester may do something.
-pub(crate) fn self_subject_access(
-    _requester: &Requester,
-    _namespace: Option<&str>,
+async fn self_subject_access(
+    server: &ApiServer,
+    user: &UserInfo,
     body: Value,
 ) -> Result<Value, ApiError> {
     check_access_spec("SelfSubjectAccessReview", &body, false)?;
-    Ok(answered(body, json!({"allowed": true})))
+    let decision = server
+        .authorization()
+        .decide(&asked(&body["spec"], user.clone()))
+        .await;
+    Ok(answered(body, access_status(decision)))
 }
 
 /// `SelfSubjectRulesReview`: everything the requester may do in a namespace.
-pub(crate) fn self_subject_rules(
-    _requester: &Requester,
-    _namespace: Option<&str>,
+async fn self_subject_rules(
+    server: &ApiServer,
+    user: &UserInfo,
     body: Value,
 ) -> Result<Value, ApiError> {
-    if body
+    let Some(namespace) = body
         .pointer("/spec/namespace")
         .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
+        .filter(|ns| !ns.is_empty())
+        .map(String::from)
+    else {
         return Err(ApiError::bad_request("no namespace on request"));
-    }
-    Ok(answered(
-        body,
-        json!({
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": false,
-        }),
-    ))
+    };
+    let rules = server.authorization().rules_for(user, &namespace).await;
+    Ok(answered(body, rules.to_json()))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use konverge_store::MemStore;
+
     use super::*;
 
-    fn admin(token: Option<&str>) -> Requester {
-        Requester {
-            username: crate::ADMIN_USER.into(),
-            groups: crate::ADMIN_GROUPS.iter().map(|g| g.to_string()).collect(),
-            server_token: token.map(String::from),
-            tokens: std::sync::Arc::new(crate::auth::tokens::ServiceAccountTokens::generate()),
+    async fn server(token: Option<&str>) -> Arc<ApiServer> {
+        let mut builder = ApiServer::builder(Arc::new(MemStore::new())).control_loops(false);
+        if let Some(token) = token {
+            builder = builder.bearer_token(token);
         }
+        builder.build().await.unwrap()
     }
 
-    #[test]
-    fn token_reviews_accept_only_the_servers_token() {
+    #[tokio::test]
+    async fn token_reviews_accept_only_the_servers_tokens() {
         let review = |t: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": t}});
-        let yes = token(&admin(Some("s3cret")), None, review("s3cret")).unwrap();
+        let secured = server(Some("s3cret")).await;
+        let yes = token(&secured, review("s3cret")).await;
         assert_eq!(yes["status"]["authenticated"], true);
         assert_eq!(yes["status"]["user"]["username"], crate::ADMIN_USER);
-        let no = token(&admin(Some("s3cret")), None, review("guess")).unwrap();
+        let no = token(&secured, review("guess")).await;
         assert_eq!(no["status"], json!({"user": {}}));
-        let open = token(&admin(None), None, review("")).unwrap();
+        let open = token(&*server(None).await, review("")).await;
         assert_eq!(open["status"], json!({"user": {}}));
     }
 
-    #[test]
-    fn access_reviews_check_their_spec() {
+    #[tokio::test]
+    async fn access_reviews_check_their_spec() {
+        let server = server(None).await;
         let err = subject_access(
-            &admin(None),
+            &server,
             None,
             json!({"kind": "SubjectAccessReview", "spec": {}}),
         )
+        .await
         .unwrap_err();
         assert_eq!(err.code, 422);
         assert!(
@@ -233,17 +282,19 @@ mod tests {
                 .contains("at least one of user or group must be specified")
         );
         let ok = subject_access(
-            &admin(None),
+            &server,
             Some("d"),
             json!({"kind": "LocalSubjectAccessReview", "spec": {"user": "u", "resourceAttributes": {"namespace": "d", "verb": "get", "resource": "pods"}}}),
         )
+        .await
         .unwrap();
         assert_eq!(ok["status"]["allowed"], true);
         let wrong_ns = subject_access(
-            &admin(None),
+            &server,
             Some("d"),
             json!({"kind": "LocalSubjectAccessReview", "spec": {"user": "u", "resourceAttributes": {"namespace": "e"}}}),
         )
+        .await
         .unwrap_err();
         assert_eq!(
             wrong_ns.message,

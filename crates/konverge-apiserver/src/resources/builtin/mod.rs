@@ -450,18 +450,13 @@ pub fn catalog() -> Vec<ResourceType> {
             .validate(validation::stateful_set)
             .columns(columns::stateful_sets()),
         // authentication.k8s.io/v1
-        declare::<authentication::v1::SelfSubjectReview>()
-            .review(crate::resources::reviews::self_subject),
-        declare::<authentication::v1::TokenReview>().review(crate::resources::reviews::token),
+        declare::<authentication::v1::SelfSubjectReview>().review(Review::SelfSubject),
+        declare::<authentication::v1::TokenReview>().review(Review::Token),
         // authorization.k8s.io/v1
-        declare::<authorization::v1::LocalSubjectAccessReview>()
-            .review(crate::resources::reviews::subject_access),
-        declare::<authorization::v1::SelfSubjectAccessReview>()
-            .review(crate::resources::reviews::self_subject_access),
-        declare::<authorization::v1::SelfSubjectRulesReview>()
-            .review(crate::resources::reviews::self_subject_rules),
-        declare::<authorization::v1::SubjectAccessReview>()
-            .review(crate::resources::reviews::subject_access),
+        declare::<authorization::v1::LocalSubjectAccessReview>().review(Review::SubjectAccess),
+        declare::<authorization::v1::SelfSubjectAccessReview>().review(Review::SelfSubjectAccess),
+        declare::<authorization::v1::SelfSubjectRulesReview>().review(Review::SelfSubjectRules),
+        declare::<authorization::v1::SubjectAccessReview>().review(Review::SubjectAccess),
         // autoscaling/v1 and v2, stored as v2
         declare::<autoscaling::v1::HorizontalPodAutoscaler>()
             .short(&["hpa"])

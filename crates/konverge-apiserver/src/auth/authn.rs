@@ -1,0 +1,394 @@
+//! Authentication: who sent a request, from its credentials, as kube-apiserver's
+//! authenticators decide it — then who it acts as, through the impersonation headers.
+//!
+//! - `Authorization: Bearer <token>`: the server's own token is the admin (`kubernetes-admin`
+//!   in `system:masters`); a ServiceAccount token the server signed is its ServiceAccount,
+//!   while the token is unexpired, is for the API's audience, and the ServiceAccount (and the
+//!   pod the token is bound to) still exists with the uid it was issued for. Any other token
+//!   is 401 Unauthorized, never anonymous.
+//! - A client certificate the server's CA signed (verified by the TLS layer, which hands the
+//!   subject to [`Authenticator::authenticate`]): the user is its CN, the groups its Os.
+//! - No credentials: `system:anonymous` in `system:unauthenticated` — or, on a server that
+//!   requires no token at all (an in-process test server), the admin.
+//!
+//! Impersonation (`Impersonate-User`, `-Group`, `-Uid`, `-Extra-<key>`) then replaces the
+//! user, each part authorized with the `impersonate` verb on `users`, `groups`,
+//! `serviceaccounts`, `uids` or `userextras/<key>`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::HeaderMap;
+use serde_json::Value;
+
+use super::authz::{Attributes, Authorization};
+use super::tokens::{ISSUER, ServiceAccountTokens};
+use super::user::{ANONYMOUS, AUTHENTICATED, SERVICE_ACCOUNTS, UNAUTHENTICATED, UserInfo};
+use crate::error::ApiError;
+use crate::registry::Registry;
+
+/// A client certificate's subject, as verified by the TLS layer (put in the request's
+/// extensions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The subject's common name: the user.
+    pub common_name: String,
+    /// The subject's organizations: the groups.
+    pub organizations: Vec<String>,
+}
+
+/// How long after a bound pod is deleted its tokens still authenticate (kube's grace).
+const POD_DELETION_GRACE_SECONDS: i64 = 60;
+
+/// Turns credentials into a user.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    admin_token: Option<String>,
+    tokens: Arc<ServiceAccountTokens>,
+}
+
+impl Authenticator {
+    /// Accepts `admin_token` (if any) and the tokens `tokens` signs.
+    pub fn new(admin_token: Option<String>, tokens: Arc<ServiceAccountTokens>) -> Authenticator {
+        Authenticator {
+            admin_token,
+            tokens,
+        }
+    }
+
+    /// Whether requests without credentials are the admin (no token is required).
+    pub fn unsecured(&self) -> bool {
+        self.admin_token.is_none()
+    }
+
+    /// Who sent a request with these headers (and client certificate, over TLS).
+    pub async fn authenticate(
+        &self,
+        registry: &Registry,
+        headers: &HeaderMap,
+        certificate: Option<&ClientCertificate>,
+    ) -> Result<UserInfo, ApiError> {
+        if let Some(certificate) = certificate {
+            let mut user = UserInfo {
+                name: certificate.common_name.clone(),
+                groups: certificate.organizations.clone(),
+                ..UserInfo::default()
+            };
+            user.groups.push(AUTHENTICATED.into());
+            return Ok(user);
+        }
+        let Some(token) = bearer(headers) else {
+            return Ok(if self.unsecured() {
+                UserInfo::admin()
+            } else {
+                UserInfo::anonymous()
+            });
+        };
+        let audiences = [ISSUER.to_string()];
+        match self.token(registry, token, &audiences).await {
+            Some((user, _)) => Ok(user),
+            None => Err(ApiError::unauthorized()),
+        }
+    }
+
+    /// The user a bearer token stands for, and the audiences (of `audiences`) it is for; what
+    /// a `TokenReview` answers.
+    pub async fn token(
+        &self,
+        registry: &Registry,
+        token: &str,
+        audiences: &[String],
+    ) -> Option<(UserInfo, Vec<String>)> {
+        if token.is_empty() {
+            return None;
+        }
+        if let Some(admin) = &self.admin_token
+            && constant_time_eq(token.as_bytes(), admin.as_bytes())
+        {
+            return Some((UserInfo::admin(), audiences.to_vec()));
+        }
+        let now = jiff::Timestamp::now().as_second();
+        let claims = self.tokens.verify(token, audiences, now)?;
+        // The token dies with its ServiceAccount, and with the pod it is bound to.
+        let account = read(registry, "serviceaccounts", &claims.namespace, &claims.name).await?;
+        if account.pointer("/metadata/uid").and_then(Value::as_str) != Some(claims.uid.as_str())
+            || account.pointer("/metadata/deletionTimestamp").is_some()
+        {
+            return None;
+        }
+        let mut extra = BTreeMap::from([(
+            "authentication.kubernetes.io/credential-id".to_string(),
+            vec![format!("JTI={}", claims.id)],
+        )]);
+        if let Some((pod_name, pod_uid)) = &claims.pod {
+            let pod = read(registry, "pods", &claims.namespace, pod_name).await?;
+            if pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(pod_uid.as_str()) {
+                return None;
+            }
+            if let Some(deleted) = pod
+                .pointer("/metadata/deletionTimestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                && deleted.as_second() + POD_DELETION_GRACE_SECONDS < now
+            {
+                return None;
+            }
+            extra.insert(
+                "authentication.kubernetes.io/pod-name".into(),
+                vec![pod_name.clone()],
+            );
+            extra.insert(
+                "authentication.kubernetes.io/pod-uid".into(),
+                vec![pod_uid.clone()],
+            );
+        }
+        let mut user = UserInfo::service_account(&claims.namespace, &claims.name, &claims.uid);
+        user.extra = extra;
+        Some((user, claims.audiences))
+    }
+}
+
+/// The bearer token of `Authorization: Bearer <token>` (the scheme in any case), if the
+/// header is one; `Some("")` for a bearer header without a token (refused as invalid).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let mut parts = value.trim().splitn(2, ' ');
+    let scheme = parts.next()?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    Some(parts.next().unwrap_or("").trim())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn read(registry: &Registry, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+    let rt = registry.catalog().get("", "v1", plural)?;
+    registry.get(&rt, Some(namespace), name, None).await.ok()
+}
+
+const IMPERSONATE_USER: &str = "impersonate-user";
+const IMPERSONATE_GROUP: &str = "impersonate-group";
+const IMPERSONATE_UID: &str = "impersonate-uid";
+const IMPERSONATE_EXTRA: &str = "impersonate-extra-";
+
+/// One thing a request asks to act as.
+#[derive(Debug)]
+enum Acting {
+    ServiceAccount { namespace: String, name: String },
+    User(String),
+    Group(String),
+    Extra { key: String, value: String },
+    Uid(String),
+}
+
+/// The user `requester` acts as, after the impersonation headers (each part authorized);
+/// `requester` itself when there are none.
+pub async fn impersonate(
+    authorization: &Authorization,
+    requester: UserInfo,
+    headers: &HeaderMap,
+) -> Result<UserInfo, ApiError> {
+    let acting = impersonation_requests(headers)?;
+    if acting.is_empty() {
+        return Ok(requester);
+    }
+    let groups_given = headers.contains_key(IMPERSONATE_GROUP);
+    let mut user = UserInfo::default();
+    for act in acting {
+        let mut check = Attributes {
+            user: requester.clone(),
+            verb: "impersonate".into(),
+            resource_request: true,
+            api_version: "v1".into(),
+            ..Attributes::default()
+        };
+        match act {
+            Acting::ServiceAccount { namespace, name } => {
+                check.resource = "serviceaccounts".into();
+                check.namespace = namespace.clone();
+                check.name = name.clone();
+                user.name = super::user::service_account_username(&namespace, &name);
+                if !groups_given {
+                    user.groups = vec![
+                        SERVICE_ACCOUNTS.to_string(),
+                        format!("{SERVICE_ACCOUNTS}:{namespace}"),
+                    ];
+                }
+            }
+            Acting::User(name) => {
+                check.resource = "users".into();
+                check.name = name.clone();
+                user.name = name;
+            }
+            Acting::Group(name) => {
+                check.resource = "groups".into();
+                check.name = name.clone();
+                user.groups.push(name);
+            }
+            Acting::Extra { key, value } => {
+                check.api_group = "authentication.k8s.io".into();
+                check.resource = "userextras".into();
+                check.subresource = key.clone();
+                check.name = value.clone();
+                user.extra.entry(key).or_default().push(value);
+            }
+            Acting::Uid(uid) => {
+                check.api_group = "authentication.k8s.io".into();
+                check.resource = "uids".into();
+                check.name = uid.clone();
+                user.uid = uid;
+            }
+        }
+        authorization.check(&check).await?;
+    }
+    if user.name != ANONYMOUS {
+        if !user
+            .groups
+            .iter()
+            .any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED)
+        {
+            user.groups.push(AUTHENTICATED.into());
+        }
+    } else if !user.in_group(UNAUTHENTICATED) {
+        user.groups.push(UNAUTHENTICATED.into());
+    }
+    Ok(user)
+}
+
+/// What the impersonation headers ask for, in kube's order: the user, the groups, the
+/// extras, the uid.
+fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Acting>, ApiError> {
+    let text = |value: &http::HeaderValue| value.to_str().unwrap_or("").to_string();
+    let mut acting = Vec::new();
+    let user = headers.get(IMPERSONATE_USER).map(text).unwrap_or_default();
+    let has_user = !user.is_empty();
+    if has_user {
+        acting.push(match super::user::split_service_account_username(&user) {
+            Some((namespace, name)) => Acting::ServiceAccount {
+                namespace: namespace.into(),
+                name: name.into(),
+            },
+            None => Acting::User(user),
+        });
+    }
+    let groups: Vec<String> = headers
+        .get_all(IMPERSONATE_GROUP)
+        .iter()
+        .map(text)
+        .collect();
+    let mut extras: Vec<(String, String)> = Vec::new();
+    for (name, value) in headers {
+        if let Some(key) = name.as_str().strip_prefix(IMPERSONATE_EXTRA) {
+            extras.push((unescape(key), text(value)));
+        }
+    }
+    let uid = headers.get(IMPERSONATE_UID).map(text).unwrap_or_default();
+    let others = !groups.is_empty() || !extras.is_empty() || !uid.is_empty();
+    acting.extend(groups.into_iter().map(Acting::Group));
+    acting.extend(
+        extras
+            .into_iter()
+            .map(|(key, value)| Acting::Extra { key, value }),
+    );
+    if !uid.is_empty() {
+        acting.push(Acting::Uid(uid));
+    }
+    if others && !has_user {
+        return Err(ApiError::bad_request(format!(
+            "requested {} without impersonating a user",
+            describe(&acting)
+        )));
+    }
+    Ok(acting)
+}
+
+/// Percent-decoding of an extra's key (header names are lower case already).
+fn unescape(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(byte) = key
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(byte);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
+}
+
+/// The requests as kube prints them in its error (Go's `%v` of object references).
+fn describe(acting: &[Acting]) -> String {
+    let refs: Vec<String> = acting
+        .iter()
+        .map(|a| match a {
+            Acting::Group(name) => format!("{{Group  {name}    }}"),
+            Acting::Extra { key, value } => {
+                format!("{{UserExtra  {value}  authentication.k8s.io/v1  {key}}}")
+            }
+            Acting::Uid(uid) => format!("{{UID  {uid}  authentication.k8s.io/v1  }}"),
+            Acting::User(name) => format!("{{User  {name}    }}"),
+            Acting::ServiceAccount { namespace, name } => {
+                format!("{{ServiceAccount {namespace} {name}    }}")
+            }
+        })
+        .collect();
+    format!("[{}]", refs.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_in_any_case() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(bearer(&headers), None);
+        headers.insert("authorization", HeaderValue::from_static("bearer abc"));
+        assert_eq!(bearer(&headers), Some("abc"));
+        headers.insert("authorization", HeaderValue::from_static("Bearer"));
+        assert_eq!(bearer(&headers), Some(""));
+        headers.insert("authorization", HeaderValue::from_static("Basic YTpi"));
+        assert_eq!(bearer(&headers), None);
+    }
+
+    #[test]
+    fn impersonation_needs_a_user_and_reads_every_header() {
+        let mut headers = HeaderMap::new();
+        headers.append(IMPERSONATE_GROUP, HeaderValue::from_static("devs"));
+        let e = impersonation_requests(&headers).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(
+            e.message.ends_with("without impersonating a user"),
+            "{}",
+            e.message
+        );
+        headers.insert(
+            IMPERSONATE_USER,
+            HeaderValue::from_static("system:serviceaccount:d:builder"),
+        );
+        headers.insert(
+            "impersonate-extra-scopes%2fv1",
+            HeaderValue::from_static("view"),
+        );
+        let acting = impersonation_requests(&headers).unwrap();
+        assert!(
+            matches!(&acting[0], Acting::ServiceAccount { namespace, name } if namespace == "d" && name == "builder")
+        );
+        assert!(matches!(&acting[1], Acting::Group(g) if g == "devs"));
+        assert!(
+            matches!(&acting[2], Acting::Extra { key, value } if key == "scopes/v1" && value == "view")
+        );
+    }
+}

@@ -1,0 +1,626 @@
+//! The RBAC authorizer: Roles, ClusterRoles and their bindings, judged as kube-apiserver's
+//! RBAC authorizer judges them.
+//!
+//! A request is allowed when some rule of some role bound to its user allows it: the
+//! ClusterRoleBindings first, then the RoleBindings of the request's namespace (a RoleBinding
+//! may reference a ClusterRole, whose rules then apply in that namespace only). A rule allows
+//! a request when its verbs, API groups, resources (`pods/status`, `*/scale`, `*`) and
+//! resource names all match, or for a request that is not about a resource, its verbs and
+//! non-resource URLs (`/healthz`, `/api/*`). Nothing denies: rules only add. A binding whose
+//! role is missing is skipped, and named in the reason of a denial.
+//!
+//! The objects are read from the registry into a [`Snapshot`], rebuilt whenever the
+//! registry's [`policy_generation`](crate::registry::Registry::policy_generation) moves: so a
+//! binding a client was told is created applies to its next request.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::authz::{Attributes, Decision, RuleReview};
+use super::user::{UserInfo, split_service_account_username};
+use crate::registry::ListOptions;
+use crate::registry::Registry;
+
+/// The RBAC API group.
+pub const GROUP: &str = "rbac.authorization.k8s.io";
+
+/// One rule of a Role or ClusterRole (`rbac.authorization.k8s.io/v1` `PolicyRule`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRule {
+    /// `verbs`.
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    /// `apiGroups`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_groups: Vec<String>,
+    /// `resources`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<String>,
+    /// `resourceNames`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_names: Vec<String>,
+    /// `nonResourceURLs`.
+    #[serde(
+        default,
+        rename = "nonResourceURLs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub non_resource_urls: Vec<String>,
+}
+
+impl PolicyRule {
+    /// Whether the rule allows the request (kube's `RuleAllows`).
+    pub fn allows(&self, request: &Attributes) -> bool {
+        if !self.verb_matches(&request.verb) {
+            return false;
+        }
+        if !request.resource_request {
+            return self.non_resource_url_matches(&request.path);
+        }
+        let combined = if request.subresource.is_empty() {
+            request.resource.clone()
+        } else {
+            format!("{}/{}", request.resource, request.subresource)
+        };
+        self.api_group_matches(&request.api_group)
+            && self.resource_matches(&combined, &request.subresource)
+            && self.resource_name_matches(&request.name)
+    }
+
+    fn verb_matches(&self, verb: &str) -> bool {
+        self.verbs.iter().any(|v| v == "*" || v == verb)
+    }
+
+    fn api_group_matches(&self, group: &str) -> bool {
+        self.api_groups.iter().any(|g| g == "*" || g == group)
+    }
+
+    fn resource_matches(&self, combined: &str, subresource: &str) -> bool {
+        self.resources.iter().any(|r| {
+            r == "*"
+                || r == combined
+                || (!subresource.is_empty()
+                    && r.len() == subresource.len() + 2
+                    && r.starts_with("*/")
+                    && r.ends_with(subresource))
+        })
+    }
+
+    fn resource_name_matches(&self, name: &str) -> bool {
+        self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == name)
+    }
+
+    fn non_resource_url_matches(&self, path: &str) -> bool {
+        self.non_resource_urls.iter().any(|url| {
+            url == "*"
+                || url == path
+                || url
+                    .strip_suffix('*')
+                    .is_some_and(|prefix| path.starts_with(prefix.trim_end_matches('*')))
+        })
+    }
+
+    /// The rule as kube writes it in escalation errors (`CompactString`):
+    /// `{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}`.
+    pub fn compact(&self) -> String {
+        let mut parts = Vec::new();
+        for (name, values) in [
+            ("APIGroups", &self.api_groups),
+            ("Resources", &self.resources),
+            ("NonResourceURLs", &self.non_resource_urls),
+            ("ResourceNames", &self.resource_names),
+            ("Verbs", &self.verbs),
+        ] {
+            if !values.is_empty() {
+                parts.push(format!("{name}:{}", go_quoted(values)));
+            }
+        }
+        format!("{{{}}}", parts.join(", "))
+    }
+}
+
+/// A list of strings as Go's `%q` prints it: `["a" "b"]`.
+pub fn go_quoted(values: &[String]) -> String {
+    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    format!("[{}]", quoted.join(" "))
+}
+
+/// Who a binding grants its role to.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+struct Subject {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+}
+
+impl Subject {
+    /// kube's `appliesToUser`; `namespace` is the binding's (empty for a ClusterRoleBinding).
+    fn applies_to(&self, user: &UserInfo, namespace: &str) -> bool {
+        match self.kind.as_str() {
+            "User" => user.name == self.name,
+            "Group" => user.in_group(&self.name),
+            "ServiceAccount" => {
+                let namespace = if self.namespace.is_empty() {
+                    namespace
+                } else {
+                    &self.namespace
+                };
+                !namespace.is_empty()
+                    && split_service_account_username(&user.name) == Some((namespace, &self.name))
+            }
+            _ => false,
+        }
+    }
+
+    /// As kube names a subject in "allowed by" reasons.
+    fn describe(&self, binding_namespace: &str) -> String {
+        match self.kind.as_str() {
+            "ServiceAccount" => {
+                let namespace = if self.namespace.is_empty() {
+                    binding_namespace
+                } else {
+                    &self.namespace
+                };
+                format!("{} {:?}", self.kind, format!("{}/{namespace}", self.name))
+            }
+            _ => format!("{} {:?}", self.kind, self.name),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct RoleRef {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Binding {
+    metadata: Metadata,
+    role_ref: RoleRef,
+    #[serde(default)]
+    subjects: Vec<Subject>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Role {
+    metadata: Metadata,
+    #[serde(default)]
+    rules: Option<Vec<PolicyRule>>,
+}
+
+/// Where a rule came from: a binding, the role it references, and the subject that matched.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    binding: &'a Binding,
+    subject: &'a Subject,
+    cluster: bool,
+}
+
+impl fmt::Display for Source<'_> {
+    /// `ClusterRoleBinding "x" of ClusterRole "y" to Group "z"`, or
+    /// `RoleBinding "x/ns" of Role "y" to ServiceAccount "sa/ns"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let binding = self.binding;
+        if self.cluster {
+            write!(
+                f,
+                "ClusterRoleBinding {:?} of {} {:?} to {}",
+                binding.metadata.name,
+                binding.role_ref.kind,
+                binding.role_ref.name,
+                self.subject.describe("")
+            )
+        } else {
+            write!(
+                f,
+                "RoleBinding {:?} of {} {:?} to {}",
+                format!("{}/{}", binding.metadata.name, binding.metadata.namespace),
+                binding.role_ref.kind,
+                binding.role_ref.name,
+                self.subject.describe(&binding.metadata.namespace)
+            )
+        }
+    }
+}
+
+/// Every role and binding, as of one policy generation.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    generation: u64,
+    cluster_roles: HashMap<String, Vec<PolicyRule>>,
+    roles: HashMap<(String, String), Vec<PolicyRule>>,
+    cluster_role_bindings: Vec<Binding>,
+    role_bindings: HashMap<String, Vec<Binding>>,
+}
+
+/// The flow of a rule visit: whether to go on.
+type Visit<'a> = &'a mut dyn FnMut(Option<Source<'_>>, Option<&PolicyRule>, Option<String>) -> bool;
+
+impl Snapshot {
+    /// kube's `VisitRulesFor`: each rule that applies to `user` in `namespace` with its
+    /// source, and each role that could not be found, until `visit` says stop.
+    fn visit_rules_for(&self, user: &UserInfo, namespace: &str, visit: Visit<'_>) {
+        for binding in &self.cluster_role_bindings {
+            let Some(subject) = binding.subjects.iter().find(|s| s.applies_to(user, "")) else {
+                continue;
+            };
+            match self.role_rules(&binding.role_ref, "") {
+                Ok(rules) => {
+                    let source = Source {
+                        binding,
+                        subject,
+                        cluster: true,
+                    };
+                    for rule in rules {
+                        if !visit(Some(source), Some(rule), None) {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    if !visit(None, None, Some(e)) {
+                        return;
+                    }
+                }
+            }
+        }
+        if namespace.is_empty() {
+            return;
+        }
+        for binding in self.role_bindings.get(namespace).into_iter().flatten() {
+            let Some(subject) = binding
+                .subjects
+                .iter()
+                .find(|s| s.applies_to(user, namespace))
+            else {
+                continue;
+            };
+            match self.role_rules(&binding.role_ref, namespace) {
+                Ok(rules) => {
+                    let source = Source {
+                        binding,
+                        subject,
+                        cluster: false,
+                    };
+                    for rule in rules {
+                        if !visit(Some(source), Some(rule), None) {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    if !visit(None, None, Some(e)) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rules of a role reference, or the error kube's listers give for a missing role.
+    fn role_rules(&self, role: &RoleRef, namespace: &str) -> Result<&[PolicyRule], String> {
+        let found = match role.kind.as_str() {
+            "ClusterRole" => self.cluster_roles.get(&role.name),
+            "Role" => self.roles.get(&(namespace.to_string(), role.name.clone())),
+            other => return Err(format!("unsupported role reference kind: {other:?}")),
+        };
+        found.map(Vec::as_slice).ok_or_else(|| {
+            format!(
+                "{}.{GROUP} {:?} not found",
+                role.kind.to_lowercase(),
+                role.name
+            )
+        })
+    }
+
+    /// Every rule that applies to `user` in `namespace`, and the errors met.
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> (Vec<PolicyRule>, Vec<String>) {
+        let (mut rules, mut errors) = (Vec::new(), Vec::new());
+        self.visit_rules_for(user, namespace, &mut |_, rule, error| {
+            rules.extend(rule.cloned());
+            errors.extend(error);
+            true
+        });
+        (rules, errors)
+    }
+
+    /// Whether RBAC allows the request; the reason names the binding that allowed it, or the
+    /// roles that could not be found.
+    pub fn authorize(&self, request: &Attributes) -> Decision {
+        let mut allowed_by = None;
+        let mut errors = Vec::new();
+        self.visit_rules_for(
+            &request.user,
+            &request.namespace,
+            &mut |source, rule, error| {
+                if let (Some(source), Some(rule)) = (source, rule)
+                    && rule.allows(request)
+                {
+                    allowed_by = Some(format!("RBAC: allowed by {source}"));
+                    return false;
+                }
+                errors.extend(error);
+                true
+            },
+        );
+        match allowed_by {
+            Some(reason) => Decision::Allow(reason),
+            None => Decision::NoOpinion(aggregate_reason(errors)),
+        }
+    }
+}
+
+/// kube's aggregate of resolution errors: `RBAC: e`, or `RBAC: [e1, e2]`; empty without any.
+fn aggregate_reason(errors: Vec<String>) -> String {
+    let mut seen = BTreeSet::new();
+    let unique: Vec<String> = errors
+        .into_iter()
+        .filter(|e| seen.insert(e.clone()))
+        .collect();
+    match unique.len() {
+        0 => String::new(),
+        1 => format!("RBAC: {}", unique[0]),
+        _ => format!("RBAC: [{}]", unique.join(", ")),
+    }
+}
+
+/// The RBAC authorizer over a registry.
+pub struct Rbac {
+    registry: Registry,
+    snapshot: RwLock<Arc<Snapshot>>,
+    rebuild: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Rbac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rbac").finish_non_exhaustive()
+    }
+}
+
+impl Rbac {
+    /// An authorizer over `registry`'s roles and bindings.
+    pub fn new(registry: Registry) -> Rbac {
+        Rbac {
+            registry,
+            snapshot: RwLock::new(Arc::new(Snapshot {
+                // Never a generation the registry reports: the first use builds.
+                generation: u64::MAX,
+                ..Snapshot::default()
+            })),
+            rebuild: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn current(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The policy as of the registry's current generation, rebuilt if it moved.
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, crate::error::ApiError> {
+        let generation = self.registry.policy_generation();
+        let current = self.current();
+        if current.generation == generation {
+            return Ok(current);
+        }
+        let _one = self.rebuild.lock().await;
+        let current = self.current();
+        let generation = self.registry.policy_generation();
+        if current.generation == generation {
+            return Ok(current);
+        }
+        let built = Arc::new(self.build(generation).await?);
+        *self
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = built.clone();
+        Ok(built)
+    }
+
+    async fn build(&self, generation: u64) -> Result<Snapshot, crate::error::ApiError> {
+        let list = |plural: &'static str| {
+            let registry = self.registry.clone();
+            async move {
+                let rt = registry.catalog().get(GROUP, "v1", plural).ok_or_else(|| {
+                    crate::error::ApiError::internal(format!("{plural} are not served"))
+                })?;
+                let listed = registry.list(&rt, None, &ListOptions::default()).await?;
+                Ok::<Vec<Arc<Value>>, crate::error::ApiError>(listed.items)
+            }
+        };
+        let mut snapshot = Snapshot {
+            generation,
+            ..Snapshot::default()
+        };
+        for item in list("clusterroles").await? {
+            if let Ok(role) = Role::deserialize(item.as_ref()) {
+                snapshot
+                    .cluster_roles
+                    .insert(role.metadata.name, role.rules.unwrap_or_default());
+            }
+        }
+        for item in list("roles").await? {
+            if let Ok(role) = Role::deserialize(item.as_ref()) {
+                snapshot.roles.insert(
+                    (role.metadata.namespace, role.metadata.name),
+                    role.rules.unwrap_or_default(),
+                );
+            }
+        }
+        for item in list("clusterrolebindings").await? {
+            if let Ok(binding) = Binding::deserialize(item.as_ref()) {
+                snapshot.cluster_role_bindings.push(binding);
+            }
+        }
+        for item in list("rolebindings").await? {
+            if let Ok(binding) = Binding::deserialize(item.as_ref()) {
+                snapshot
+                    .role_bindings
+                    .entry(binding.metadata.namespace.clone())
+                    .or_default()
+                    .push(binding);
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// Whether RBAC allows the request.
+    pub async fn authorize(&self, request: &Attributes) -> Decision {
+        match self.snapshot().await {
+            Ok(snapshot) => snapshot.authorize(request),
+            Err(e) => Decision::NoOpinion(format!("RBAC: {}", e.message)),
+        }
+    }
+
+    /// The rules that apply to `user` in `namespace` (what a `SelfSubjectRulesReview` lists).
+    pub async fn rules_for(&self, user: &UserInfo, namespace: &str) -> RuleReview {
+        match self.snapshot().await {
+            Ok(snapshot) => {
+                let (rules, errors) = snapshot.rules_for(user, namespace);
+                RuleReview::from_rules(rules, errors)
+            }
+            Err(e) => RuleReview {
+                incomplete: true,
+                evaluation_error: e.message,
+                ..RuleReview::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rule(value: Value) -> PolicyRule {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn request(verb: &str, group: &str, resource: &str, sub: &str, name: &str) -> Attributes {
+        Attributes {
+            user: UserInfo::new("alice", &["devs"]),
+            verb: verb.into(),
+            resource_request: true,
+            namespace: "d".into(),
+            api_group: group.into(),
+            api_version: "v1".into(),
+            resource: resource.into(),
+            subresource: sub.into(),
+            name: name.into(),
+            path: String::new(),
+        }
+    }
+
+    #[test]
+    fn rules_match_as_kube_matches_them() {
+        let pods =
+            rule(json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}));
+        assert!(pods.allows(&request("get", "", "pods", "", "x")));
+        assert!(!pods.allows(&request("delete", "", "pods", "", "x")));
+        assert!(!pods.allows(&request("get", "apps", "pods", "", "x")));
+        assert!(
+            !pods.allows(&request("get", "", "pods", "status", "x")),
+            "a subresource is its own"
+        );
+        let status = rule(json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*/status"]}));
+        assert!(status.allows(&request("update", "apps", "deployments", "status", "x")));
+        assert!(!status.allows(&request("update", "apps", "deployments", "scale", "x")));
+        assert!(!status.allows(&request("update", "apps", "deployments", "", "x")));
+        let named = rule(
+            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a"]}),
+        );
+        assert!(named.allows(&request("get", "", "configmaps", "", "a")));
+        assert!(!named.allows(&request("get", "", "configmaps", "", "b")));
+        assert!(
+            !named.allows(&request("get", "", "configmaps", "", "")),
+            "a list has no name"
+        );
+        let urls = rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz", "/api/*"]}));
+        let path = |p: &str| Attributes {
+            resource_request: false,
+            path: p.into(),
+            ..request("get", "", "", "", "")
+        };
+        assert!(urls.allows(&path("/healthz")));
+        assert!(urls.allows(&path("/api/v1")));
+        assert!(!urls.allows(&path("/apis")));
+        assert!(!urls.allows(&path("/healthz/etcd")));
+    }
+
+    #[test]
+    fn compact_strings_read_as_kube_writes_them() {
+        let r = rule(
+            json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"]}),
+        );
+        assert_eq!(
+            r.compact(),
+            r#"{APIGroups:[""], Resources:["secrets"], ResourceNames:["a"], Verbs:["get" "list"]}"#
+        );
+        let url = rule(json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]}));
+        assert_eq!(
+            url.compact(),
+            r#"{NonResourceURLs:["/healthz"], Verbs:["get"]}"#
+        );
+    }
+
+    #[test]
+    fn bindings_apply_to_their_subjects_and_name_missing_roles() {
+        let binding = |v: Value| serde_json::from_value::<Binding>(v).unwrap();
+        let mut snapshot = Snapshot::default();
+        snapshot.cluster_roles.insert(
+            "reader".into(),
+            vec![rule(
+                json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}),
+            )],
+        );
+        snapshot.role_bindings.insert(
+            "d".into(),
+            vec![
+                binding(json!({"metadata": {"name": "sa", "namespace": "d"}, "roleRef": {"kind": "ClusterRole", "name": "reader"}, "subjects": [{"kind": "ServiceAccount", "name": "builder"}]})),
+                binding(json!({"metadata": {"name": "gone", "namespace": "d"}, "roleRef": {"kind": "Role", "name": "missing"}, "subjects": [{"kind": "Group", "name": "devs"}]})),
+            ],
+        );
+        let mut get = request("get", "", "pods", "", "x");
+        get.user = UserInfo::service_account("d", "builder", "u");
+        assert_eq!(
+            snapshot.authorize(&get),
+            Decision::Allow(
+                r#"RBAC: allowed by RoleBinding "sa/d" of ClusterRole "reader" to ServiceAccount "builder/d""#
+                    .into()
+            )
+        );
+        get.namespace = "e".into();
+        assert_eq!(snapshot.authorize(&get), Decision::NoOpinion(String::new()));
+        let alice = request("get", "", "pods", "", "x");
+        assert_eq!(
+            snapshot.authorize(&alice),
+            Decision::NoOpinion(
+                r#"RBAC: role.rbac.authorization.k8s.io "missing" not found"#.into()
+            )
+        );
+    }
+}
