@@ -165,15 +165,33 @@ impl ApiServerBuilder {
             .with_watch_cache(self.watch_cache)
             .with_metrics(metrics.clone());
         let tokens = Arc::new(tokens);
-        let authorizer: Arc<dyn auth::authz::Authorizer> = match self.authorization {
-            AuthorizationMode::AlwaysAllow => Arc::new(auth::authz::AlwaysAllow),
-            AuthorizationMode::Rbac => Arc::new(auth::rbac::Rbac::new(registry.clone())),
+        let mut rbac = None;
+        let (registry, authorization) = match self.authorization {
+            AuthorizationMode::AlwaysAllow => (
+                registry,
+                auth::authz::Authorization::new(
+                    Arc::new(auth::authz::AlwaysAllow),
+                    self.observer.clone(),
+                ),
+            ),
+            AuthorizationMode::Rbac => {
+                let authorizer = Arc::new(auth::rbac::Rbac::new(registry.clone()));
+                rbac = Some(authorizer.clone());
+                let authorization =
+                    auth::authz::Authorization::new(authorizer.clone(), self.observer.clone());
+                let escalation = auth::rbac::Escalation::new(authorizer, authorization.clone());
+                (
+                    registry.with_write_check(Arc::new(escalation)),
+                    authorization,
+                )
+            }
         };
         let server = Arc::new(ApiServer {
             registry,
             metrics,
             authenticator: auth::authn::Authenticator::new(self.token, tokens.clone()),
-            authorization: auth::authz::Authorization::new(authorizer, self.observer.clone()),
+            authorization,
+            rbac,
             tokens,
             address: RwLock::new("127.0.0.1:6443".into()),
             stop: CancellationToken::new(),
@@ -216,6 +234,7 @@ pub struct ApiServer {
     metrics: Arc<metrics::Metrics>,
     authenticator: auth::authn::Authenticator,
     authorization: auth::authz::Authorization,
+    rbac: Option<Arc<auth::rbac::Rbac>>,
     tokens: Arc<auth::tokens::ServiceAccountTokens>,
     address: RwLock<String>,
     /// Cancelled by [`ApiServer::stop`]: ends the control loops.
@@ -293,6 +312,11 @@ impl ApiServer {
     /// How requests are authorized.
     pub fn authorization(&self) -> &auth::authz::Authorization {
         &self.authorization
+    }
+
+    /// The RBAC authorizer, when the server runs [`AuthorizationMode::Rbac`].
+    pub fn rbac(&self) -> Option<&Arc<auth::rbac::Rbac>> {
+        self.rbac.as_ref()
     }
 
     fn address(&self) -> String {

@@ -16,6 +16,7 @@ use konverge_store::{
 use tower::{Layer, ServiceExt};
 
 use crate::faults::{Faults, Restart};
+use crate::permissions::{DecisionLog, Permissions};
 use crate::requests::RequestLog;
 
 /// Why a [`TestEnv`] could not start.
@@ -42,6 +43,17 @@ pub enum Error {
     /// A [`TestEnv::direct_client`] was used after its `TestEnv` was dropped.
     #[error("the TestEnv was dropped")]
     Stopped,
+    /// A manifest given to [`TestEnv::apply_manifests`] could not be read or applied.
+    #[error("manifest {index}: {message}")]
+    Manifest {
+        /// Which document (0-based).
+        index: usize,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A request of the testkit's own failed.
+    #[error("{0}")]
+    Request(#[source] kube::Error),
 }
 
 /// Which store a [`TestEnv`] runs on.
@@ -114,7 +126,8 @@ impl TestEnvBuilder {
             None => Arc::new(MemStore::new()),
         };
         let token = konverge_apiserver::serve::credentials::generate_token();
-        let server = self.build(&store, &token).await?;
+        let decisions = DecisionLog::default();
+        let server = self.build(&store, &token, &decisions).await?;
         let faults = Faults::new(&server);
         let serving = serve(&faults, &server, "127.0.0.1:0").await?;
         let addr = serving.local_addr();
@@ -130,6 +143,7 @@ impl TestEnvBuilder {
         let inner = Arc::new(Inner {
             builder: self,
             token,
+            decisions,
             addr,
             store,
             disk,
@@ -148,9 +162,18 @@ impl TestEnvBuilder {
         })
     }
 
-    async fn build(&self, store: &Arc<dyn KvStore>, token: &str) -> Result<Arc<ApiServer>, Error> {
+    async fn build(
+        &self,
+        store: &Arc<dyn KvStore>,
+        token: &str,
+        decisions: &DecisionLog,
+    ) -> Result<Arc<ApiServer>, Error> {
+        let decisions = decisions.clone();
         ApiServer::builder(store.clone())
             .bearer_token(token)
+            .observe_authorization(move |attributes, decision| {
+                decisions.observe(attributes, decision)
+            })
             .authorization(self.authorization)
             .control_loops(self.control_loops)
             .watch_cache(self.watch_cache.clone())
@@ -184,6 +207,8 @@ struct Inner {
     builder: TestEnvBuilder,
     /// The admin's bearer token.
     token: String,
+    /// Every authorization decision about users outside `system:masters`.
+    decisions: DecisionLog,
     addr: SocketAddr,
     store: Arc<dyn KvStore>,
     /// The same store as `store`, when it is the disk store (to reopen).
@@ -223,7 +248,10 @@ impl Restart for Inner {
         }
         tokio::time::sleep(down).await;
         // A new process: a fresh server over what the store kept, on the same address.
-        let server = self.builder.build(&self.store, &self.token).await?;
+        let server = self
+            .builder
+            .build(&self.store, &self.token, &self.decisions)
+            .await?;
         server.set_address(self.addr.to_string());
         let serving = serve(&self.faults, &server, &self.addr.to_string()).await?;
         serving.ready().await;
@@ -331,6 +359,118 @@ impl TestEnv {
     /// when kube-apiserver restarts.
     pub async fn restart(&self, down: Duration) -> Result<(), Error> {
         self.inner.restart(down).await
+    }
+
+    /// Applies Kubernetes manifests as the admin — YAML documents separated by `---` (the
+    /// ServiceAccount, Roles and bindings an operator ships) — with server-side apply (field
+    /// manager `konverge-testkit`), in order. Stops at the first document that is not an
+    /// object of a served kind or that the server refuses.
+    pub async fn apply_manifests(&self, yaml: &str) -> Result<(), Error> {
+        let client = self.direct_client();
+        let discovery = kube::Discovery::new(client.clone())
+            .run()
+            .await
+            .map_err(Error::Request)?;
+        let documents = split_documents(yaml);
+        for (index, text) in documents.iter().enumerate() {
+            let fail = |message: String| Error::Manifest { index, message };
+            let value = konverge_apimachinery::decoding::yaml(text)
+                .map_err(|e| fail(e.to_string()))?
+                .value;
+            if value.is_null() {
+                continue;
+            }
+            let object: kube::api::DynamicObject =
+                serde_json::from_value(value.clone()).map_err(|e| fail(e.to_string()))?;
+            let types = object
+                .types
+                .clone()
+                .ok_or_else(|| fail("no apiVersion and kind".into()))?;
+            let gvk =
+                kube::api::GroupVersionKind::try_from(&types).map_err(|e| fail(e.to_string()))?;
+            let (resource, capabilities) = discovery.resolve_gvk(&gvk).ok_or_else(|| {
+                fail(format!(
+                    "{} {} is not served",
+                    types.api_version, types.kind
+                ))
+            })?;
+            let name = object
+                .metadata
+                .name
+                .clone()
+                .ok_or_else(|| fail("no metadata.name".into()))?;
+            let api: kube::Api<kube::api::DynamicObject> =
+                if capabilities.scope == kube::discovery::Scope::Namespaced {
+                    let namespace = object.metadata.namespace.as_deref().unwrap_or("default");
+                    kube::Api::namespaced_with(client.clone(), namespace, &resource)
+                } else {
+                    kube::Api::all_with(client.clone(), &resource)
+                };
+            let params = kube::api::PatchParams::apply("konverge-testkit").force();
+            api.patch(&name, &params, &kube::api::Patch::Apply(&value))
+                .await
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// A client acting as the ServiceAccount `namespace/name` (created if it does not exist),
+    /// with a token from the TokenRequest API: its requests go through the [`Faults`] like
+    /// [`client`](Self::client)'s and are authorized by RBAC, so it can do exactly what the
+    /// roles bound to the ServiceAccount allow. [`permissions`](Self::permissions) reports
+    /// what it used and lacked.
+    pub async fn client_for(&self, namespace: &str, name: &str) -> Result<kube::Client, Error> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let accounts: kube::Api<ServiceAccount> =
+            kube::Api::namespaced(self.direct_client(), namespace);
+        let mut account = ServiceAccount::default();
+        account.metadata.name = Some(name.to_string());
+        match accounts.create(&Default::default(), &account).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(Error::Request(e)),
+        }
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: Vec::new(),
+                expiration_seconds: Some(24 * 3600),
+                ..TokenRequestSpec::default()
+            },
+            ..TokenRequest::default()
+        };
+        let token = accounts
+            .create_token_request(name, &Default::default(), &request)
+            .await
+            .map_err(Error::Request)?
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        let uri = self
+            .url
+            .parse()
+            .expect("an http URL of a socket address is a valid URI");
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = namespace.to_string();
+        config.auth_info.token = Some(token.into());
+        kube::Client::try_from(config).map_err(Error::Client)
+    }
+
+    /// What the ServiceAccount `namespace/name` did with its permissions so far: the granted
+    /// permissions its requests used, the requests denied (each with the rule that would
+    /// allow it), and the granted permissions it never used — judged against the roles bound
+    /// to it by name. `Display` is a readable report; [`Permissions::assert_no_denials`] fails
+    /// a test on any denial. Empty grants under [`AuthorizationMode::AlwaysAllow`].
+    pub async fn permissions(&self, namespace: &str, name: &str) -> Permissions {
+        let user = konverge_apiserver::auth::user::UserInfo::service_account(namespace, name, "");
+        let grants = match self.server().rbac() {
+            Some(rbac) => match rbac.snapshot().await {
+                Ok(snapshot) => snapshot.grants_to(&user),
+                Err(_) => Vec::new(),
+            },
+            None => Vec::new(),
+        };
+        Permissions::judge(&user.name, &self.inner.decisions, &grants)
     }
 
     /// The fault-injection handle: drop watches, expire history, inject errors and latency.
@@ -441,6 +581,22 @@ impl KvStore for TempDiskStore {
     async fn current_revision(&self) -> konverge_store::Result<Revision> {
         self.current()?.current_revision().await
     }
+}
+
+/// The documents of a multi-document YAML text (split at `---` lines).
+fn split_documents(yaml: &str) -> Vec<String> {
+    let mut documents = vec![String::new()];
+    for line in yaml.lines() {
+        if line == "---" || line.starts_with("--- ") {
+            documents.push(String::new());
+            continue;
+        }
+        let current = documents.last_mut().expect("never empty");
+        current.push_str(line);
+        current.push('\n');
+    }
+    documents.retain(|d| !d.trim().is_empty());
+    documents
 }
 
 /// An error and its sources, `a: b: c`.

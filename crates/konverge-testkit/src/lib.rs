@@ -94,6 +94,7 @@
 mod env;
 mod faults;
 mod invariants;
+mod permissions;
 mod plan;
 mod request_info;
 mod requests;
@@ -106,6 +107,7 @@ pub use invariants::{
     Change, ChangeKind, Invariants, InvariantsBuilder, MAX_OBJECT_BYTES, ObjectRef, Violation,
     World,
 };
+pub use permissions::{Denial, Permissions, Unused, Used};
 pub use plan::{Fault, FaultPlan, Step};
 pub use request_info::{RequestInfo, Verb};
 pub use requests::{RequestLog, RequestRecord};

@@ -124,6 +124,162 @@ impl PolicyRule {
     }
 }
 
+/// Whether `owner` rules cover every permission `servant` rules grant (kube's `Covers`), and
+/// the permissions they do not cover, one verb, group, resource and name (or URL) each.
+pub fn covers(owner: &[PolicyRule], servant: &[PolicyRule]) -> (bool, Vec<PolicyRule>) {
+    let uncovered: Vec<PolicyRule> = servant
+        .iter()
+        .flat_map(breakdown)
+        .filter(|sub| !owner.iter().any(|o| rule_covers(o, sub)))
+        .collect();
+    (uncovered.is_empty(), uncovered)
+}
+
+/// A rule split into rules of one verb, group, resource and resource name, or one verb and
+/// URL.
+fn breakdown(rule: &PolicyRule) -> Vec<PolicyRule> {
+    let one = |s: &String| vec![s.clone()];
+    let mut subrules = Vec::new();
+    for group in &rule.api_groups {
+        for resource in &rule.resources {
+            for verb in &rule.verbs {
+                let base = PolicyRule {
+                    api_groups: one(group),
+                    resources: one(resource),
+                    verbs: one(verb),
+                    ..PolicyRule::default()
+                };
+                if rule.resource_names.is_empty() {
+                    subrules.push(base);
+                } else {
+                    subrules.extend(rule.resource_names.iter().map(|name| PolicyRule {
+                        resource_names: one(name),
+                        ..base.clone()
+                    }));
+                }
+            }
+        }
+    }
+    for url in &rule.non_resource_urls {
+        for verb in &rule.verbs {
+            subrules.push(PolicyRule {
+                non_resource_urls: one(url),
+                verbs: one(verb),
+                ..PolicyRule::default()
+            });
+        }
+    }
+    subrules
+}
+
+fn has_all(set: &[String], wanted: &[String]) -> bool {
+    wanted.iter().all(|w| set.contains(w))
+}
+
+/// Whether `owner` covers the one-of-each `sub` rule (kube's `ruleCovers`).
+fn rule_covers(owner: &PolicyRule, sub: &PolicyRule) -> bool {
+    let star = |set: &[String]| set.iter().any(|s| s == "*");
+    let verbs = star(&owner.verbs) || has_all(&owner.verbs, &sub.verbs);
+    let groups = star(&owner.api_groups) || has_all(&owner.api_groups, &sub.api_groups);
+    let resources = star(&owner.resources)
+        || has_all(&owner.resources, &sub.resources)
+        || sub.resources.iter().all(|path| {
+            owner.resources.contains(path)
+                || path
+                    .split_once('/')
+                    .is_some_and(|(_, sub)| owner.resources.contains(&format!("*/{sub}")))
+        });
+    let urls = sub.non_resource_urls.iter().all(|path| {
+        owner.non_resource_urls.iter().any(|o| {
+            o == path
+                || o.strip_suffix('*')
+                    .is_some_and(|prefix| path.starts_with(prefix.trim_end_matches('*')))
+        })
+    });
+    let names = if sub.resource_names.is_empty() {
+        owner.resource_names.is_empty()
+    } else {
+        owner.resource_names.is_empty() || has_all(&owner.resource_names, &sub.resource_names)
+    };
+    verbs && groups && resources && names && urls
+}
+
+/// Merges rules of one group and one resource (and nothing else) that differ only in verbs
+/// (kube's `CompactRules`, for readable escalation errors).
+fn compact_rules(rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
+    let mut compacted = Vec::new();
+    let mut simple: Vec<PolicyRule> = Vec::new();
+    for rule in rules {
+        let is_simple = rule.resource_names.is_empty()
+            && rule.non_resource_urls.is_empty()
+            && rule.api_groups.len() == 1
+            && rule.resources.len() == 1;
+        if !is_simple {
+            compacted.push(rule);
+            continue;
+        }
+        match simple
+            .iter_mut()
+            .find(|s| s.api_groups == rule.api_groups && s.resources == rule.resources)
+        {
+            Some(existing) => existing.verbs.extend(rule.verbs),
+            None => simple.push(rule),
+        }
+    }
+    compacted.extend(simple);
+    compacted
+}
+
+/// kube's `ConfirmNoEscalation`: `Ok` if `owner` (the rules `user` holds) covers `rules`,
+/// otherwise the message kube-apiserver forbids the write with.
+pub fn confirm_no_escalation(
+    user: &UserInfo,
+    owner: &[PolicyRule],
+    resolution_errors: &[String],
+    rules: &[PolicyRule],
+) -> Result<(), String> {
+    let (covered, missing) = covers(owner, rules);
+    if covered {
+        return Ok(());
+    }
+    let described: BTreeSet<String> = compact_rules(missing)
+        .iter()
+        .map(PolicyRule::compact)
+        .collect();
+    let mut message = format!(
+        "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
+        user.name,
+        go_quoted(&user.groups),
+        described.into_iter().collect::<Vec<_>>().join("\n")
+    );
+    if !resolution_errors.is_empty() {
+        message.push_str(&format!(
+            "; resolution errors: [{}]",
+            resolution_errors.join(" ")
+        ));
+    }
+    Err(message)
+}
+
+/// A role bound to a user by name (a `User` or `ServiceAccount` subject, not a group): what
+/// it grants, where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The binding, as "allowed by" reasons name it (`RoleBinding "x/ns" of ClusterRole "y"
+    /// to ServiceAccount "sa/ns"`).
+    pub binding: String,
+    /// Where the rules apply: the RoleBinding's namespace, empty for a ClusterRoleBinding.
+    pub namespace: String,
+    /// The role's rules (empty if the role does not exist).
+    pub rules: Vec<PolicyRule>,
+}
+
+/// A rule split into rules of one verb, group, resource and resource name, or of one verb and
+/// one URL (kube's `BreakdownRule`).
+pub fn breakdown_rule(rule: &PolicyRule) -> Vec<PolicyRule> {
+    breakdown(rule)
+}
+
 /// A list of strings as Go's `%q` prints it: `["a" "b"]`.
 pub fn go_quoted(values: &[String]) -> String {
     let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
@@ -333,6 +489,40 @@ impl Snapshot {
         })
     }
 
+    /// The roles bound to `user` by name, in every namespace.
+    pub fn grants_to(&self, user: &UserInfo) -> Vec<Grant> {
+        let named =
+            |s: &Subject, namespace: &str| s.kind != "Group" && s.applies_to(user, namespace);
+        let mut grants = Vec::new();
+        let cluster = self.cluster_role_bindings.iter().map(|b| (b, true));
+        let namespaced = self.role_bindings.values().flatten().map(|b| (b, false));
+        for (binding, is_cluster) in cluster.chain(namespaced) {
+            let namespace = if is_cluster {
+                ""
+            } else {
+                &binding.metadata.namespace
+            };
+            let Some(subject) = binding.subjects.iter().find(|s| named(s, namespace)) else {
+                continue;
+            };
+            let source = Source {
+                binding,
+                subject,
+                cluster: is_cluster,
+            };
+            grants.push(Grant {
+                binding: source.to_string(),
+                namespace: namespace.to_string(),
+                rules: self
+                    .role_rules(&binding.role_ref, namespace)
+                    .map(<[PolicyRule]>::to_vec)
+                    .unwrap_or_default(),
+            });
+        }
+        grants.sort_by(|a, b| (&a.namespace, &a.binding).cmp(&(&b.namespace, &b.binding)));
+        grants
+    }
+
     /// Every rule that applies to `user` in `namespace`, and the errors met.
     pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> (Vec<PolicyRule>, Vec<String>) {
         let (mut rules, mut errors) = (Vec::new(), Vec::new());
@@ -510,6 +700,146 @@ impl Rbac {
     }
 }
 
+/// What kube-apiserver's RBAC storage checks of a client's write: a Role or ClusterRole may
+/// only grant what its writer holds (or may `escalate`), a binding may only bind a role whose
+/// permissions its writer holds (or may `bind`). `system:masters` may do anything. Writes that
+/// only change what garbage collection changes (owner references, finalizers) pass.
+#[derive(Debug)]
+pub struct Escalation {
+    rbac: Arc<Rbac>,
+    authorization: super::authz::Authorization,
+}
+
+impl Escalation {
+    /// The check, resolving rules with `rbac` and asking `authorization` about `escalate`
+    /// and `bind`.
+    pub fn new(rbac: Arc<Rbac>, authorization: super::authz::Authorization) -> Escalation {
+        Escalation {
+            rbac,
+            authorization,
+        }
+    }
+
+    async fn allowed(
+        &self,
+        user: &UserInfo,
+        verb: &str,
+        group: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> bool {
+        let request = Attributes {
+            api_version: "*".into(),
+            ..Attributes::resource(user, verb, group, resource, namespace, name)
+        };
+        self.authorization.decide(&request).await.allowed()
+    }
+}
+
+/// Whether `new` differs from `old` only in what garbage collection writes.
+fn only_gc_fields(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            for key in [
+                "ownerReferences",
+                "finalizers",
+                "managedFields",
+                "resourceVersion",
+                "generation",
+            ] {
+                md.remove(key);
+            }
+        }
+        v
+    };
+    strip(old) == strip(new)
+}
+
+#[async_trait::async_trait]
+impl crate::registry::WriteCheck for Escalation {
+    fn applies(&self, rt: &crate::resources::ResourceType) -> bool {
+        rt.group == GROUP
+    }
+
+    async fn check(
+        &self,
+        rt: &crate::resources::ResourceType,
+        old: Option<&Value>,
+        new: &Value,
+        user: &UserInfo,
+    ) -> Result<(), crate::error::ApiError> {
+        if user.in_group(super::user::SYSTEM_MASTERS)
+            || old.is_some_and(|old| only_gc_fields(old, new))
+        {
+            return Ok(());
+        }
+        let text = |pointer: &str| {
+            new.pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (name, namespace) = (text("/metadata/name"), text("/metadata/namespace"));
+        let forbidden = |why: String| {
+            crate::error::ApiError::forbidden(
+                crate::error::Target {
+                    group: GROUP,
+                    resource: &rt.plural,
+                    name: &name,
+                },
+                why,
+            )
+        };
+        let rules: Vec<PolicyRule> = match rt.plural.as_str() {
+            "roles" | "clusterroles" => {
+                if self
+                    .allowed(user, "escalate", GROUP, &rt.plural, &namespace, &name)
+                    .await
+                {
+                    return Ok(());
+                }
+                new.get("rules")
+                    .and_then(|r| serde_json::from_value(r.clone()).ok())
+                    .unwrap_or_default()
+            }
+            "rolebindings" | "clusterrolebindings" => {
+                let role: RoleRef = new
+                    .get("roleRef")
+                    .and_then(|r| serde_json::from_value(r.clone()).ok())
+                    .unwrap_or(RoleRef {
+                        kind: String::new(),
+                        name: String::new(),
+                    });
+                let resource = match role.kind.as_str() {
+                    "Role" => "roles",
+                    _ => "clusterroles",
+                };
+                let group = new
+                    .pointer("/roleRef/apiGroup")
+                    .and_then(Value::as_str)
+                    .unwrap_or(GROUP);
+                if self
+                    .allowed(user, "bind", group, resource, &namespace, &role.name)
+                    .await
+                {
+                    return Ok(());
+                }
+                let snapshot = self.rbac.snapshot().await?;
+                match snapshot.role_rules(&role, &namespace) {
+                    Ok(rules) => rules.to_vec(),
+                    Err(e) => return Err(forbidden(e)),
+                }
+            }
+            _ => return Ok(()),
+        };
+        let snapshot = self.rbac.snapshot().await?;
+        let (owner, errors) = snapshot.rules_for(user, &namespace);
+        confirm_no_escalation(user, &owner, &errors, &rules).map_err(forbidden)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -569,6 +899,33 @@ mod tests {
         assert!(urls.allows(&path("/api/v1")));
         assert!(!urls.allows(&path("/apis")));
         assert!(!urls.allows(&path("/healthz/etcd")));
+    }
+
+    #[test]
+    fn escalation_names_what_is_not_held() {
+        let owner = vec![rule(
+            json!({"verbs": ["get", "list"], "apiGroups": [""], "resources": ["configmaps", "pods/*"]}),
+        )];
+        let wanted = vec![
+            rule(
+                json!({"verbs": ["get", "delete", "list"], "apiGroups": [""], "resources": ["configmaps", "secrets"]}),
+            ),
+            rule(json!({"verbs": ["get"], "apiGroups": [""], "resources": ["pods/log"]})),
+        ];
+        let user = UserInfo::new("alice", &["devs", "system:authenticated"]);
+        let e = confirm_no_escalation(&user, &owner, &[], &wanted).unwrap_err();
+        assert_eq!(
+            e,
+            "user \"alice\" (groups=[\"devs\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"delete\"]}\n{APIGroups:[\"\"], Resources:[\"pods/log\"], Verbs:[\"get\"]}\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\" \"list\"]}"
+        );
+        let star = vec![rule(
+            json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+        )];
+        assert!(confirm_no_escalation(&user, &star, &[], &wanted).is_ok());
+        let subresources = vec![rule(
+            json!({"verbs": ["get"], "apiGroups": [""], "resources": ["*/log"]}),
+        )];
+        assert!(covers(&subresources, &wanted[1..]).0);
     }
 
     #[test]

@@ -608,6 +608,7 @@ async fn resource(
             let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
             opts.field_manager.get_or_insert(user_agent_manager);
+            opts.user = Some(user.clone());
             let written = registry.create(&rt, ns, obj, &opts).await?;
             Ok(written_response(&rt, written, &accept, &query))
         }
@@ -618,6 +619,7 @@ async fn resource(
             let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
             opts.field_manager.get_or_insert(user_agent_manager);
+            opts.user = Some(user.clone());
             if sub == Some("scale") {
                 let written =
                     crate::http::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
@@ -645,6 +647,7 @@ async fn resource(
             if opts.field_manager.is_none() {
                 opts.field_manager = Some(user_agent_manager);
             }
+            opts.user = Some(user.clone());
             if let crate::http::patch::Patch::Apply(config) = &patch
                 && sub != Some("scale")
             {

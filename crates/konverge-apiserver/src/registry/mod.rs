@@ -72,6 +72,26 @@ pub struct WriteOptions {
     /// Set by the server's own writes that are not a client's update of the object (a pod's
     /// binding): the new object is validated, the kind's update rules are not applied.
     pub(crate) not_an_update: bool,
+    /// Who writes: a client's writes are checked by the registry's [`WriteCheck`]; the
+    /// server's own writes (`None`) are not.
+    pub user: Option<crate::auth::user::UserInfo>,
+}
+
+/// Checks a client's create or update before it is stored, knowing who writes — as
+/// kube-apiserver's storage refuses RBAC objects that grant more than their writer holds.
+#[async_trait::async_trait]
+pub trait WriteCheck: Send + Sync {
+    /// Whether writes of `rt` are checked at all.
+    fn applies(&self, rt: &ResourceType) -> bool;
+
+    /// `Ok` if `user` may store `new` (replacing `old`, for an update) in `rt`.
+    async fn check(
+        &self,
+        rt: &ResourceType,
+        old: Option<&Value>,
+        new: &Value,
+        user: &crate::auth::user::UserInfo,
+    ) -> Result<()>;
 }
 
 /// What a write answers.
@@ -132,6 +152,8 @@ pub struct Registry {
     metrics: Arc<crate::metrics::Metrics>,
     /// Counts committed writes of RBAC objects ([`Registry::policy_generation`]).
     policy_generation: Arc<AtomicU64>,
+    /// Checks clients' writes before they are stored.
+    write_check: Option<Arc<dyn WriteCheck>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -218,6 +240,27 @@ impl Registry {
             generate_name: meta::generate_name,
             metrics,
             policy_generation: Arc::new(AtomicU64::new(0)),
+            write_check: None,
+        }
+    }
+
+    /// The same registry checking clients' writes with `check` before storing them.
+    pub fn with_write_check(mut self, check: Arc<dyn WriteCheck>) -> Self {
+        self.write_check = Some(check);
+        self
+    }
+
+    /// Runs the write check, if there is one for `rt` and the write is a client's.
+    pub(crate) async fn check_write(
+        &self,
+        rt: &ResourceType,
+        old: Option<&Value>,
+        new: &Value,
+        opts: &WriteOptions,
+    ) -> Result<()> {
+        match (&self.write_check, &opts.user) {
+            (Some(check), Some(user)) if check.applies(rt) => check.check(rt, old, new, user).await,
+            _ => Ok(()),
         }
     }
 
@@ -620,6 +663,7 @@ impl Registry {
         if let (true, Some(ns)) = (rt.namespaced, ns) {
             self.check_namespace(rt, ns, &name).await?;
         }
+        self.check_write(rt, None, &obj, opts).await?;
         if opts.dry_run {
             encode(rt, &obj)?;
             if self.read(rt, ns, &name).await?.is_some() {
@@ -695,7 +739,7 @@ impl Registry {
             None => None,
         };
         let outcome = self
-            .guaranteed_update(rt, ns, name, opts.dry_run, |current_kv, current| {
+            .guaranteed_update(rt, ns, name, opts, |current_kv, current| {
                 if let Some(expected) = expected
                     && expected != current_kv.mod_revision
                 {
@@ -740,7 +784,7 @@ impl Registry {
     ) -> Result<Written> {
         let mut warnings = Vec::new();
         let (object, _) = self
-            .guaranteed_update(rt, ns, name, opts.dry_run, |current_kv, current| {
+            .guaranteed_update(rt, ns, name, opts, |current_kv, current| {
                 let patched = apply(&current)?;
                 // A resourceVersion in the patch is a precondition; otherwise the patch
                 // applies to whatever is current.
@@ -1008,8 +1052,13 @@ impl Registry {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Deleted> {
+        // A delete stores the object only to mark it deleting: nothing to check.
+        let write = WriteOptions {
+            dry_run: opts.dry_run,
+            ..WriteOptions::default()
+        };
         let (object, outcome) = self
-            .guaranteed_update(rt, ns, name, opts.dry_run, |kv, current| {
+            .guaranteed_update(rt, ns, name, &write, |kv, current| {
                 if let Some(uid) = &opts.precondition_uid {
                     let actual = meta::meta_str(&current, "uid").unwrap_or("");
                     if actual != uid {

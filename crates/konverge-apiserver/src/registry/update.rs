@@ -9,7 +9,7 @@ use bytes::Bytes;
 use konverge_store::KeyValue;
 use serde_json::{Value, json};
 
-use super::{Propagation, Registry, decode_as, encode, is_namespace, set_rv, target};
+use super::{Propagation, Registry, WriteOptions, decode_as, encode, is_namespace, set_rv, target};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
 use crate::resources::meta;
@@ -53,20 +53,27 @@ impl Registry {
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
-        dry_run: bool,
+        opts: &WriteOptions,
         mut decide: impl FnMut(&KeyValue, Value) -> Result<Change>,
     ) -> Result<(Value, Outcome)> {
+        let dry_run = opts.dry_run;
         let key = Bytes::from(rt.key(ns, name));
+        let checked =
+            opts.user.is_some() && self.write_check.as_ref().is_some_and(|c| c.applies(rt));
         for _ in 0..MAX_ATTEMPTS {
             let Some(kv) = self.read(rt, ns, name).await? else {
                 return Err(ApiError::not_found(target(rt, name)));
             };
             let current = decode_as(rt, &kv)?;
+            let before = checked.then(|| current.clone());
             let (mut object, outcome) = match decide(&kv, current)? {
                 Change::Unchanged(object) => return Ok((object, Outcome::Unchanged)),
                 Change::Store(object) => (object, Outcome::Stored),
                 Change::Delete(object) => (object, Outcome::Deleted),
             };
+            if outcome == Outcome::Stored {
+                self.check_write(rt, before.as_ref(), &object, opts).await?;
+            }
             if dry_run {
                 set_rv(&mut object, kv.mod_revision);
                 return Ok((object, outcome));
