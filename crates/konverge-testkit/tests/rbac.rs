@@ -657,3 +657,66 @@ async fn the_admin_and_always_allow_are_unaffected() -> anyhow::Result<()> {
     assert!(report.denied.is_empty() && report.used.is_empty());
     Ok(())
 }
+
+/// ServiceAccounts find the issuer and its keys (and can check a token with them);
+/// anonymous requests may not.
+#[tokio::test]
+async fn service_accounts_discover_the_token_issuer() -> anyhow::Result<()> {
+    use base64::Engine as _;
+    let (env, robot) = setup().await?;
+    let get = |path: &str| http::Request::get(path).body(Vec::new()).unwrap();
+    let config: serde_json::Value = serde_json::from_str(
+        &robot
+            .request_text(get("/.well-known/openid-configuration"))
+            .await?,
+    )?;
+    assert_eq!(
+        config["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    assert!(
+        config["jwks_uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("/openid/v1/jwks")
+    );
+    assert_eq!(config["id_token_signing_alg_values_supported"][0], "ES256");
+    let jwks: serde_json::Value =
+        serde_json::from_str(&robot.request_text(get("/openid/v1/jwks")).await?)?;
+    let key = &jwks["keys"][0];
+    assert_eq!(
+        (key["kty"].as_str(), key["crv"].as_str()),
+        (Some("EC"), Some("P-256"))
+    );
+    // A token's signature checks out with the published key.
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let token = env.server().service_account_tokens().issue(
+        "apps",
+        "robot",
+        &uid(&env, "apps", "robot").await?,
+        &[konverge_apiserver::auth::tokens::ISSUER.to_string()],
+        jiff_now(),
+        600,
+        None,
+    );
+    let (signed, signature) = token.rsplit_once('.').unwrap();
+    let header: serde_json::Value =
+        serde_json::from_slice(&b64.decode(signed.split('.').next().unwrap())?)?;
+    assert_eq!(header["kid"], key["kid"]);
+    let mut point = vec![4u8];
+    point.extend(b64.decode(key["x"].as_str().unwrap())?);
+    point.extend(b64.decode(key["y"].as_str().unwrap())?);
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
+        .verify(signed.as_bytes(), &b64.decode(signature)?)
+        .map_err(|_| anyhow::anyhow!("the published key does not verify the token"))?;
+    let anonymous = kube::Client::try_from(kube::Config::new(env.url().parse()?))?;
+    let e = anonymous
+        .request_text(get("/openid/v1/jwks"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden_message(&e),
+        r#"forbidden: User "system:anonymous" cannot get path "/openid/v1/jwks""#
+    );
+    Ok(())
+}

@@ -101,6 +101,34 @@ impl ServiceAccountTokens {
         })
     }
 
+    /// The signing key as a JSON Web Key Set (`/openid/v1/jwks`).
+    pub fn jwks(&self) -> Value {
+        let point = self.key.public_key().as_ref();
+        // An uncompressed P-256 point: 0x04, then X and Y, 32 bytes each.
+        let (x, y) = point[1..].split_at(32);
+        json!({"keys": [{
+            "use": "sig",
+            "kty": "EC",
+            "kid": self.key_id,
+            "crv": "P-256",
+            "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(x),
+            "y": URL_SAFE_NO_PAD.encode(y),
+        }]})
+    }
+
+    /// The OpenID provider configuration (`/.well-known/openid-configuration`) with the
+    /// keys at `jwks_uri`.
+    pub fn openid_configuration(&self, jwks_uri: &str) -> Value {
+        json!({
+            "issuer": ISSUER,
+            "jwks_uri": jwks_uri,
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256"],
+        })
+    }
+
     /// A token for the ServiceAccount `namespace/name` (uid `uid`), for `audiences`, valid
     /// from `now` for `seconds`, optionally bound to a pod (name, uid).
     #[allow(clippy::too_many_arguments)]

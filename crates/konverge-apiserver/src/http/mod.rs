@@ -348,6 +348,18 @@ async fn handle(
             );
             Ok(response)
         }
+        Route::OpenIdConfiguration => Ok(json_response(
+            StatusCode::OK,
+            &server
+                .service_account_tokens()
+                .openid_configuration(&format!("https://{}/openid/v1/jwks", server.address())),
+            None,
+        )),
+        Route::Jwks => Ok(json_response(
+            StatusCode::OK,
+            &server.service_account_tokens().jwks(),
+            Some("application/jwk-set+json"),
+        )),
         Route::Resource(route) => resource(server, user, route, method, accept, query, req).await,
     }
 }

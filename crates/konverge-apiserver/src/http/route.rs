@@ -27,6 +27,10 @@ pub enum Route {
     OpenApiV2,
     /// `/metrics`.
     Metrics,
+    /// `/.well-known/openid-configuration`: ServiceAccount issuer discovery.
+    OpenIdConfiguration,
+    /// `/openid/v1/jwks`: the keys ServiceAccount tokens are signed with.
+    Jwks,
     /// A resource path.
     Resource(ResourceRoute),
 }
@@ -98,6 +102,8 @@ pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
         ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiV3(Some(rest.join("/")))),
         ["openapi", "v2"] => return Ok(Route::OpenApiV2),
         ["metrics"] => return Ok(Route::Metrics),
+        [".well-known", "openid-configuration"] => return Ok(Route::OpenIdConfiguration),
+        ["openid", "v1", "jwks"] => return Ok(Route::Jwks),
         _ => {}
     }
     let (group, version, mut rest) = match parts.as_slice() {
