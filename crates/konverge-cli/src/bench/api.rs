@@ -37,13 +37,13 @@ pub(crate) struct ApiArgs {
     no_etcd: bool,
 }
 
-struct Stats {
-    ops: usize,
+pub(super) struct Stats {
+    pub(super) ops: usize,
     /// The fewest operations any one client completed.
     min_per_client: usize,
     elapsed: Duration,
-    p50: Duration,
-    p99: Duration,
+    pub(super) p50: Duration,
+    pub(super) p99: Duration,
 }
 
 impl Stats {
@@ -64,12 +64,12 @@ impl Stats {
         }
     }
 
-    fn rate(&self) -> f64 {
+    pub(super) fn rate(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64()
     }
 }
 
-fn ms(d: Duration) -> f64 {
+pub(super) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
@@ -81,7 +81,7 @@ fn cm(name: &str, payload: &str) -> ConfigMap {
 }
 
 /// Runs `op` from `clients` tasks for `phase`, each with its own counter.
-async fn phase<F, Fut>(clients: usize, phase: Duration, op: F) -> anyhow::Result<Stats>
+pub(super) async fn phase<F, Fut>(clients: usize, phase: Duration, op: F) -> anyhow::Result<Stats>
 where
     F: Fn(usize, usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send,

@@ -2,6 +2,7 @@
 //! in the same run.
 
 mod api;
+mod auth;
 mod controller;
 mod doctor;
 mod store;
@@ -17,6 +18,8 @@ pub(crate) enum Target {
     Api(api::ApiArgs),
     /// Time to converge and peak memory of a konverge-runtime controller vs kube-runtime's.
     Controller(controller::ControllerArgs),
+    /// Create and get latency of a ServiceAccount's requests under RBAC vs AlwaysAllow.
+    Auth(auth::AuthArgs),
     /// Peak memory and findings of `konverge doctor` on 10,000 objects, some in a hot loop,
     /// vs a cluster of bootstrap objects only.
     Doctor(doctor::DoctorArgs),
@@ -28,5 +31,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Api(args) => api::run(args).await,
         Target::Controller(args) => controller::run(args).await,
         Target::Doctor(args) => doctor::run(args).await,
+        Target::Auth(args) => auth::run(args).await,
     }
 }

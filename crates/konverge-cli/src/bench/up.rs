@@ -37,11 +37,20 @@ pub(crate) struct Standalone {
 
 /// Starts `konverge up` on `dir` and waits until `/readyz` answers over HTTPS.
 pub(crate) async fn start_standalone(dir: &Path) -> anyhow::Result<Standalone> {
+    start_standalone_with(dir, &[]).await
+}
+
+/// [`start_standalone`] with more arguments for `konverge up`.
+pub(crate) async fn start_standalone_with(
+    dir: &Path,
+    extra: &[&str],
+) -> anyhow::Result<Standalone> {
     let exe = std::env::current_exe().context("locating the konverge binary")?;
     let started = Instant::now();
     let mut child = tokio::process::Command::new(exe)
         .args(["up", "--port", "0", "--store", "disk", "--data-dir"])
         .arg(dir)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
