@@ -379,14 +379,25 @@ impl Authorization {
         self.authorizer.authorize(request).await
     }
 
-    /// `Ok` if `request` is allowed, otherwise kube-apiserver's 403. What is decided is told
-    /// to the observer (reviews that only ask, with [`decide`](Self::decide), are not).
-    pub async fn check(&self, request: &Attributes) -> Result<(), ApiError> {
+    /// What is said about `request`, which a client is making: told to the observer
+    /// (reviews that only ask, with [`decide`](Self::decide), are not).
+    pub async fn decide_observed(&self, request: &Attributes) -> Decision {
         let decision = self.decide(request).await;
+        self.observe(request, &decision);
+        decision
+    }
+
+    /// Tells the observer what was decided about `request`.
+    pub fn observe(&self, request: &Attributes, decision: &Decision) {
         if let Some(observer) = &self.observer {
-            observer(request, &decision);
+            observer(request, decision);
         }
-        match decision {
+    }
+
+    /// `Ok` if `request` is allowed, otherwise kube-apiserver's 403 (observed as
+    /// [`decide_observed`](Self::decide_observed)).
+    pub async fn check(&self, request: &Attributes) -> Result<(), ApiError> {
+        match self.decide_observed(request).await {
             Decision::Allow(_) => Ok(()),
             Decision::Deny(reason) | Decision::NoOpinion(reason) => {
                 Err(forbidden(request, &reason))

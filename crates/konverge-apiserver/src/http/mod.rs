@@ -663,6 +663,34 @@ async fn resource(
             if let crate::http::patch::Patch::Apply(config) = &patch
                 && sub != Some("scale")
             {
+                // An apply that creates the object must be allowed to create it too, as
+                // kube-apiserver's patch handler checks (with its terse message).
+                let create = crate::auth::authz::Attributes {
+                    api_version: rt.version.clone(),
+                    subresource: sub.unwrap_or("").to_string(),
+                    ..crate::auth::authz::Attributes::resource(
+                        user,
+                        "create",
+                        &rt.group,
+                        &rt.plural,
+                        ns.unwrap_or(""),
+                        name,
+                    )
+                };
+                let decision = server.authorization().decide(&create).await;
+                if !decision.allowed()
+                    && matches!(registry.get(&rt, ns, name, None).await, Err(e) if e.code == StatusCode::NOT_FOUND)
+                {
+                    server.authorization().observe(&create, &decision);
+                    return Err(ApiError::forbidden(
+                        crate::error::Target {
+                            group: &rt.group,
+                            resource: &rt.plural,
+                            name,
+                        },
+                        decision.reason(),
+                    ));
+                }
                 let written = registry
                     .apply(
                         &rt,
@@ -674,6 +702,9 @@ async fn resource(
                         query.force.unwrap_or(false),
                     )
                     .await?;
+                if written.created {
+                    server.authorization().observe(&create, &decision);
+                }
                 return Ok(written_response(&rt, written, &accept, &query));
             }
             if sub == Some("scale") {
