@@ -720,3 +720,49 @@ async fn service_accounts_discover_the_token_issuer() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A token bound to a Secret (or a Pod) lives only as long as that object.
+#[tokio::test]
+async fn bound_tokens_die_with_their_object() -> anyhow::Result<()> {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    let (env, _robot) = setup().await?;
+    let secrets: Api<Secret> = Api::namespaced(env.client(), "apps");
+    secrets
+        .create(&PostParams::default(), &named("keys"))
+        .await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(env.client(), "apps");
+    let request = |kind: &str, name: &str| TokenRequest {
+        spec: TokenRequestSpec {
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some(kind.into()),
+                name: Some(name.into()),
+                uid: None,
+            }),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request("robot", &PostParams::default(), &request("Secret", "keys"))
+        .await?
+        .status
+        .unwrap()
+        .token;
+    let cms: Api<ConfigMap> = Api::namespaced(client_with_token(&env, &token)?, "apps");
+    cms.list(&ListParams::default()).await?;
+    secrets.delete("keys", &Default::default()).await?;
+    let e = cms.list(&ListParams::default()).await.unwrap_err();
+    assert!(unauthorized(&e), "{e:?}");
+    let e = accounts
+        .create_token_request("robot", &PostParams::default(), &request("ConfigMap", "x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, kube::Error::Api(s) if s.code == 400 && s.message == "cannot bind token to object of type ConfigMap"),
+        "{e:?}"
+    );
+    Ok(())
+}

@@ -110,7 +110,13 @@ impl Authenticator {
         let now = jiff::Timestamp::now().as_second();
         let claims = self.tokens.verify(token, audiences, now)?;
         // The token dies with its ServiceAccount, and with the pod it is bound to.
-        let account = read(registry, "serviceaccounts", &claims.namespace, &claims.name).await?;
+        let account = read(
+            registry,
+            "serviceaccounts",
+            Some(claims.namespace.as_str()),
+            &claims.name,
+        )
+        .await?;
         if account.pointer("/metadata/uid").and_then(Value::as_str) != Some(claims.uid.as_str())
             || account.pointer("/metadata/deletionTimestamp").is_some()
         {
@@ -120,26 +126,43 @@ impl Authenticator {
             "authentication.kubernetes.io/credential-id".to_string(),
             vec![format!("JTI={}", claims.id)],
         )]);
-        if let Some((pod_name, pod_uid)) = &claims.pod {
-            let pod = read(registry, "pods", &claims.namespace, pod_name).await?;
-            if pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(pod_uid.as_str()) {
+        if let Some(bound) = &claims.bound {
+            use super::tokens::BoundKind;
+            let (plural, namespace) = match bound.kind {
+                BoundKind::Pod => ("pods", Some(claims.namespace.as_str())),
+                BoundKind::Secret => ("secrets", Some(claims.namespace.as_str())),
+                BoundKind::Node => ("nodes", None),
+            };
+            let object = read(registry, plural, namespace, &bound.name).await?;
+            if object.pointer("/metadata/uid").and_then(Value::as_str) != Some(bound.uid.as_str()) {
                 return None;
             }
-            if let Some(deleted) = pod
+            let deleted = object
                 .pointer("/metadata/deletionTimestamp")
                 .and_then(Value::as_str)
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                && deleted.as_second() + POD_DELETION_GRACE_SECONDS < now
-            {
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            // A pod's tokens outlive the start of its deletion by a grace period; other
+            // objects' die with it.
+            let gone = match (bound.kind, deleted) {
+                (_, None) => false,
+                (BoundKind::Pod, Some(d)) => d.as_second() + POD_DELETION_GRACE_SECONDS < now,
+                (_, Some(_)) => true,
+            };
+            if gone {
                 return None;
             }
+            let key = match bound.kind {
+                BoundKind::Pod => "pod",
+                BoundKind::Secret => "secret",
+                BoundKind::Node => "node",
+            };
             extra.insert(
-                "authentication.kubernetes.io/pod-name".into(),
-                vec![pod_name.clone()],
+                format!("authentication.kubernetes.io/{key}-name"),
+                vec![bound.name.clone()],
             );
             extra.insert(
-                "authentication.kubernetes.io/pod-uid".into(),
-                vec![pod_uid.clone()],
+                format!("authentication.kubernetes.io/{key}-uid"),
+                vec![bound.uid.clone()],
             );
         }
         let mut user = UserInfo::service_account(&claims.namespace, &claims.name, &claims.uid);
@@ -164,9 +187,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn read(registry: &Registry, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+async fn read(
+    registry: &Registry,
+    plural: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Option<Value> {
     let rt = registry.catalog().get("", "v1", plural)?;
-    registry.get(&rt, Some(namespace), name, None).await.ok()
+    registry.get(&rt, namespace, name, None).await.ok()
 }
 
 const IMPERSONATE_USER: &str = "impersonate-user";

@@ -73,8 +73,57 @@ pub struct Claims {
     pub audiences: Vec<String>,
     /// The token's id (`jti`).
     pub id: String,
-    /// The pod it is bound to: name and uid.
-    pub pod: Option<(String, String)>,
+    /// The object it is bound to, if any.
+    pub bound: Option<Bound>,
+}
+
+/// The kinds a token can be bound to (TokenRequest `spec.boundObjectRef`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundKind {
+    /// A Pod, in the ServiceAccount's namespace.
+    Pod,
+    /// A Secret, in the ServiceAccount's namespace.
+    Secret,
+    /// A Node.
+    Node,
+}
+
+impl BoundKind {
+    /// The kind as `boundObjectRef.kind` names it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            BoundKind::Pod => "Pod",
+            BoundKind::Secret => "Secret",
+            BoundKind::Node => "Node",
+        }
+    }
+
+    /// The key of its claim under `kubernetes.io`, and its resource.
+    fn claim(self) -> &'static str {
+        match self {
+            BoundKind::Pod => "pod",
+            BoundKind::Secret => "secret",
+            BoundKind::Node => "node",
+        }
+    }
+
+    /// The kind named `kind`, if tokens can be bound to it.
+    pub fn of(kind: &str) -> Option<BoundKind> {
+        [BoundKind::Pod, BoundKind::Secret, BoundKind::Node]
+            .into_iter()
+            .find(|k| k.kind() == kind)
+    }
+}
+
+/// An object a token is bound to: the token is valid only while it exists with this uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bound {
+    /// Its kind.
+    pub kind: BoundKind,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
 }
 
 impl ServiceAccountTokens {
@@ -130,7 +179,7 @@ impl ServiceAccountTokens {
     }
 
     /// A token for the ServiceAccount `namespace/name` (uid `uid`), for `audiences`, valid
-    /// from `now` for `seconds`, optionally bound to a pod (name, uid).
+    /// from `now` for `seconds`, optionally bound to an object.
     #[allow(clippy::too_many_arguments)]
     pub fn issue(
         &self,
@@ -140,14 +189,14 @@ impl ServiceAccountTokens {
         audiences: &[String],
         now: i64,
         seconds: i64,
-        pod: Option<(&str, &str)>,
+        bound: Option<&Bound>,
     ) -> String {
         let mut kubernetes = json!({
             "namespace": namespace,
             "serviceaccount": {"name": name, "uid": uid},
         });
-        if let Some((pod, pod_uid)) = pod {
-            kubernetes["pod"] = json!({"name": pod, "uid": pod_uid});
+        if let Some(bound) = bound {
+            kubernetes[bound.kind.claim()] = json!({"name": bound.name, "uid": bound.uid});
         }
         let claims = json!({
             "aud": audiences,
@@ -208,19 +257,23 @@ impl ServiceAccountTokens {
             return None;
         }
         let k = &claims["kubernetes.io"];
-        let pod = k["pod"]["name"].as_str().map(|name| {
-            (
-                name.to_string(),
-                k["pod"]["uid"].as_str().unwrap_or("").to_string(),
-            )
-        });
+        let bound = [BoundKind::Pod, BoundKind::Secret, BoundKind::Node]
+            .into_iter()
+            .find_map(|kind| {
+                let claim = &k[kind.claim()];
+                Some(Bound {
+                    kind,
+                    name: claim["name"].as_str()?.to_string(),
+                    uid: claim["uid"].as_str().unwrap_or("").to_string(),
+                })
+            });
         Some(Claims {
             namespace: k["namespace"].as_str()?.to_string(),
             name: k["serviceaccount"]["name"].as_str()?.to_string(),
             uid: k["serviceaccount"]["uid"].as_str()?.to_string(),
             audiences: matched,
             id: claims["jti"].as_str().unwrap_or("").to_string(),
-            pod,
+            bound,
         })
     }
 }
@@ -240,7 +293,11 @@ mod tests {
             &aud,
             1_000,
             3_600,
-            Some(("web", "p-1")),
+            Some(&Bound {
+                kind: BoundKind::Pod,
+                name: "web".into(),
+                uid: "p-1".into(),
+            }),
         );
         let claims = tokens.verify(&token, &aud, 2_000).expect("valid");
         assert_eq!(
@@ -251,7 +308,11 @@ mod tests {
             ),
             ("d", "builder", "u-1")
         );
-        assert_eq!(claims.pod, Some(("web".into(), "p-1".into())));
+        let bound = claims.bound.expect("bound");
+        assert_eq!(
+            (bound.kind, bound.name.as_str(), bound.uid.as_str()),
+            (BoundKind::Pod, "web", "p-1")
+        );
         // Expired, for another audience, from another key, or tampered with: refused.
         assert!(tokens.verify(&token, &aud, 10_000).is_none());
         assert!(

@@ -324,40 +324,52 @@ pub async fn token_request(
         ));
     }
     let audiences = crate::auth::tokens::audiences(&request);
-    let mut pod = None;
+    let mut bound_to = None;
     if let Some(bound) = request
         .pointer("/spec/boundObjectRef")
         .filter(|b| b.is_object())
     {
-        if bound["kind"] != "Pod" {
+        let kind_name = bound["kind"].as_str().unwrap_or("");
+        let Some(kind) = crate::auth::tokens::BoundKind::of(kind_name) else {
             return Err(ApiError::bad_request(format!(
-                "cannot bind token to object of type {}",
-                bound["kind"].as_str().unwrap_or("")
+                "cannot bind token to object of type {kind_name}"
             )));
-        }
-        let pods = pods(registry)?;
-        let pod_name = bound["name"].as_str().unwrap_or("");
-        let found = registry.get(&pods, ns, pod_name, None).await?;
-        let pod_uid = found
+        };
+        let (plural, object_ns) = match kind {
+            crate::auth::tokens::BoundKind::Pod => ("pods", ns),
+            crate::auth::tokens::BoundKind::Secret => ("secrets", ns),
+            crate::auth::tokens::BoundKind::Node => ("nodes", None),
+        };
+        let rt = registry
+            .catalog()
+            .get("", "v1", plural)
+            .ok_or_else(ApiError::no_route)?;
+        let object_name = bound["name"].as_str().unwrap_or("");
+        let found = registry.get(&rt, object_ns, object_name, None).await?;
+        let object_uid = found
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
         if let Some(want) = bound["uid"].as_str().filter(|u| !u.is_empty())
-            && want != pod_uid
+            && want != object_uid
         {
             return Err(ApiError::conflict(
                 Target {
                     group: "",
-                    resource: "pods",
-                    name: pod_name,
+                    resource: plural,
+                    name: object_name,
                 },
                 format!(
                     "the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated"
                 ),
             ));
         }
-        pod = Some((pod_name.to_string(), pod_uid));
+        bound_to = Some(crate::auth::tokens::Bound {
+            kind,
+            name: object_name.to_string(),
+            uid: object_uid,
+        });
     }
     let now = jiff::Timestamp::now();
     let token = tokens.issue(
@@ -367,7 +379,7 @@ pub async fn token_request(
         &audiences,
         now.as_second(),
         seconds,
-        pod.as_ref().map(|(n, u)| (n.as_str(), u.as_str())),
+        bound_to.as_ref(),
     );
     let expires = jiff::Timestamp::from_second(now.as_second() + seconds)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
