@@ -33,6 +33,7 @@
 //!
 //! `docs/architecture.md` in the repository walks the same path in prose.
 
+pub mod admission;
 pub mod auth;
 pub mod controllers;
 pub mod error;

@@ -154,6 +154,8 @@ pub struct Registry {
     policy_generation: Arc<AtomicU64>,
     /// Checks clients' writes before they are stored.
     write_check: Option<Arc<dyn WriteCheck>>,
+    /// The admission plugins every create and update goes through.
+    admission: Arc<crate::admission::Chain>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -241,7 +243,15 @@ impl Registry {
             metrics,
             policy_generation: Arc::new(AtomicU64::new(0)),
             write_check: None,
+            admission: Arc::new(crate::admission::Chain::builtin()),
         }
+    }
+
+    /// The same registry running `chain` as its admission plugins (default:
+    /// [`Chain::builtin`](crate::admission::Chain::builtin)).
+    pub fn with_admission(mut self, chain: crate::admission::Chain) -> Self {
+        self.admission = Arc::new(chain);
+        self
     }
 
     /// The same registry checking clients' writes with `check` before storing them.
@@ -657,12 +667,24 @@ impl Registry {
         if let Some(prepare) = rt.prepare_create {
             prepare(&mut obj);
         }
-        let mut obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
         let name = meta::meta_str(&obj, "name").unwrap_or("").to_string();
+        let admitting = crate::admission::Attributes {
+            operation: crate::admission::Operation::Create,
+            rt,
+            namespace: ns.unwrap_or(""),
+            name: &name,
+            subresource: None,
+            old: None,
+            user: opts.user.as_ref(),
+            dry_run: opts.dry_run,
+        };
+        self.admission.admit(&admitting, &mut obj, self).await?;
+        let mut obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
         self.validate(rt, &obj, None)?;
         if let (true, Some(ns)) = (rt.namespaced, ns) {
             self.check_namespace(rt, ns, &name).await?;
         }
+        self.admission.validate(&admitting, &obj, self).await?;
         self.check_write(rt, None, &obj, opts).await?;
         if opts.dry_run {
             encode(rt, &obj)?;
@@ -739,7 +761,7 @@ impl Registry {
             None => None,
         };
         let outcome = self
-            .guaranteed_update(rt, ns, name, opts, |current_kv, current| {
+            .guaranteed_update(rt, ns, name, subresource, opts, |current_kv, current| {
                 if let Some(expected) = expected
                     && expected != current_kv.mod_revision
                 {
@@ -784,7 +806,7 @@ impl Registry {
     ) -> Result<Written> {
         let mut warnings = Vec::new();
         let (object, _) = self
-            .guaranteed_update(rt, ns, name, opts, |current_kv, current| {
+            .guaranteed_update(rt, ns, name, subresource, opts, |current_kv, current| {
                 let patched = apply(&current)?;
                 // A resourceVersion in the patch is a precondition; otherwise the patch
                 // applies to whatever is current.
@@ -1058,7 +1080,7 @@ impl Registry {
             ..WriteOptions::default()
         };
         let (object, outcome) = self
-            .guaranteed_update(rt, ns, name, &write, |kv, current| {
+            .guaranteed_update(rt, ns, name, None, &write, |kv, current| {
                 if let Some(uid) = &opts.precondition_uid {
                     let actual = meta::meta_str(&current, "uid").unwrap_or("");
                     if actual != uid {

@@ -53,13 +53,15 @@ impl Registry {
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
+        subresource: Option<&str>,
         opts: &WriteOptions,
         mut decide: impl FnMut(&KeyValue, Value) -> Result<Change>,
     ) -> Result<(Value, Outcome)> {
         let dry_run = opts.dry_run;
         let key = Bytes::from(rt.key(ns, name));
-        let checked =
-            opts.user.is_some() && self.write_check.as_ref().is_some_and(|c| c.applies(rt));
+        // Admission and the write check see the object as it was.
+        let checked = !self.admission.is_empty()
+            || (opts.user.is_some() && self.write_check.as_ref().is_some_and(|c| c.applies(rt)));
         for _ in 0..MAX_ATTEMPTS {
             let Some(kv) = self.read(rt, ns, name).await? else {
                 return Err(ApiError::not_found(target(rt, name)));
@@ -72,6 +74,20 @@ impl Registry {
                 Change::Delete(object) => (object, Outcome::Deleted),
             };
             if outcome == Outcome::Stored {
+                let admitting = crate::admission::Attributes {
+                    operation: crate::admission::Operation::Update,
+                    rt,
+                    namespace: ns.unwrap_or(""),
+                    name,
+                    subresource,
+                    old: before.as_ref(),
+                    user: opts.user.as_ref(),
+                    dry_run,
+                };
+                if self.admission.admit(&admitting, &mut object, self).await? {
+                    self.validate(rt, &object, before.as_ref())?;
+                }
+                self.admission.validate(&admitting, &object, self).await?;
                 self.check_write(rt, before.as_ref(), &object, opts).await?;
             }
             if dry_run {

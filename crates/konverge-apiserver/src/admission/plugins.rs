@@ -1,0 +1,307 @@
+//! The built-in admission plugins konverge runs, each as its kube-apiserver namesake.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Attributes, Operation, Plugin};
+use crate::error::{ApiError, Result, Target};
+use crate::registry::{ListOptions, Registry};
+
+/// kube's `admission.NewForbidden`: `<resource> "<name>" is forbidden: <why>`.
+fn forbidden(attributes: &Attributes<'_>, why: String) -> ApiError {
+    ApiError::forbidden(
+        Target {
+            group: &attributes.rt.group,
+            resource: &attributes.rt.plural,
+            name: attributes.name,
+        },
+        why,
+    )
+}
+
+/// Every object of `group/version/plural`, read consistently.
+async fn list(
+    registry: &Registry,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Result<Vec<Arc<Value>>> {
+    let Some(rt) = registry.catalog().get(group, version, plural) else {
+        return Ok(Vec::new());
+    };
+    Ok(registry
+        .list(&rt, None, &ListOptions::default())
+        .await?
+        .items)
+}
+
+/// Of the objects annotated as the default (`annotation` or `beta_annotation` = `"true"`), the
+/// newest (then the first by name), as kube's default-class plugins choose.
+fn newest_default(items: &[Arc<Value>], annotations: &[&str]) -> Option<String> {
+    items
+        .iter()
+        .filter(|item| {
+            annotations.iter().any(|a| {
+                item.pointer("/metadata/annotations")
+                    .and_then(|m| m.get(*a))
+                    .and_then(Value::as_str)
+                    == Some("true")
+            })
+        })
+        .max_by(|a, b| {
+            let created = |v: &Value| {
+                v.pointer("/metadata/creationTimestamp")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let name = |v: &Value| {
+                v.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| name(b).cmp(&name(a)))
+        })
+        .and_then(|item| item.pointer("/metadata/name").and_then(Value::as_str))
+        .map(String::from)
+}
+
+/// `DefaultStorageClass`: a PersistentVolumeClaim created without `spec.storageClassName`
+/// (and without the beta annotation) gets the default StorageClass's name.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultStorageClass;
+
+#[async_trait::async_trait]
+impl Plugin for DefaultStorageClass {
+    fn name(&self) -> &'static str {
+        "DefaultStorageClass"
+    }
+
+    async fn admit(
+        &self,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        registry: &Registry,
+    ) -> Result<bool> {
+        if !attributes.creates("", "persistentvolumeclaims")
+            || object
+                .pointer("/spec/storageClassName")
+                .is_some_and(|v| !v.is_null())
+            || object
+                .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
+                .is_some()
+        {
+            return Ok(false);
+        }
+        let classes = list(registry, "storage.k8s.io", "v1", "storageclasses").await?;
+        let default = newest_default(
+            &classes,
+            &[
+                "storageclass.kubernetes.io/is-default-class",
+                "storageclass.beta.kubernetes.io/is-default-class",
+            ],
+        );
+        match (default, object.get_mut("spec")) {
+            (Some(default), Some(spec)) if spec.is_object() => {
+                spec["storageClassName"] = json!(default);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// `DefaultIngressClass`: an Ingress created without `spec.ingressClassName` (and without the
+/// `kubernetes.io/ingress.class` annotation) gets the default IngressClass's name.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultIngressClass;
+
+#[async_trait::async_trait]
+impl Plugin for DefaultIngressClass {
+    fn name(&self) -> &'static str {
+        "DefaultIngressClass"
+    }
+
+    async fn admit(
+        &self,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        registry: &Registry,
+    ) -> Result<bool> {
+        if !attributes.creates("networking.k8s.io", "ingresses")
+            || object
+                .pointer("/spec/ingressClassName")
+                .is_some_and(|v| !v.is_null())
+            || object
+                .pointer("/metadata/annotations/kubernetes.io~1ingress.class")
+                .is_some()
+        {
+            return Ok(false);
+        }
+        let classes = list(registry, "networking.k8s.io", "v1", "ingressclasses").await?;
+        let default = newest_default(&classes, &["ingressclass.kubernetes.io/is-default-class"]);
+        let Some(default) = default else {
+            return Ok(false);
+        };
+        if !object.get("spec").is_some_and(Value::is_object) {
+            object["spec"] = json!({});
+        }
+        object["spec"]["ingressClassName"] = json!(default);
+        Ok(true)
+    }
+}
+
+/// `Priority`: a pod created with a `priorityClassName` gets that class's value as its
+/// `priority` and its `preemptionPolicy` (403 if the class does not exist); without one, the
+/// global default class's, or priority 0 and `PreemptLowerPriority`. A priority or policy the
+/// client set must agree. A PriorityClass may be the global default only if no other is.
+#[derive(Debug, Clone, Copy)]
+pub struct Priority;
+
+/// The classes marked `globalDefault`, the lowest value first (kube picks it if a race made
+/// two).
+fn default_class(classes: &[Arc<Value>]) -> Option<&Value> {
+    classes
+        .iter()
+        .filter(|c| c["globalDefault"] == true)
+        .min_by_key(|c| c["value"].as_i64().unwrap_or(0))
+        .map(|c| c.as_ref())
+}
+
+#[async_trait::async_trait]
+impl Plugin for Priority {
+    fn name(&self) -> &'static str {
+        "Priority"
+    }
+
+    async fn admit(
+        &self,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        registry: &Registry,
+    ) -> Result<bool> {
+        if attributes.subresource.is_some()
+            || !attributes.rt.group.is_empty()
+            || attributes.rt.plural != "pods"
+        {
+            return Ok(false);
+        }
+        if attributes.operation == Operation::Update {
+            // The plugin set them on create; an update that leaves them out keeps them.
+            let mut changed = false;
+            if let (Some(old), Some(spec)) = (attributes.old, object.get_mut("spec"))
+                && spec.is_object()
+            {
+                for field in ["priority", "preemptionPolicy"] {
+                    if spec.get(field).is_none_or(Value::is_null)
+                        && let Some(kept) = old["spec"].get(field).filter(|v| !v.is_null())
+                    {
+                        spec[field] = kept.clone();
+                        changed = true;
+                    }
+                }
+            }
+            return Ok(changed);
+        }
+        let classes = list(registry, "scheduling.k8s.io", "v1", "priorityclasses").await?;
+        let named = object
+            .pointer("/spec/priorityClassName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(String::from);
+        let (class_name, priority, policy) = match &named {
+            None => match default_class(&classes) {
+                Some(class) => (
+                    class["metadata"]["name"].as_str().map(String::from),
+                    class["value"].as_i64().unwrap_or(0),
+                    class["preemptionPolicy"]
+                        .as_str()
+                        .unwrap_or("PreemptLowerPriority")
+                        .to_string(),
+                ),
+                None => (None, 0, "PreemptLowerPriority".to_string()),
+            },
+            Some(name) => {
+                let Some(class) = classes
+                    .iter()
+                    .find(|c| c["metadata"]["name"].as_str() == Some(name))
+                else {
+                    return Err(forbidden(
+                        attributes,
+                        format!("no PriorityClass with name {name} was found"),
+                    ));
+                };
+                (
+                    None,
+                    class["value"].as_i64().unwrap_or(0),
+                    class["preemptionPolicy"]
+                        .as_str()
+                        .unwrap_or("PreemptLowerPriority")
+                        .to_string(),
+                )
+            }
+        };
+        if !object.get("spec").is_some_and(Value::is_object) {
+            object["spec"] = json!({});
+        }
+        let spec = &mut object["spec"];
+        if let Some(given) = spec.get("priority").and_then(Value::as_i64)
+            && given != priority
+        {
+            return Err(forbidden(
+                attributes,
+                format!(
+                    "the integer value of priority ({given}) must not be provided in pod spec; priority admission controller computed {priority} from the given PriorityClass name"
+                ),
+            ));
+        }
+        if let Some(given) = spec.get("preemptionPolicy").and_then(Value::as_str)
+            && given != policy
+        {
+            return Err(forbidden(
+                attributes,
+                format!(
+                    "the string value of PreemptionPolicy ({given}) must not be provided in pod spec; priority admission controller computed {policy} from the given PriorityClass name"
+                ),
+            ));
+        }
+        if let Some(class_name) = class_name {
+            spec["priorityClassName"] = json!(class_name);
+        }
+        spec["priority"] = json!(priority);
+        spec["preemptionPolicy"] = json!(policy);
+        Ok(true)
+    }
+
+    async fn validate(
+        &self,
+        attributes: &Attributes<'_>,
+        object: &Value,
+        registry: &Registry,
+    ) -> Result<()> {
+        if attributes.subresource.is_some()
+            || attributes.rt.group != "scheduling.k8s.io"
+            || attributes.rt.plural != "priorityclasses"
+            || object["globalDefault"] != true
+        {
+            return Ok(());
+        }
+        let classes = list(registry, "scheduling.k8s.io", "v1", "priorityclasses").await?;
+        if let Some(existing) = default_class(&classes) {
+            let existing = existing["metadata"]["name"].as_str().unwrap_or("");
+            if attributes.operation == Operation::Create || existing != attributes.name {
+                return Err(forbidden(
+                    attributes,
+                    format!(
+                        "PriorityClass {existing} is already marked as default. Only one default can exist"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

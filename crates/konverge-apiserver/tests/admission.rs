@@ -1,0 +1,192 @@
+//! The built-in admission plugins, through a `kube::Client` on the in-process server:
+//! Priority, DefaultStorageClass and DefaultIngressClass, with kube-apiserver's refusals.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
+use konverge_apiserver::ApiServer;
+use konverge_store::MemStore;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+async fn client() -> kube::Client {
+    let server = ApiServer::builder(Arc::new(MemStore::new()))
+        .build()
+        .await
+        .expect("server");
+    kube::Client::new(server.router(), "default")
+}
+
+fn object<K: serde::de::DeserializeOwned>(value: serde_json::Value) -> K {
+    serde_json::from_value(value).expect("an object")
+}
+
+fn pod(name: &str, spec_extra: serde_json::Value) -> Pod {
+    let mut spec = json!({"containers": [{"name": "c", "image": "nginx"}]});
+    for (k, v) in spec_extra.as_object().cloned().unwrap_or_default() {
+        spec[k] = v;
+    }
+    object(json!({"metadata": {"name": name}, "spec": spec}))
+}
+
+fn forbidden(e: kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 403 && s.reason == "Forbidden" => s.message,
+        other => panic!("expected 403, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn pods_get_their_priority_from_their_class() -> anyhow::Result<()> {
+    let client = client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let plain = pods
+        .create(&PostParams::default(), &pod("plain", json!({})))
+        .await?;
+    let spec = plain.spec.unwrap();
+    assert_eq!(spec.priority, Some(0));
+    assert_eq!(
+        spec.preemption_policy.as_deref(),
+        Some("PreemptLowerPriority")
+    );
+    let critical = pods
+        .create(
+            &PostParams::default(),
+            &pod(
+                "critical",
+                json!({"priorityClassName": "system-cluster-critical"}),
+            ),
+        )
+        .await?;
+    assert_eq!(critical.spec.unwrap().priority, Some(2_000_000_000));
+    let e = pods
+        .create(
+            &PostParams::default(),
+            &pod("lost", json!({"priorityClassName": "gold"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"pods "lost" is forbidden: no PriorityClass with name gold was found"#
+    );
+    let e = pods
+        .create(
+            &PostParams::default(),
+            &pod("sneaky", json!({"priority": 7})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"pods "sneaky" is forbidden: the integer value of priority (7) must not be provided in pod spec; priority admission controller computed 0 from the given PriorityClass name"#
+    );
+    // A global default class applies to pods that name none, and there is only one.
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "normal"}, "value": 100, "globalDefault": true, "preemptionPolicy": "Never"})),
+        )
+        .await?;
+    let defaulted = pods
+        .create(&PostParams::default(), &pod("defaulted", json!({})))
+        .await?;
+    let spec = defaulted.spec.unwrap();
+    assert_eq!(
+        (
+            spec.priority_class_name.as_deref(),
+            spec.priority,
+            spec.preemption_policy.as_deref()
+        ),
+        (Some("normal"), Some(100), Some("Never"))
+    );
+    let e = classes
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "other"}, "value": 5, "globalDefault": true})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"priorityclasses.scheduling.k8s.io "other" is forbidden: PriorityClass normal is already marked as default. Only one default can exist"#
+    );
+    // Updates keep what admission set, even when the client leaves it out.
+    let mut update = pods.get("plain").await?;
+    update.spec.as_mut().unwrap().priority = None;
+    update.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    let updated = pods
+        .replace("plain", &PostParams::default(), &update)
+        .await?;
+    assert_eq!(updated.spec.unwrap().priority, Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn claims_and_ingresses_get_the_default_class() -> anyhow::Result<()> {
+    let client = client().await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim = |name: &str, class: Option<&str>| -> PersistentVolumeClaim {
+        let mut spec = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}});
+        if let Some(class) = class {
+            spec["storageClassName"] = json!(class);
+        }
+        object(json!({"metadata": {"name": name}, "spec": spec}))
+    };
+    let before = claims
+        .create(&PostParams::default(), &claim("early", None))
+        .await?;
+    assert_eq!(
+        before.spec.unwrap().storage_class_name,
+        None,
+        "no default class yet"
+    );
+    let storage: Api<StorageClass> = Api::all(client.clone());
+    for (name, default) in [("slow", false), ("fast", true)] {
+        storage
+            .create(
+                &PostParams::default(),
+                &object(json!({"metadata": {"name": name, "annotations": {"storageclass.kubernetes.io/is-default-class": default.to_string()}}, "provisioner": "example.com/disk"})),
+            )
+            .await?;
+    }
+    let defaulted = claims
+        .create(&PostParams::default(), &claim("late", None))
+        .await?;
+    assert_eq!(
+        defaulted.spec.unwrap().storage_class_name.as_deref(),
+        Some("fast")
+    );
+    let chosen = claims
+        .create(&PostParams::default(), &claim("chosen", Some("")))
+        .await?;
+    assert_eq!(
+        chosen.spec.unwrap().storage_class_name.as_deref(),
+        Some(""),
+        "an empty class is a choice"
+    );
+
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), "default");
+    let classes: Api<k8s_openapi::api::networking::v1::IngressClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "nginx", "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}}, "spec": {"controller": "example.com/ingress"}})),
+        )
+        .await?;
+    let ingress = ingresses
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "web"}, "spec": {"defaultBackend": {"service": {"name": "web", "port": {"number": 80}}}}})),
+        )
+        .await?;
+    assert_eq!(
+        ingress.spec.unwrap().ingress_class_name.as_deref(),
+        Some("nginx")
+    );
+    Ok(())
+}
