@@ -6,8 +6,8 @@
 //!   timeouts (watches stay open) — and returns a [`Serving`] handle: the bound address, when
 //!   it accepts connections, and graceful shutdown bounded by a grace period.
 //! - [`Credentials`]: a self-signed CA, a serving certificate for `localhost`/`127.0.0.1`/`::1`
-//!   signed by it, and a bearer token, generated on first start in a data directory and reused
-//!   afterwards.
+//!   signed by it, a bearer token and the ServiceAccount token signing key, generated on first
+//!   start in a data directory and reused afterwards.
 //! - [`kubeconfig()`]: the `kube::config::Kubeconfig` that points kubectl, client-go, kube-rs and
 //!   the Python client at the server; [`write_kubeconfig`] writes it as `DATA_DIR/kubeconfig`.
 //!
@@ -25,6 +25,7 @@
 //! let credentials = Credentials::load_or_create(data_dir)?;
 //! let server = ApiServer::builder(store)
 //!     .bearer_token(credentials.token.clone())
+//!     .service_account_key(credentials.service_account_key.clone())
 //!     .build()
 //!     .await?;
 //! let serving = Serve::new(server.router())

@@ -26,11 +26,12 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsConnector;
 
 use super::credentials::{
-    CA_CERT_FILE, CA_KEY_FILE, Credentials, CredentialsError, SERVING_CERT_FILE, SERVING_KEY_FILE,
-    TOKEN_FILE,
+    CA_CERT_FILE, CA_KEY_FILE, Credentials, CredentialsError, SERVICE_ACCOUNT_KEY_FILE,
+    SERVING_CERT_FILE, SERVING_KEY_FILE, TOKEN_FILE,
 };
 use super::https::{Serve, ServeOptions, Serving};
 use super::kubeconfig::{KUBECONFIG_FILE, kubeconfig, render, server_url, write_kubeconfig};
+use crate::auth::tokens::ServiceAccountTokens;
 
 const GIT_VERSION: &str = "v1.33.0+konverge-test";
 const VERSION_JSON: &str = r#"{"major":"1","minor":"33","gitVersion":"v1.33.0+konverge-test","gitCommit":"0000000000000000000000000000000000000000","gitTreeState":"clean","buildDate":"2025-01-01T00:00:00Z","goVersion":"none","compiler":"rustc","platform":"linux/amd64"}"#;
@@ -397,6 +398,46 @@ fn credentials_are_generated_once_with_private_modes() {
     let other = Credentials::load_or_create(&other).unwrap();
     assert_ne!(other.ca_pem, first.ca_pem);
     assert_ne!(other.token, first.token);
+}
+
+#[test]
+fn the_service_account_key_is_kept_and_made_for_older_data_directories() {
+    let (_tmp, dir) = data_dir();
+    let first = Credentials::load_or_create(&dir).unwrap();
+    #[cfg(unix)]
+    assert_eq!(mode(&dir.join(SERVICE_ACCOUNT_KEY_FILE)), 0o600);
+    assert!(
+        std::fs::read_to_string(dir.join(SERVICE_ACCOUNT_KEY_FILE))
+            .unwrap()
+            .starts_with("-----BEGIN PRIVATE KEY-----")
+    );
+    ServiceAccountTokens::from_pkcs8(&first.service_account_key).unwrap();
+    assert!(!format!("{first:?}").contains(&format!("{:?}", first.service_account_key)));
+    let again = Credentials::load_or_create(&dir).unwrap();
+    assert_eq!(again.service_account_key, first.service_account_key);
+
+    // A data directory from before the key existed: everything else loads, the key is made.
+    std::fs::remove_file(dir.join(SERVICE_ACCOUNT_KEY_FILE)).unwrap();
+    let upgraded = Credentials::load_or_create(&dir).unwrap();
+    assert!(!upgraded.generated);
+    assert_eq!(upgraded.token, first.token);
+    assert_ne!(upgraded.service_account_key, first.service_account_key);
+    assert_eq!(
+        Credentials::load_or_create(&dir)
+            .unwrap()
+            .service_account_key,
+        upgraded.service_account_key
+    );
+
+    // A damaged key is an error naming it, not replaced.
+    let error = error_after(|dir| {
+        std::fs::write(
+            dir.join(SERVICE_ACCOUNT_KEY_FILE),
+            std::fs::read_to_string(dir.join(CA_CERT_FILE)).unwrap(),
+        )
+        .unwrap()
+    });
+    assert_invalid(&error, SERVICE_ACCOUNT_KEY_FILE, "private key");
 }
 
 #[test]
