@@ -1,5 +1,5 @@
 //! The server's TLS identity, the bearer token and the ServiceAccount signing key, generated
-//! once per data directory.
+//! once per data directory; and client certificates signed by its CA.
 //!
 //! Layout (all files mode 0600, directories created here mode 0700):
 //!
@@ -18,6 +18,9 @@
 //! it existed). Anything else (some files missing, unreadable or corrupt, a key not matching
 //! its certificate, a serving certificate not issued by the CA for 127.0.0.1 or expired) is an
 //! error naming the file; nothing is silently regenerated.
+//!
+//! [`issue_client_certificate`] signs a client certificate with the CA (what
+//! `konverge kubeconfig --user` hands out).
 
 use std::fmt;
 use std::io;
@@ -40,6 +43,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 use super::fsutil;
 use crate::auth::tokens::ServiceAccountTokens;
+use crate::auth::x509::{CertificateRequest, IssuedCertificate, X509Error};
 
 /// Path of the CA certificate, relative to the data directory.
 pub const CA_CERT_FILE: &str = "pki/ca.crt";
@@ -161,6 +165,9 @@ pub enum CredentialsError {
     /// Key or certificate generation failed.
     #[error("cannot generate credentials")]
     Generate(#[source] rcgen::Error),
+    /// A client certificate could not be issued.
+    #[error("cannot issue a client certificate")]
+    Issue(#[source] X509Error),
 }
 
 fn list(paths: &[PathBuf]) -> String {
@@ -408,6 +415,29 @@ fn load_or_create_service_account_key(path: &Path) -> Result<Vec<u8>, Credential
     };
     ServiceAccountTokens::from_pkcs8(&der).map_err(|e| invalid(path, e.to_string()))?;
     Ok(der)
+}
+
+/// A new key pair and a client certificate for `user` in `groups` (one organization each),
+/// signed by the CA stored in `data_dir`, valid from now (backdated an hour, for clock skew)
+/// for `validity`. The server maps it to that user and groups.
+pub fn issue_client_certificate(
+    data_dir: &Path,
+    user: &str,
+    groups: &[String],
+    validity: Duration,
+) -> Result<IssuedCertificate, CredentialsError> {
+    let files = Files::new(data_dir);
+    let ca_pem = read_text(&files.ca_cert)?;
+    let ca_key_pem = read_text(&files.ca_key)?;
+    let now = jiff::Timestamp::now().as_second();
+    let request = CertificateRequest {
+        user: user.to_string(),
+        groups: groups.to_vec(),
+        not_before: now - BACKDATE.as_secs() as i64,
+        not_after: now.saturating_add(i64::try_from(validity.as_secs()).unwrap_or(i64::MAX)),
+    };
+    crate::auth::x509::issue_client_certificate(&ca_pem, &ca_key_pem, &request)
+        .map_err(CredentialsError::Issue)
 }
 
 /// Characters allowed in a bearer token (RFC 6750 `b64token`).
