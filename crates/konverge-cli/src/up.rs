@@ -43,7 +43,8 @@ enum Authorization {
     AlwaysAllow,
 }
 
-fn default_data_dir() -> PathBuf {
+/// `$HOME/.konverge`.
+pub(crate) fn default_data_dir() -> PathBuf {
     match std::env::var_os("HOME") {
         Some(home) => PathBuf::from(home).join(".konverge"),
         None => PathBuf::from(".konverge"),

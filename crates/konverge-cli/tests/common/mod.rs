@@ -27,7 +27,13 @@ impl Up {
 
     /// Stops the server (SIGTERM, as Ctrl-C would) and starts it again on the same data
     /// directory and port.
-    pub(crate) fn restart(mut self) -> Up {
+    pub(crate) fn restart(self) -> Up {
+        let port = self.port;
+        Up::start_in(self.stop(), port)
+    }
+
+    /// Stops the server (SIGTERM, as Ctrl-C would) and hands back its data directory.
+    pub(crate) fn stop(mut self) -> tempfile::TempDir {
         let stopped = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -36,11 +42,8 @@ impl Up {
             let _ = self.child.kill();
         }
         self.child.wait().expect("konverge up exits");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let old = std::mem::replace(&mut self.dir, dir);
-        let port = self.port;
-        drop(self);
-        Up::start_in(old, port)
+        let placeholder = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.dir, placeholder)
     }
 
     fn start_in(dir: tempfile::TempDir, port: u16) -> Up {
