@@ -25,7 +25,8 @@
 //! - [`metrics`]: `GET /metrics`, kube-apiserver's Prometheus metrics (requests, latencies,
 //!   in-flight and long-running requests, watch events, stored objects, store latency) under
 //!   kube's names, labels and buckets, recorded once per request by the dispatcher.
-//! - [`auth`]: ServiceAccount tokens.
+//! - [`auth`]: who is asking (the admin token, ServiceAccount tokens, client certificates,
+//!   impersonation) and whether they may (RBAC, or everything allowed).
 //! - [`serve`]: the network around the API: HTTPS or HTTP serving with graceful shutdown,
 //!   the CA, serving certificate and token, and kubeconfigs (what `konverge up` and the
 //!   testkit use).

@@ -2,6 +2,8 @@
 //!
 //! - `konverge up`: the API server on loopback over HTTPS, with a kubeconfig (see `up`;
 //!   serving, credentials and the kubeconfig are `konverge_apiserver::serve`).
+//! - `konverge kubeconfig`: a kubeconfig for another identity on that server — a user with a
+//!   client certificate from its CA, or a ServiceAccount with a token (see `kubeconfig`).
 //! - `konverge doctor`: watch a live cluster for a window and report hot loops, growing
 //!   objects, stuck deletions and objects deleted after a Warning Event (see `doctor`; the
 //!   engine is `konverge_runtime::doctor`).
@@ -10,6 +12,7 @@
 
 mod bench;
 mod doctor;
+mod kubeconfig;
 mod up;
 
 use std::process::ExitCode;
@@ -31,6 +34,10 @@ struct Cli {
 enum Command {
     /// Start a Kubernetes API server on this machine and write a kubeconfig for it.
     Up(up::UpArgs),
+    /// Print a kubeconfig for another identity on a `konverge up` server: a user with a client
+    /// certificate its CA signs (`--user NAME --group G`), or a ServiceAccount with a token
+    /// from the running server (`--as-serviceaccount NAMESPACE/NAME`).
+    Kubeconfig(kubeconfig::KubeconfigArgs),
     /// Watch a live cluster for a while and report hot loops, growing objects, stuck
     /// deletions and objects deleted after a Warning.
     ///
@@ -65,6 +72,7 @@ fn main() -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| ExitCode::SUCCESS),
+            Command::Kubeconfig(args) => kubeconfig::run(args).await.map(|()| ExitCode::SUCCESS),
             Command::Bench { target } => bench::run(target).await.map(|()| ExitCode::SUCCESS),
             // Findings and failures get distinct exit codes, so scripts can tell a sick
             // cluster from a doctor that could not look.

@@ -1,8 +1,9 @@
 //! `konverge up`: a Kubernetes API on this machine, over HTTPS, in milliseconds.
 //!
 //! Opens the store (the embedded disk store by default), loads or creates the credentials in
-//! the data directory, starts the API server on loopback, writes `DATA_DIR/kubeconfig`, says
-//! so, and serves until Ctrl-C or SIGTERM.
+//! the data directory (with the key ServiceAccount tokens are signed with, so tokens outlive
+//! restarts), starts the API server on loopback, writes `DATA_DIR/kubeconfig`, says so, and
+//! serves until Ctrl-C or SIGTERM.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +43,8 @@ enum Authorization {
     AlwaysAllow,
 }
 
-fn default_data_dir() -> PathBuf {
+/// `$HOME/.konverge`.
+pub(crate) fn default_data_dir() -> PathBuf {
     match std::env::var_os("HOME") {
         Some(home) => PathBuf::from(home).join(".konverge"),
         None => PathBuf::from(".konverge"),
@@ -117,6 +119,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let server = ApiServer::builder(store)
         .bearer_token(credentials.token.clone())
         .root_ca(credentials.ca_pem.clone())
+        .service_account_key(credentials.service_account_key.clone())
         .authorization(match args.authorization_mode {
             Authorization::Rbac => AuthorizationMode::Rbac,
             Authorization::AlwaysAllow => AuthorizationMode::AlwaysAllow,

@@ -6,8 +6,9 @@
 //!   while the token is unexpired, is for the API's audience, and the ServiceAccount (and the
 //!   pod the token is bound to) still exists with the uid it was issued for. Any other token
 //!   is 401 Unauthorized, never anonymous.
-//! - A client certificate the server's CA signed (verified by the TLS layer, which hands the
-//!   subject to [`Authenticator::authenticate`]): the user is its CN, the groups its Os.
+//! - A client certificate the server's CA signed (verified by the TLS layer, which hands what
+//!   its subject says to [`Authenticator::authenticate`]): the user is its CN, the groups its
+//!   Os (see [`super::x509`]). It comes before any token; one without a CN falls through to it.
 //! - No credentials: `system:anonymous` in `system:unauthenticated` — or, on a server that
 //!   requires no token at all (an in-process test server), the admin.
 //!
@@ -27,14 +28,20 @@ use super::user::{ANONYMOUS, AUTHENTICATED, SERVICE_ACCOUNTS, UNAUTHENTICATED, U
 use crate::error::ApiError;
 use crate::registry::Registry;
 
-/// A client certificate's subject, as verified by the TLS layer (put in the request's
-/// extensions).
+/// What a client certificate verified by the TLS layer says about its holder (put in each
+/// request's extensions; read with [`ClientCertificate::from_der`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientCertificate {
-    /// The subject's common name: the user.
+    /// The subject's common name: the user (empty: the certificate authenticates nobody).
     pub common_name: String,
     /// The subject's organizations: the groups.
     pub organizations: Vec<String>,
+    /// The subject's kube UID attributes: the user's uid (more than one, or an empty one, is
+    /// an error).
+    pub uids: Vec<String>,
+    /// `X509SHA256=<hex SHA-256 of the certificate>`: the user's
+    /// `authentication.kubernetes.io/credential-id`.
+    pub credential_id: String,
 }
 
 /// How long after a bound pod is deleted its tokens still authenticate (kube's grace).
@@ -68,21 +75,24 @@ impl Authenticator {
         headers: &HeaderMap,
         certificate: Option<&ClientCertificate>,
     ) -> Result<UserInfo, ApiError> {
-        if let Some(certificate) = certificate {
-            let mut user = UserInfo {
-                name: certificate.common_name.clone(),
-                groups: certificate.organizations.clone(),
-                ..UserInfo::default()
-            };
-            user.groups.push(AUTHENTICATED.into());
-            return Ok(user);
+        // As kube-apiserver's authenticators are chained: the certificate first; a certificate
+        // that names nobody falls through to the token, one that is wrong (several uids) too,
+        // but is then no anonymous request.
+        let mut failed = false;
+        if let Some(certificate) = certificate.filter(|c| !c.common_name.is_empty()) {
+            match certificate_user(certificate) {
+                Some(user) => return Ok(user),
+                None => failed = true,
+            }
         }
         let Some(token) = bearer(headers) else {
-            return Ok(if self.unsecured() {
-                UserInfo::admin()
+            return if failed {
+                Err(ApiError::unauthorized())
+            } else if self.unsecured() {
+                Ok(UserInfo::admin())
             } else {
-                UserInfo::anonymous()
-            });
+                Ok(UserInfo::anonymous())
+            };
         };
         let audiences = [ISSUER.to_string()];
         match self.token(registry, token, &audiences).await {
@@ -123,7 +133,7 @@ impl Authenticator {
             return None;
         }
         let mut extra = BTreeMap::from([(
-            "authentication.kubernetes.io/credential-id".to_string(),
+            CREDENTIAL_ID.to_string(),
             vec![format!("JTI={}", claims.id)],
         )]);
         if let Some(bound) = &claims.bound {
@@ -170,6 +180,38 @@ impl Authenticator {
         Some((user, claims.audiences))
     }
 }
+
+/// The user a client certificate names (see [`super::x509`]); `None` when its uid is
+/// unusable.
+fn certificate_user(certificate: &ClientCertificate) -> Option<UserInfo> {
+    let uid = match certificate.uids.as_slice() {
+        [] => String::new(),
+        [uid] if !uid.is_empty() => uid.clone(),
+        _ => return None,
+    };
+    let mut user = UserInfo {
+        name: certificate.common_name.clone(),
+        uid,
+        groups: certificate.organizations.clone(),
+        extra: BTreeMap::from([(
+            CREDENTIAL_ID.to_string(),
+            vec![certificate.credential_id.clone()],
+        )]),
+    };
+    // kube's authenticated-group adder: not for the anonymous user, nor twice.
+    if user.name != ANONYMOUS
+        && !user
+            .groups
+            .iter()
+            .any(|g| g == AUTHENTICATED || g == UNAUTHENTICATED)
+    {
+        user.groups.push(AUTHENTICATED.into());
+    }
+    Some(user)
+}
+
+/// The extra key naming the credential a user authenticated with.
+const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
 /// The bearer token of `Authorization: Bearer <token>` (the scheme in any case), if the
 /// header is one; `Some("")` for a bearer header without a token (refused as invalid).
@@ -389,6 +431,41 @@ mod tests {
         assert_eq!(bearer(&headers), Some(""));
         headers.insert("authorization", HeaderValue::from_static("Basic YTpi"));
         assert_eq!(bearer(&headers), None);
+    }
+
+    #[test]
+    fn certificates_name_users_as_kube_apiserver_names_them() {
+        let mut certificate = ClientCertificate {
+            common_name: "alice".into(),
+            organizations: vec!["devs".into(), "ops".into()],
+            uids: vec![],
+            credential_id: "X509SHA256=ab".into(),
+        };
+        let user = certificate_user(&certificate).unwrap();
+        assert_eq!(user.name, "alice");
+        assert_eq!(user.uid, "");
+        assert_eq!(user.groups, ["devs", "ops", AUTHENTICATED]);
+        assert_eq!(user.extra[CREDENTIAL_ID], ["X509SHA256=ab"]);
+
+        // Already authenticated (or explicitly not): no second group.
+        certificate.organizations = vec![AUTHENTICATED.into()];
+        assert_eq!(
+            certificate_user(&certificate).unwrap().groups,
+            [AUTHENTICATED]
+        );
+        certificate.organizations = vec![UNAUTHENTICATED.into()];
+        assert_eq!(
+            certificate_user(&certificate).unwrap().groups,
+            [UNAUTHENTICATED]
+        );
+
+        // One uid is the user's; several, or an empty one, authenticate nobody.
+        certificate.uids = vec!["u-1".into()];
+        assert_eq!(certificate_user(&certificate).unwrap().uid, "u-1");
+        certificate.uids = vec!["u-1".into(), "u-2".into()];
+        assert!(certificate_user(&certificate).is_none());
+        certificate.uids = vec![String::new()];
+        assert!(certificate_user(&certificate).is_none());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The server's TLS identity and the bearer token, generated once per data directory.
+//! The server's TLS identity, the bearer token and the ServiceAccount signing key, generated
+//! once per data directory; and client certificates signed by its CA.
 //!
 //! Layout (all files mode 0600, directories created here mode 0700):
 //!
@@ -7,14 +8,19 @@
 //! DATA_DIR/pki/ca.key         CA private key (PKCS#8 PEM, ECDSA P-256)
 //! DATA_DIR/pki/apiserver.crt  serving certificate (PEM) for localhost, 127.0.0.1, ::1
 //! DATA_DIR/pki/apiserver.key  serving private key (PKCS#8 PEM, ECDSA P-256)
+//! DATA_DIR/pki/sa.key         ServiceAccount token signing key (PKCS#8 PEM, ECDSA P-256)
 //! DATA_DIR/token              bearer token (one line, URL-safe base64 of 32 random bytes)
 //! ```
 //!
 //! The first start (none of these files exist) generates them all; later starts load them
-//! unchanged so kubeconfigs written earlier keep working. Anything else (some files missing,
-//! unreadable or corrupt, a key not matching its certificate, a serving certificate not issued
-//! by the CA for 127.0.0.1 or expired) is an error naming the file; nothing is silently
-//! regenerated.
+//! unchanged so kubeconfigs and ServiceAccount tokens issued earlier keep working. The
+//! ServiceAccount key alone is created whenever it is missing (data directories from before
+//! it existed). Anything else (some files missing, unreadable or corrupt, a key not matching
+//! its certificate, a serving certificate not issued by the CA for 127.0.0.1 or expired) is an
+//! error naming the file; nothing is silently regenerated.
+//!
+//! [`issue_client_certificate`] signs a client certificate with the CA (what
+//! `konverge kubeconfig --user` hands out).
 
 use std::fmt;
 use std::io;
@@ -36,6 +42,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 use super::fsutil;
+use crate::auth::tokens::ServiceAccountTokens;
+use crate::auth::x509::{CertificateRequest, IssuedCertificate, X509Error};
 
 /// Path of the CA certificate, relative to the data directory.
 pub const CA_CERT_FILE: &str = "pki/ca.crt";
@@ -47,6 +55,8 @@ pub const SERVING_CERT_FILE: &str = "pki/apiserver.crt";
 pub const SERVING_KEY_FILE: &str = "pki/apiserver.key";
 /// Path of the bearer token file, relative to the data directory.
 pub const TOKEN_FILE: &str = "token";
+/// Path of the ServiceAccount token signing key, relative to the data directory.
+pub const SERVICE_ACCOUNT_KEY_FILE: &str = "pki/sa.key";
 
 /// Common name of the generated CA certificate.
 pub const CA_COMMON_NAME: &str = "konverge-ca";
@@ -66,9 +76,10 @@ const RECOVERY_HINT: &str = "to start over with new credentials, delete the pki 
                              the token file in the data directory (kubeconfigs written before \
                              stop working)";
 
-/// The server's CA, serving certificate and key, and the bearer token, as PEM / text.
+/// The server's CA, serving certificate and key, and the bearer token, as PEM / text; the
+/// ServiceAccount signing key.
 ///
-/// `Debug` redacts the private key and the token.
+/// `Debug` redacts the private keys and the token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     /// The CA certificate (PEM): what clients trust (`certificate-authority-data`).
@@ -79,6 +90,9 @@ pub struct Credentials {
     pub key_pem: String,
     /// The bearer token clients send as `Authorization: Bearer <token>`.
     pub token: String,
+    /// The key ServiceAccount tokens are signed with (ECDSA P-256, PKCS#8 DER), for
+    /// [`ApiServerBuilder::service_account_key`](crate::ApiServerBuilder::service_account_key).
+    pub service_account_key: Vec<u8>,
     /// True when this call generated the credentials (first start in the data directory),
     /// false when they were loaded from an earlier start.
     pub generated: bool,
@@ -91,6 +105,7 @@ impl fmt::Debug for Credentials {
             .field("cert_pem", &self.cert_pem)
             .field("key_pem", &"<redacted>")
             .field("token", &"<redacted>")
+            .field("service_account_key", &"<redacted>")
             .field("generated", &self.generated)
             .finish()
     }
@@ -150,6 +165,9 @@ pub enum CredentialsError {
     /// Key or certificate generation failed.
     #[error("cannot generate credentials")]
     Generate(#[source] rcgen::Error),
+    /// A client certificate could not be issued.
+    #[error("cannot issue a client certificate")]
+    Issue(#[source] X509Error),
 }
 
 fn list(paths: &[PathBuf]) -> String {
@@ -176,6 +194,7 @@ struct Files {
     cert: PathBuf,
     key: PathBuf,
     token: PathBuf,
+    service_account_key: PathBuf,
 }
 
 impl Files {
@@ -188,6 +207,7 @@ impl Files {
             cert: data_dir.join(SERVING_CERT_FILE),
             key: data_dir.join(SERVING_KEY_FILE),
             token: data_dir.join(TOKEN_FILE),
+            service_account_key: data_dir.join(SERVICE_ACCOUNT_KEY_FILE),
         }
     }
 
@@ -204,10 +224,11 @@ impl Files {
 
 impl Credentials {
     /// Loads the credentials stored in `data_dir`, or generates and stores new ones if none of
-    /// the credentials files exist yet (creating `data_dir` if needed).
+    /// the credentials files exist yet (creating `data_dir` if needed). The ServiceAccount
+    /// signing key is created whenever it is missing.
     ///
-    /// Errors (never panics) if only some of the files exist, or any of them cannot be read,
-    /// is corrupt, or is inconsistent with the others; the error names the file.
+    /// Errors (never panics) if only some of the other files exist, or any of them cannot be
+    /// read, is corrupt, or is inconsistent with the others; the error names the file.
     pub fn load_or_create(data_dir: &Path) -> Result<Self, CredentialsError> {
         let files = Files::new(data_dir);
         let mut missing = Vec::new();
@@ -237,7 +258,8 @@ impl Credentials {
         }
     }
 
-    /// Loads the credentials stored in `data_dir`; errors if any file is missing or invalid.
+    /// Loads the credentials stored in `data_dir`; errors if any file is missing or invalid
+    /// (but creates a missing ServiceAccount key).
     #[cfg(test)]
     pub fn load(data_dir: &Path) -> Result<Self, CredentialsError> {
         Self::load_files(&Files::new(data_dir))
@@ -262,6 +284,10 @@ impl Credentials {
             (&files.ca_cert, &generated.ca_pem),
             (&files.key, &generated.key_pem),
             (&files.cert, &generated.cert_pem),
+            (
+                &files.service_account_key,
+                &generated.service_account_key_pem,
+            ),
             (&files.token, &format!("{}\n", generated.token)),
         ] {
             fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
@@ -338,7 +364,14 @@ impl Credentials {
             ));
         }
 
-        for path in [&files.ca_key, &files.key, &files.token] {
+        let service_account_key = load_or_create_service_account_key(&files.service_account_key)?;
+
+        for path in [
+            &files.ca_key,
+            &files.key,
+            &files.token,
+            &files.service_account_key,
+        ] {
             if fsutil::is_group_or_world_accessible(path) {
                 tracing::warn!(
                     file = %path.display(),
@@ -352,9 +385,59 @@ impl Credentials {
             cert_pem,
             key_pem,
             token,
+            service_account_key,
             generated: false,
         })
     }
+}
+
+/// The ServiceAccount signing key in `path` (PKCS#8 DER), written first if missing.
+fn load_or_create_service_account_key(path: &Path) -> Result<Vec<u8>, CredentialsError> {
+    let exists = path.try_exists().map_err(|source| CredentialsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !exists {
+        let key = KeyPair::generate().map_err(CredentialsError::Generate)?;
+        fsutil::write_private_atomic(path, key.serialize_pem().as_bytes()).map_err(|source| {
+            CredentialsError::Write {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        tracing::info!(file = %path.display(), "generated a ServiceAccount token signing key");
+    }
+    let pem = read_text(path)?;
+    let der = match PrivateKeyDer::from_pem_slice(pem.as_bytes()) {
+        Ok(PrivateKeyDer::Pkcs8(der)) => der.secret_pkcs8_der().to_vec(),
+        Ok(_) => return Err(invalid(path, "not a PKCS#8 private key")),
+        Err(e) => return Err(invalid(path, format!("not a PEM private key: {e}"))),
+    };
+    ServiceAccountTokens::from_pkcs8(&der).map_err(|e| invalid(path, e.to_string()))?;
+    Ok(der)
+}
+
+/// A new key pair and a client certificate for `user` in `groups` (one organization each),
+/// signed by the CA stored in `data_dir`, valid from now (backdated an hour, for clock skew)
+/// for `validity`. The server maps it to that user and groups.
+pub fn issue_client_certificate(
+    data_dir: &Path,
+    user: &str,
+    groups: &[String],
+    validity: Duration,
+) -> Result<IssuedCertificate, CredentialsError> {
+    let files = Files::new(data_dir);
+    let ca_pem = read_text(&files.ca_cert)?;
+    let ca_key_pem = read_text(&files.ca_key)?;
+    let now = jiff::Timestamp::now().as_second();
+    let request = CertificateRequest {
+        user: user.to_string(),
+        groups: groups.to_vec(),
+        not_before: now - BACKDATE.as_secs() as i64,
+        not_after: now.saturating_add(i64::try_from(validity.as_secs()).unwrap_or(i64::MAX)),
+    };
+    crate::auth::x509::issue_client_certificate(&ca_pem, &ca_key_pem, &request)
+        .map_err(CredentialsError::Issue)
 }
 
 /// Characters allowed in a bearer token (RFC 6750 `b64token`).
@@ -417,6 +500,7 @@ struct Generated {
     ca_key_pem: String,
     cert_pem: String,
     key_pem: String,
+    service_account_key_pem: String,
     token: String,
 }
 
@@ -461,6 +545,7 @@ fn generate() -> Result<Generated, rcgen::Error> {
         ca_key_pem,
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
+        service_account_key_pem: KeyPair::generate()?.serialize_pem(),
         token: generate_token(),
     })
 }

@@ -2,8 +2,14 @@
 //! (ALPN `h2`, `http/1.1`), one task per connection, no request or idle timeouts (watches are
 //! long-lived streams), graceful shutdown bounded by a grace period.
 //!
+//! Over TLS the server asks for a client certificate without requiring one, as kube-apiserver
+//! does: a client that sends one must send one the CA of the credentials signed for client
+//! authentication (or the handshake fails); a client that sends none goes on to bearer tokens
+//! or anonymity.
+//!
 //! Each request carries the peer address as an [`axum::extract::ConnectInfo<SocketAddr>`]
-//! extension. HTTP/1.1 upgrades (`Connection: Upgrade`) are supported.
+//! extension and, when the connection presented a client certificate, what it says as a
+//! [`ClientCertificate`] extension. HTTP/1.1 upgrades (`Connection: Upgrade`) are supported.
 
 use std::future::Future;
 use std::io;
@@ -19,6 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -28,6 +35,7 @@ use tower::ServiceExt as _;
 
 use super::credentials::Credentials;
 use super::kubeconfig::server_url;
+use crate::auth::authn::ClientCertificate;
 
 /// Default time connections get to finish after shutdown begins before they are dropped.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -67,7 +75,7 @@ pub enum ServeError {
     /// The serving certificate or key in the credentials could not be parsed.
     #[error("cannot parse the serving {what}")]
     Pem {
-        /// `"certificate"` or `"private key"`.
+        /// `"certificate"`, `"private key"` or `"CA certificate"`.
         what: &'static str,
         /// The underlying error.
         #[source]
@@ -76,10 +84,14 @@ pub enum ServeError {
     /// rustls rejected the certificate or key.
     #[error("cannot build the TLS configuration")]
     Tls(#[source] rustls::Error),
+    /// The CA in the credentials cannot verify client certificates.
+    #[error("cannot verify client certificates with the CA")]
+    ClientCa(#[source] rustls::server::VerifierBuilderError),
 }
 
 /// The rustls server configuration for `credentials`: the serving certificate, TLS 1.2 and
-/// 1.3 with the ring provider, ALPN `h2` then `http/1.1`, no client certificates.
+/// 1.3 with the ring provider, ALPN `h2` then `http/1.1`, client certificates asked for (not
+/// required) and verified against the CA.
 fn tls_server_config(credentials: &Credentials) -> Result<Arc<rustls::ServerConfig>, ServeError> {
     let chain = CertificateDer::pem_slice_iter(credentials.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
@@ -99,11 +111,23 @@ fn tls_server_config(credentials: &Credentials) -> Result<Arc<rustls::ServerConf
             source,
         }
     })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(credentials.ca_pem.as_bytes()) {
+        let ca = ca.map_err(|source| ServeError::Pem {
+            what: "CA certificate",
+            source,
+        })?;
+        roots.add(ca).map_err(ServeError::Tls)?;
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let clients = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(ServeError::ClientCa)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(ServeError::Tls)?
-        .with_no_client_auth()
+        .with_client_cert_verifier(clients)
         .with_single_cert(chain, key)
         .map_err(ServeError::Tls)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -374,11 +398,24 @@ async fn handle_connection(
     handshake_timeout: Duration,
 ) {
     let Some(acceptor) = acceptor else {
-        serve_connection(stream, remote, service, &builder, stop).await;
+        serve_connection(stream, remote, None, service, &builder, stop).await;
         return;
     };
     match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => serve_connection(tls, remote, service, &builder, stop).await,
+        Ok(Ok(tls)) => {
+            // The verifier accepted the chain; its first certificate is the client's.
+            let certificate = match tls.get_ref().1.peer_certificates() {
+                Some([leaf, ..]) => match ClientCertificate::from_der(leaf) {
+                    Ok(certificate) => Some(certificate),
+                    Err(e) => {
+                        tracing::debug!(%remote, error = %e, "unreadable client certificate");
+                        return;
+                    }
+                },
+                _ => None,
+            };
+            serve_connection(tls, remote, certificate, service, &builder, stop).await;
+        }
         Ok(Err(e)) => tracing::debug!(%remote, error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!(%remote, "TLS handshake timed out"),
     }
@@ -386,9 +423,11 @@ async fn handle_connection(
 
 /// Serves HTTP on one established connection until the client closes it or, after shutdown
 /// begins, until its in-flight requests finish (the task is aborted when the grace period ends).
+/// Every request carries the peer's address and client certificate.
 async fn serve_connection<I>(
     io: I,
     remote: SocketAddr,
+    certificate: Option<ClientCertificate>,
     service: Router,
     builder: &auto::Builder<TokioExecutor>,
     mut stop: watch::Receiver<bool>,
@@ -397,6 +436,9 @@ async fn serve_connection<I>(
 {
     let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(remote));
+        if let Some(certificate) = &certificate {
+            request.extensions_mut().insert(certificate.clone());
+        }
         service.clone().oneshot(request)
     });
     let mut connection = pin!(builder.serve_connection_with_upgrades(TokioIo::new(io), service));

@@ -1,5 +1,6 @@
 //! `DATA_DIR/kubeconfig`: how kubectl, client-go, kube-rs and the Python client reach the
-//! server (cluster, user and context all named `konverge`).
+//! server (cluster, user and context all named `konverge`); and kubeconfigs for other users
+//! of the same cluster ([`for_user`]: a client certificate, a ServiceAccount token).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -73,30 +74,74 @@ pub fn kubeconfig(name: &str, server: &str, credentials: Option<&Credentials>) -
         token: credentials.map(|c| SecretString::from(c.token.clone())),
         ..AuthInfo::default()
     };
-    Kubeconfig {
-        api_version: Some("v1".into()),
-        kind: Some("Config".into()),
-        clusters: vec![NamedCluster {
+    single(
+        NamedCluster {
             name: name.into(),
             cluster: Some(cluster),
             ..NamedCluster::default()
-        }],
-        auth_infos: vec![NamedAuthInfo {
-            name: name.into(),
-            auth_info: Some(user),
-            ..NamedAuthInfo::default()
-        }],
+        },
+        name,
+        user,
+        name,
+        DEFAULT_NAMESPACE,
+    )
+}
+
+/// A kubeconfig for `user` on `cluster` (the cluster of a kubeconfig [`write_kubeconfig`]
+/// wrote: server and CA): the user is called `user` and authenticates with `auth` (a client
+/// certificate, a token), the context is `<user>@<cluster>` and works in `namespace`.
+pub fn for_user(cluster: NamedCluster, user: &str, auth: AuthInfo, namespace: &str) -> Kubeconfig {
+    let context = format!("{user}@{}", cluster.name);
+    single(cluster, user, auth, &context, namespace)
+}
+
+/// The credentials of a client certificate, embedded (`client-certificate-data`,
+/// `client-key-data`).
+pub fn client_certificate_auth(cert_pem: &str, key_pem: &str) -> AuthInfo {
+    let base64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
+    AuthInfo {
+        client_certificate_data: Some(base64(cert_pem)),
+        client_key_data: Some(SecretString::from(base64(key_pem))),
+        ..AuthInfo::default()
+    }
+}
+
+/// The credentials of a bearer token.
+pub fn token_auth(token: &str) -> AuthInfo {
+    AuthInfo {
+        token: Some(SecretString::from(token.to_string())),
+        ..AuthInfo::default()
+    }
+}
+
+/// One cluster, one user, one context using them (the current one).
+fn single(
+    cluster: NamedCluster,
+    user: &str,
+    auth: AuthInfo,
+    context: &str,
+    namespace: &str,
+) -> Kubeconfig {
+    Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
         contexts: vec![NamedContext {
-            name: name.into(),
+            name: context.into(),
             context: Some(Context {
-                cluster: name.into(),
-                user: Some(name.into()),
-                namespace: Some(DEFAULT_NAMESPACE.into()),
+                cluster: cluster.name.clone(),
+                user: Some(user.into()),
+                namespace: Some(namespace.into()),
                 ..Context::default()
             }),
             ..NamedContext::default()
         }],
-        current_context: Some(name.into()),
+        clusters: vec![cluster],
+        auth_infos: vec![NamedAuthInfo {
+            name: user.into(),
+            auth_info: Some(auth),
+            ..NamedAuthInfo::default()
+        }],
+        current_context: Some(context.into()),
         preferences: Some(Preferences::default()),
         ..Kubeconfig::default()
     }

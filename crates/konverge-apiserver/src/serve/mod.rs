@@ -6,10 +6,12 @@
 //!   timeouts (watches stay open) — and returns a [`Serving`] handle: the bound address, when
 //!   it accepts connections, and graceful shutdown bounded by a grace period.
 //! - [`Credentials`]: a self-signed CA, a serving certificate for `localhost`/`127.0.0.1`/`::1`
-//!   signed by it, and a bearer token, generated on first start in a data directory and reused
-//!   afterwards.
+//!   signed by it, a bearer token and the ServiceAccount token signing key, generated on first
+//!   start in a data directory and reused afterwards; [`issue_client_certificate`] signs client
+//!   certificates with the CA.
 //! - [`kubeconfig()`]: the `kube::config::Kubeconfig` that points kubectl, client-go, kube-rs and
-//!   the Python client at the server; [`write_kubeconfig`] writes it as `DATA_DIR/kubeconfig`.
+//!   the Python client at the server; [`write_kubeconfig`] writes it as `DATA_DIR/kubeconfig`;
+//!   [`for_user`] makes one for another user of the same cluster.
 //!
 //! What `konverge up` does:
 //!
@@ -25,6 +27,7 @@
 //! let credentials = Credentials::load_or_create(data_dir)?;
 //! let server = ApiServer::builder(store)
 //!     .bearer_token(credentials.token.clone())
+//!     .service_account_key(credentials.service_account_key.clone())
 //!     .build()
 //!     .await?;
 //! let serving = Serve::new(server.router())
@@ -37,8 +40,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Authentication is not done here: the API server (the router) checks the
-//! `Authorization: Bearer <token>` header against [`Credentials::token`] itself.
+//! Authentication is not done here: [`Serve`] only hands each request the client certificate
+//! the TLS handshake verified against the CA (what it says, as an
+//! [`auth::authn::ClientCertificate`](crate::auth::authn::ClientCertificate) extension); the
+//! API server (the router) decides who that is, or who a bearer token such as
+//! [`Credentials::token`] is.
 
 pub mod credentials;
 mod fsutil;
@@ -48,6 +54,9 @@ pub mod kubeconfig;
 #[cfg(test)]
 mod tests;
 
-pub use credentials::{Credentials, CredentialsError};
+pub use credentials::{Credentials, CredentialsError, issue_client_certificate};
 pub use https::{Serve, ServeError, ServeOptions, Serving};
-pub use kubeconfig::{KubeconfigError, kubeconfig, server_url, write_kubeconfig};
+pub use kubeconfig::{
+    KubeconfigError, client_certificate_auth, for_user, kubeconfig, server_url, token_auth,
+    write_kubeconfig,
+};

@@ -26,11 +26,13 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsConnector;
 
 use super::credentials::{
-    CA_CERT_FILE, CA_KEY_FILE, Credentials, CredentialsError, SERVING_CERT_FILE, SERVING_KEY_FILE,
-    TOKEN_FILE,
+    CA_CERT_FILE, CA_KEY_FILE, Credentials, CredentialsError, SERVICE_ACCOUNT_KEY_FILE,
+    SERVING_CERT_FILE, SERVING_KEY_FILE, TOKEN_FILE, issue_client_certificate,
 };
 use super::https::{Serve, ServeOptions, Serving};
 use super::kubeconfig::{KUBECONFIG_FILE, kubeconfig, render, server_url, write_kubeconfig};
+use crate::auth::authn::ClientCertificate;
+use crate::auth::tokens::ServiceAccountTokens;
 
 const GIT_VERSION: &str = "v1.33.0+konverge-test";
 const VERSION_JSON: &str = r#"{"major":"1","minor":"33","gitVersion":"v1.33.0+konverge-test","gitCommit":"0000000000000000000000000000000000000000","gitTreeState":"clean","buildDate":"2025-01-01T00:00:00Z","goVersion":"none","compiler":"rustc","platform":"linux/amd64"}"#;
@@ -71,6 +73,7 @@ impl Api {
             .route("/version", get(version))
             .route("/stream", get(stream))
             .route("/forever", get(forever))
+            .route("/whoami", get(whoami))
             .with_state(self.clone())
     }
 
@@ -139,6 +142,14 @@ async fn stream(
         }
     });
     Body::from_stream(chunks).into_response()
+}
+
+/// The client certificate the connection presented: `CN O1,O2`, or `none`.
+async fn whoami(certificate: Option<axum::Extension<ClientCertificate>>) -> String {
+    match certificate {
+        Some(axum::Extension(c)) => format!("{} {}", c.common_name, c.organizations.join(",")),
+        None => "none".into(),
+    }
 }
 
 /// One chunk, then nothing, forever (a quiet watch).
@@ -240,25 +251,42 @@ async fn tls_connect(
     ca_pem: &str,
     proto: Proto,
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
+    tls_connect_as(addr, ca_pem, proto, None).await.unwrap()
+}
+
+/// Connects over TLS, with a client certificate and key (PEM) if given.
+async fn tls_connect_as(
+    addr: SocketAddr,
+    ca_pem: &str,
+    proto: Proto,
+    client: Option<(&str, &str)>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert.unwrap()).unwrap();
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let mut config = match client {
+        Some((cert_pem, key_pem)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()],
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
     config.alpn_protocols = vec![proto.alpn().to_vec()];
     let tcp = TcpStream::connect(addr).await.unwrap();
     let tls = TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
+        .await?;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(proto.alpn()));
-    tls
+    Ok(tls)
 }
 
 /// Sends `GET path` on a new HTTP connection over `io` and returns the response head.
@@ -397,6 +425,46 @@ fn credentials_are_generated_once_with_private_modes() {
     let other = Credentials::load_or_create(&other).unwrap();
     assert_ne!(other.ca_pem, first.ca_pem);
     assert_ne!(other.token, first.token);
+}
+
+#[test]
+fn the_service_account_key_is_kept_and_made_for_older_data_directories() {
+    let (_tmp, dir) = data_dir();
+    let first = Credentials::load_or_create(&dir).unwrap();
+    #[cfg(unix)]
+    assert_eq!(mode(&dir.join(SERVICE_ACCOUNT_KEY_FILE)), 0o600);
+    assert!(
+        std::fs::read_to_string(dir.join(SERVICE_ACCOUNT_KEY_FILE))
+            .unwrap()
+            .starts_with("-----BEGIN PRIVATE KEY-----")
+    );
+    ServiceAccountTokens::from_pkcs8(&first.service_account_key).unwrap();
+    assert!(!format!("{first:?}").contains(&format!("{:?}", first.service_account_key)));
+    let again = Credentials::load_or_create(&dir).unwrap();
+    assert_eq!(again.service_account_key, first.service_account_key);
+
+    // A data directory from before the key existed: everything else loads, the key is made.
+    std::fs::remove_file(dir.join(SERVICE_ACCOUNT_KEY_FILE)).unwrap();
+    let upgraded = Credentials::load_or_create(&dir).unwrap();
+    assert!(!upgraded.generated);
+    assert_eq!(upgraded.token, first.token);
+    assert_ne!(upgraded.service_account_key, first.service_account_key);
+    assert_eq!(
+        Credentials::load_or_create(&dir)
+            .unwrap()
+            .service_account_key,
+        upgraded.service_account_key
+    );
+
+    // A damaged key is an error naming it, not replaced.
+    let error = error_after(|dir| {
+        std::fs::write(
+            dir.join(SERVICE_ACCOUNT_KEY_FILE),
+            std::fs::read_to_string(dir.join(CA_CERT_FILE)).unwrap(),
+        )
+        .unwrap()
+    });
+    assert_invalid(&error, SERVICE_ACCOUNT_KEY_FILE, "private key");
 }
 
 #[test]
@@ -540,6 +608,114 @@ fn certificates_pass_openssl_strict_verification() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Client certificates pass OpenSSL's strict checks for TLS clients too.
+#[test]
+fn client_certificates_pass_openssl_strict_verification() {
+    let (tmp, dir) = data_dir();
+    Credentials::load_or_create(&dir).unwrap();
+    let issued =
+        issue_client_certificate(&dir, "alice", &["devs".into()], Duration::from_secs(3600))
+            .unwrap();
+    let path = tmp.path().join("alice.crt");
+    std::fs::write(&path, &issued.cert_pem).unwrap();
+    let output = match std::process::Command::new("openssl")
+        .args(["verify", "-x509_strict", "-purpose", "sslclient", "-CAfile"])
+        .arg(dir.join(CA_CERT_FILE))
+        .arg(&path)
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!("skipping: cannot run openssl: {e}");
+            return;
+        }
+    };
+    assert!(
+        output.status.success(),
+        "openssl verify failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let subject = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-subject", "-in"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    // OpenSSL versions space the subject differently.
+    let subject: String = String::from_utf8_lossy(&subject.stdout)
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    assert_eq!(subject, "subject=O=devs,CN=alice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_are_asked_for_verified_and_handed_to_every_request() {
+    let (_tmp, dir) = data_dir();
+    let credentials = Credentials::load_or_create(&dir).unwrap();
+    let server = start_https(
+        loopback_listener().await,
+        Api::new(&credentials.token).router(),
+        &credentials,
+        None,
+    )
+    .await;
+    let groups = ["devs".to_string(), "ops".to_string()];
+    let alice =
+        issue_client_certificate(&dir, "alice", &groups, Duration::from_secs(3600)).unwrap();
+
+    for proto in [Proto::H1, Proto::H2] {
+        // With a certificate the CA signed: every request on the connection carries it.
+        let tls = tls_connect_as(
+            server.addr,
+            &credentials.ca_pem,
+            proto,
+            Some((&alice.cert_pem, &alice.key_pem)),
+        )
+        .await
+        .unwrap();
+        let mut response = get_on(tls, proto, server.addr, "/whoami").await;
+        assert_eq!(response.status(), StatusCode::OK);
+        expect_text(response.body_mut(), "alice devs,ops").await;
+
+        // Without one: served all the same, without a certificate.
+        let tls = tls_connect(server.addr, &credentials.ca_pem, proto).await;
+        let mut response = get_on(tls, proto, server.addr, "/whoami").await;
+        expect_text(response.body_mut(), "none").await;
+    }
+
+    // A certificate from another CA is refused in the handshake (TLS 1.3 clients learn it
+    // when they first read).
+    let (_tmp2, other_dir) = data_dir();
+    Credentials::load_or_create(&other_dir).unwrap();
+    let mallory =
+        issue_client_certificate(&other_dir, "mallory", &[], Duration::from_secs(3600)).unwrap();
+    let refused = match tls_connect_as(
+        server.addr,
+        &credentials.ca_pem,
+        Proto::H1,
+        Some((&mallory.cert_pem, &mallory.key_pem)),
+    )
+    .await
+    {
+        Err(_) => true,
+        Ok(mut tls) => {
+            use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+            let _ = tls
+                .write_all(b"GET /whoami HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .await;
+            let mut buf = Vec::new();
+            let read = tokio::time::timeout(WAIT, tls.read_to_end(&mut buf))
+                .await
+                .expect("the server answers or closes");
+            read.is_err() || buf.is_empty()
+        }
+    };
+    assert!(refused, "a certificate from another CA was accepted");
+
+    server.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ use serde_json::Value;
 pub(crate) struct Up {
     pub(crate) child: Child,
     pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
 }
 
 impl Up {
@@ -21,6 +22,31 @@ impl Up {
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
+        Up::start_in(dir, port)
+    }
+
+    /// Stops the server (SIGTERM, as Ctrl-C would) and starts it again on the same data
+    /// directory and port.
+    pub(crate) fn restart(self) -> Up {
+        let port = self.port;
+        Up::start_in(self.stop(), port)
+    }
+
+    /// Stops the server (SIGTERM, as Ctrl-C would) and hands back its data directory.
+    pub(crate) fn stop(mut self) -> tempfile::TempDir {
+        let stopped = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !stopped {
+            let _ = self.child.kill();
+        }
+        self.child.wait().expect("konverge up exits");
+        let placeholder = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.dir, placeholder)
+    }
+
+    fn start_in(dir: tempfile::TempDir, port: u16) -> Up {
         let mut child = Command::new(env!("CARGO_BIN_EXE_konverge"))
             .args(["up", "--port", &port.to_string(), "--data-dir"])
             .arg(dir.path())
@@ -42,7 +68,7 @@ impl Up {
         );
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Up { child, dir }
+        Up { child, dir, port }
     }
 
     pub(crate) fn kubeconfig(&self) -> PathBuf {
