@@ -70,10 +70,67 @@ fn newest_default(items: &[Arc<Value>], annotations: &[&str]) -> Option<String> 
         .map(String::from)
 }
 
+/// What a default-class plugin fills in: the objects it defaults, their class field, the
+/// annotation that opts out, and how the default class is marked.
+struct ClassDefault {
+    group: &'static str,
+    plural: &'static str,
+    field: &'static str,
+    opt_out: &'static str,
+    class_group: &'static str,
+    class_plural: &'static str,
+    markers: &'static [&'static str],
+}
+
+impl ClassDefault {
+    /// Sets `spec.<field>` of a created object that names no class (and does not opt out) to
+    /// the default class's name, if there is a default class.
+    async fn admit(
+        &self,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        registry: &Registry,
+    ) -> Result<bool> {
+        let named = object
+            .get("spec")
+            .and_then(|spec| spec.get(self.field))
+            .is_some_and(|v| !v.is_null());
+        let opted_out = object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(self.opt_out))
+            .is_some();
+        if !attributes.creates(self.group, self.plural) || named || opted_out {
+            return Ok(false);
+        }
+        let classes = list(registry, self.class_group, "v1", self.class_plural).await?;
+        let Some(default) = newest_default(&classes, self.markers) else {
+            return Ok(false);
+        };
+        if !object.get("spec").is_some_and(Value::is_object) {
+            object["spec"] = json!({});
+        }
+        object["spec"][self.field] = json!(default);
+        Ok(true)
+    }
+}
+
 /// `DefaultStorageClass`: a PersistentVolumeClaim created without `spec.storageClassName`
 /// (and without the beta annotation) gets the default StorageClass's name.
 #[derive(Debug, Clone, Copy)]
 pub struct DefaultStorageClass;
+
+const STORAGE_CLASS: ClassDefault = ClassDefault {
+    group: "",
+    plural: "persistentvolumeclaims",
+    field: "storageClassName",
+    opt_out: "volume.beta.kubernetes.io/storage-class",
+    class_group: "storage.k8s.io",
+    class_plural: "storageclasses",
+    markers: &[
+        "storageclass.kubernetes.io/is-default-class",
+        "storageclass.beta.kubernetes.io/is-default-class",
+    ],
+};
 
 #[async_trait::async_trait]
 impl Plugin for DefaultStorageClass {
@@ -87,31 +144,7 @@ impl Plugin for DefaultStorageClass {
         object: &mut Value,
         registry: &Registry,
     ) -> Result<bool> {
-        if !attributes.creates("", "persistentvolumeclaims")
-            || object
-                .pointer("/spec/storageClassName")
-                .is_some_and(|v| !v.is_null())
-            || object
-                .pointer("/metadata/annotations/volume.beta.kubernetes.io~1storage-class")
-                .is_some()
-        {
-            return Ok(false);
-        }
-        let classes = list(registry, "storage.k8s.io", "v1", "storageclasses").await?;
-        let default = newest_default(
-            &classes,
-            &[
-                "storageclass.kubernetes.io/is-default-class",
-                "storageclass.beta.kubernetes.io/is-default-class",
-            ],
-        );
-        match (default, object.get_mut("spec")) {
-            (Some(default), Some(spec)) if spec.is_object() => {
-                spec["storageClassName"] = json!(default);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        STORAGE_CLASS.admit(attributes, object, registry).await
     }
 }
 
@@ -119,6 +152,16 @@ impl Plugin for DefaultStorageClass {
 /// `kubernetes.io/ingress.class` annotation) gets the default IngressClass's name.
 #[derive(Debug, Clone, Copy)]
 pub struct DefaultIngressClass;
+
+const INGRESS_CLASS: ClassDefault = ClassDefault {
+    group: "networking.k8s.io",
+    plural: "ingresses",
+    field: "ingressClassName",
+    opt_out: "kubernetes.io/ingress.class",
+    class_group: "networking.k8s.io",
+    class_plural: "ingressclasses",
+    markers: &["ingressclass.kubernetes.io/is-default-class"],
+};
 
 #[async_trait::async_trait]
 impl Plugin for DefaultIngressClass {
@@ -132,26 +175,7 @@ impl Plugin for DefaultIngressClass {
         object: &mut Value,
         registry: &Registry,
     ) -> Result<bool> {
-        if !attributes.creates("networking.k8s.io", "ingresses")
-            || object
-                .pointer("/spec/ingressClassName")
-                .is_some_and(|v| !v.is_null())
-            || object
-                .pointer("/metadata/annotations/kubernetes.io~1ingress.class")
-                .is_some()
-        {
-            return Ok(false);
-        }
-        let classes = list(registry, "networking.k8s.io", "v1", "ingressclasses").await?;
-        let default = newest_default(&classes, &["ingressclass.kubernetes.io/is-default-class"]);
-        let Some(default) = default else {
-            return Ok(false);
-        };
-        if !object.get("spec").is_some_and(Value::is_object) {
-            object["spec"] = json!({});
-        }
-        object["spec"]["ingressClassName"] = json!(default);
-        Ok(true)
+        INGRESS_CLASS.admit(attributes, object, registry).await
     }
 }
 

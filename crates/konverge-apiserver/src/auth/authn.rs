@@ -352,7 +352,8 @@ fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Acting>, ApiError> 
     let mut extras: Vec<(String, String)> = Vec::new();
     for (name, value) in headers {
         if let Some(key) = name.as_str().strip_prefix(IMPERSONATE_EXTRA) {
-            extras.push((unescape(key), text(value)));
+            // Header names are lower case already; the key is percent-decoded.
+            extras.push((super::authz::percent_decode(key), text(value)));
         }
     }
     let uid = headers.get(IMPERSONATE_UID).map(text).unwrap_or_default();
@@ -373,27 +374,6 @@ fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Acting>, ApiError> 
         )));
     }
     Ok(acting)
-}
-
-/// Percent-decoding of an extra's key (header names are lower case already).
-fn unescape(key: &str) -> String {
-    let bytes = key.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(byte) = key
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(byte);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
 }
 
 /// The requests as kube prints them in its error (Go's `%v` of object references).

@@ -172,7 +172,9 @@ fn exact_name(selector: &str) -> Option<String> {
     })
 }
 
-fn percent_decode(segment: &str) -> String {
+/// `%XX` escapes decoded (a path segment, an impersonated extra's key); invalid UTF-8 leaves
+/// the text as it was.
+pub(crate) fn percent_decode(segment: &str) -> String {
     let bytes = segment.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -416,47 +416,22 @@ impl Snapshot {
     /// kube's `VisitRulesFor`: each rule that applies to `user` in `namespace` with its
     /// source, and each role that could not be found, until `visit` says stop.
     fn visit_rules_for(&self, user: &UserInfo, namespace: &str, visit: Visit<'_>) {
-        for binding in &self.cluster_role_bindings {
-            let Some(subject) = binding.subjects.iter().find(|s| s.applies_to(user, "")) else {
+        let cluster = self.cluster_role_bindings.iter().map(|b| (b, ""));
+        let local = match namespace {
+            "" => None,
+            namespace => self.role_bindings.get(namespace),
+        };
+        let namespaced = local.into_iter().flatten().map(|b| (b, namespace));
+        for (binding, scope) in cluster.chain(namespaced) {
+            let Some(subject) = binding.subjects.iter().find(|s| s.applies_to(user, scope)) else {
                 continue;
             };
-            match self.role_rules(&binding.role_ref, "") {
+            match self.role_rules(&binding.role_ref, scope) {
                 Ok(rules) => {
                     let source = Source {
                         binding,
                         subject,
-                        cluster: true,
-                    };
-                    for rule in rules {
-                        if !visit(Some(source), Some(rule), None) {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    if !visit(None, None, Some(e)) {
-                        return;
-                    }
-                }
-            }
-        }
-        if namespace.is_empty() {
-            return;
-        }
-        for binding in self.role_bindings.get(namespace).into_iter().flatten() {
-            let Some(subject) = binding
-                .subjects
-                .iter()
-                .find(|s| s.applies_to(user, namespace))
-            else {
-                continue;
-            };
-            match self.role_rules(&binding.role_ref, namespace) {
-                Ok(rules) => {
-                    let source = Source {
-                        binding,
-                        subject,
-                        cluster: false,
+                        cluster: scope.is_empty(),
                     };
                     for rule in rules {
                         if !visit(Some(source), Some(rule), None) {
