@@ -71,6 +71,11 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
     /// Its name, as `--enable-admission-plugins` spells it.
     fn name(&self) -> &'static str;
 
+    /// Whether it may act on writes of `rt` at all (writes of other resources skip it).
+    fn handles(&self, _rt: &ResourceType) -> bool {
+        true
+    }
+
     /// The mutating phase: may change `object` (then says so), or refuse the write.
     async fn admit(
         &self,
@@ -121,6 +126,12 @@ impl Chain {
         self.plugins.is_empty()
     }
 
+    /// Whether any plugin may act on writes of `rt` (if none, the registry skips the chain,
+    /// and does not keep the old object of an update for it).
+    pub fn handles(&self, rt: &ResourceType) -> bool {
+        self.plugins.iter().any(|p| p.handles(rt))
+    }
+
     /// The names of the plugins, in order.
     pub fn names(&self) -> Vec<&'static str> {
         self.plugins.iter().map(|p| p.name()).collect()
@@ -134,7 +145,7 @@ impl Chain {
         registry: &Registry,
     ) -> Result<bool> {
         let mut changed = false;
-        for plugin in &self.plugins {
+        for plugin in self.plugins.iter().filter(|p| p.handles(attributes.rt)) {
             changed |= plugin.admit(attributes, object, registry).await?;
         }
         Ok(changed)
@@ -147,7 +158,7 @@ impl Chain {
         object: &Value,
         registry: &Registry,
     ) -> Result<()> {
-        for plugin in &self.plugins {
+        for plugin in self.plugins.iter().filter(|p| p.handles(attributes.rt)) {
             plugin.validate(attributes, object, registry).await?;
         }
         Ok(())

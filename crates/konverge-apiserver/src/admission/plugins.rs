@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::{Attributes, Operation, Plugin};
 use crate::error::{ApiError, Result, Target};
 use crate::registry::{ListOptions, Registry};
+use crate::resources::ResourceType;
 
 /// kube's `admission.NewForbidden`: `<resource> "<name>" is forbidden: <why>`.
 fn forbidden(attributes: &Attributes<'_>, why: String) -> ApiError {
@@ -138,6 +139,10 @@ impl Plugin for DefaultStorageClass {
         "DefaultStorageClass"
     }
 
+    fn handles(&self, rt: &ResourceType) -> bool {
+        rt.group == STORAGE_CLASS.group && rt.plural == STORAGE_CLASS.plural
+    }
+
     async fn admit(
         &self,
         attributes: &Attributes<'_>,
@@ -167,6 +172,10 @@ const INGRESS_CLASS: ClassDefault = ClassDefault {
 impl Plugin for DefaultIngressClass {
     fn name(&self) -> &'static str {
         "DefaultIngressClass"
+    }
+
+    fn handles(&self, rt: &ResourceType) -> bool {
+        rt.group == INGRESS_CLASS.group && rt.plural == INGRESS_CLASS.plural
     }
 
     async fn admit(
@@ -200,6 +209,11 @@ fn default_class(classes: &[Arc<Value>]) -> Option<&Value> {
 impl Plugin for Priority {
     fn name(&self) -> &'static str {
         "Priority"
+    }
+
+    fn handles(&self, rt: &ResourceType) -> bool {
+        (rt.group.is_empty() && rt.plural == "pods")
+            || (rt.group == "scheduling.k8s.io" && rt.plural == "priorityclasses")
     }
 
     async fn admit(

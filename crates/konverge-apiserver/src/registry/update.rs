@@ -60,7 +60,8 @@ impl Registry {
         let dry_run = opts.dry_run;
         let key = Bytes::from(rt.key(ns, name));
         // Admission and the write check see the object as it was.
-        let checked = !self.admission.is_empty()
+        let admitted = self.admission.handles(rt);
+        let checked = admitted
             || (opts.user.is_some() && self.write_check.as_ref().is_some_and(|c| c.applies(rt)));
         for _ in 0..MAX_ATTEMPTS {
             let Some(kv) = self.read(rt, ns, name).await? else {
@@ -84,10 +85,12 @@ impl Registry {
                     user: opts.user.as_ref(),
                     dry_run,
                 };
-                if self.admission.admit(&admitting, &mut object, self).await? {
-                    self.validate(rt, &object, before.as_ref())?;
+                if admitted {
+                    if self.admission.admit(&admitting, &mut object, self).await? {
+                        self.validate(rt, &object, before.as_ref())?;
+                    }
+                    self.admission.validate(&admitting, &object, self).await?;
                 }
-                self.admission.validate(&admitting, &object, self).await?;
                 self.check_write(rt, before.as_ref(), &object, opts).await?;
             }
             if dry_run {
