@@ -190,3 +190,57 @@ async fn claims_and_ingresses_get_the_default_class() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn limit_ranges_default_and_bound_container_resources() -> anyhow::Result<()> {
+    let client = client().await;
+    let ranges: Api<k8s_openapi::api::core::v1::LimitRange> =
+        Api::namespaced(client.clone(), "default");
+    ranges
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "limits"}, "spec": {"limits": [{
+                "type": "Container",
+                "default": {"cpu": "500m", "memory": "256Mi"},
+                "defaultRequest": {"cpu": "100m"},
+                "min": {"cpu": "50m"},
+                "max": {"memory": "1Gi"},
+            }]}})),
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let made = pods
+        .create(
+            &PostParams::default(),
+            &pod("web", json!({"containers": [{"name": "app", "image": "nginx", "resources": {"limits": {"memory": "512Mi"}}}]})),
+        )
+        .await?;
+    let resources = made.spec.unwrap().containers[0].resources.clone().unwrap();
+    let text = |m: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                k: &str| { m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone()) };
+    assert_eq!(text(&resources.limits, "cpu").as_deref(), Some("500m"));
+    assert_eq!(
+        text(&resources.limits, "memory").as_deref(),
+        Some("512Mi"),
+        "its own limit kept"
+    );
+    assert_eq!(text(&resources.requests, "cpu").as_deref(), Some("100m"));
+    assert_eq!(
+        made.metadata.annotations.unwrap()["kubernetes.io/limit-ranger"],
+        "LimitRanger plugin set: cpu request for container app; cpu limit for container app"
+    );
+    let e = pods
+        .create(
+            &PostParams::default(),
+            &pod("greedy", json!({"containers": [{"name": "app", "image": "nginx", "resources": {"limits": {"memory": "2Gi"}, "requests": {"cpu": "10m"}}}]})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"pods "greedy" is forbidden: [minimum cpu usage per Container is 50m, but request is 10m, maximum memory usage per Container is 1Gi, but limit is 2Gi]"#
+    );
+    Ok(())
+}

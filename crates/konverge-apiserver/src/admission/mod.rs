@@ -6,12 +6,15 @@
 //! included, dry runs too. The built-in plugins ([`Chain::builtin`]), each as kube-apiserver
 //! enables it by default:
 //!
+//! - [`LimitRanger`]: the namespace's LimitRanges fill in a new pod's missing container
+//!   limits and requests and refuse those out of their `min`/`max`;
 //! - [`Priority`]: a pod's `priorityClassName` becomes its `priority` and `preemptionPolicy`
 //!   (the global default class, or priority 0, when it names none);
 //! - [`DefaultStorageClass`]: a PersistentVolumeClaim that names no class gets the default
 //!   StorageClass;
 //! - [`DefaultIngressClass`]: an Ingress that names no class gets the default IngressClass.
 
+mod limits;
 mod plugins;
 
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use crate::error::Result;
 use crate::registry::Registry;
 use crate::resources::ResourceType;
 
+pub use limits::LimitRanger;
 pub use plugins::{DefaultIngressClass, DefaultStorageClass, Priority};
 
 /// What a write does.
@@ -114,9 +118,10 @@ impl Chain {
     pub fn builtin() -> Chain {
         Chain {
             plugins: vec![
+                Arc::new(LimitRanger),
+                Arc::new(Priority),
                 Arc::new(DefaultStorageClass),
                 Arc::new(DefaultIngressClass),
-                Arc::new(Priority),
             ],
         }
     }
