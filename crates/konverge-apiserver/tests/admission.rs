@@ -227,6 +227,18 @@ async fn limit_ranges_default_and_bound_container_resources() -> anyhow::Result<
         "its own limit kept"
     );
     assert_eq!(text(&resources.requests, "cpu").as_deref(), Some("100m"));
+    // A container's own limit is its request (pod defaulting, before admission).
+    assert_eq!(
+        text(&resources.requests, "memory").as_deref(),
+        Some("512Mi")
+    );
+    let stored = ranges.get("limits").await?;
+    let item = &stored.spec.unwrap().limits[0];
+    assert_eq!(
+        item.default_request.as_ref().unwrap()["memory"].0,
+        "256Mi",
+        "defaulted from default"
+    );
     assert_eq!(
         made.metadata.annotations.unwrap()["kubernetes.io/limit-ranger"],
         "LimitRanger plugin set: cpu request for container app; cpu limit for container app"
@@ -241,6 +253,70 @@ async fn limit_ranges_default_and_bound_container_resources() -> anyhow::Result<
     assert_eq!(
         forbidden(e),
         r#"pods "greedy" is forbidden: [minimum cpu usage per Container is 50m, but request is 10m, maximum memory usage per Container is 1Gi, but limit is 2Gi]"#
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn pods_run_as_a_service_account_with_its_token_and_default_tolerations() -> anyhow::Result<()>
+{
+    let client = client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let made = pods
+        .create(&PostParams::default(), &pod("web", json!({})))
+        .await?;
+    let made = serde_json::to_value(&made)?;
+    let spec = &made["spec"];
+    assert_eq!(spec["serviceAccountName"], "default");
+    let volume = &spec["volumes"][0];
+    let name = volume["name"].as_str().unwrap();
+    assert!(
+        name.starts_with("kube-api-access-") && name.len() == "kube-api-access-".len() + 5,
+        "{name}"
+    );
+    assert_eq!(
+        volume["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+        3607
+    );
+    assert_eq!(
+        volume["projected"]["sources"][1]["configMap"]["name"],
+        "kube-root-ca.crt"
+    );
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"][0],
+        json!({"name": name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+    );
+    assert_eq!(
+        spec["tolerations"],
+        json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        ])
+    );
+    // Opting out of the token, and tolerating everything already.
+    let quiet = pods
+        .create(
+            &PostParams::default(),
+            &pod("quiet", json!({"automountServiceAccountToken": false, "tolerations": [{"operator": "Exists"}]})),
+        )
+        .await?;
+    let quiet = serde_json::to_value(&quiet)?;
+    assert!(quiet["spec"]["volumes"].is_null(), "{}", quiet["spec"]);
+    assert_eq!(
+        quiet["spec"]["tolerations"],
+        json!([{"operator": "Exists"}])
+    );
+    // A ServiceAccount that does not exist.
+    let e = pods
+        .create(
+            &PostParams::default(),
+            &pod("lost", json!({"serviceAccountName": "builder"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"pods "lost" is forbidden: error looking up service account default/builder: serviceaccount "builder" not found"#
     );
     Ok(())
 }

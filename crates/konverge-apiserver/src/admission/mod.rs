@@ -8,14 +8,19 @@
 //!
 //! - [`LimitRanger`]: the namespace's LimitRanges fill in a new pod's missing container
 //!   limits and requests and refuse those out of their `min`/`max`;
+//! - [`ServiceAccount`]: a new pod runs as an existing ServiceAccount (`default` unless it
+//!   names one) with its API token, the cluster CA and its namespace mounted;
 //! - [`Priority`]: a pod's `priorityClassName` becomes its `priority` and `preemptionPolicy`
 //!   (the global default class, or priority 0, when it names none);
+//! - [`DefaultTolerationSeconds`]: a new pod tolerates not-ready and unreachable nodes for
+//!   five minutes;
 //! - [`DefaultStorageClass`]: a PersistentVolumeClaim that names no class gets the default
 //!   StorageClass;
 //! - [`DefaultIngressClass`]: an Ingress that names no class gets the default IngressClass.
 
 mod limits;
 mod plugins;
+mod pods;
 
 use std::sync::Arc;
 
@@ -28,6 +33,7 @@ use crate::resources::ResourceType;
 
 pub use limits::LimitRanger;
 pub use plugins::{DefaultIngressClass, DefaultStorageClass, Priority};
+pub use pods::{DefaultTolerationSeconds, ServiceAccount};
 
 /// What a write does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +125,9 @@ impl Chain {
         Chain {
             plugins: vec![
                 Arc::new(LimitRanger),
+                Arc::new(ServiceAccount),
                 Arc::new(Priority),
+                Arc::new(DefaultTolerationSeconds),
                 Arc::new(DefaultStorageClass),
                 Arc::new(DefaultIngressClass),
             ],

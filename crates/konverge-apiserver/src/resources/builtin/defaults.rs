@@ -714,6 +714,47 @@ pub(super) fn csi_driver(obj: &mut Value) {
     }
 }
 
+/// A `type: Container` limit's `default` comes from `max`, its `defaultRequest` from
+/// `default`, then from `min`, for each resource it does not name (kube's
+/// `SetDefaults_LimitRangeItem`).
+pub(super) fn limit_range(obj: &mut Value) {
+    let Some(limits) = obj
+        .pointer_mut("/spec/limits")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for limit in limits.iter_mut() {
+        let Some(item) = limit.as_object_mut() else {
+            continue;
+        };
+        if item.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        let copy = |item: &serde_json::Map<String, Value>, key: &str| {
+            item.get(key)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (max, min) = (copy(item, "max"), copy(item, "min"));
+        let mut default = copy(item, "default");
+        for (k, v) in max {
+            default.entry(k).or_insert(v);
+        }
+        let mut request = copy(item, "defaultRequest");
+        for (k, v) in default.clone().into_iter().chain(min) {
+            request.entry(k).or_insert(v);
+        }
+        if !default.is_empty() {
+            item.insert("default".into(), Value::Object(default));
+        }
+        if !request.is_empty() {
+            item.insert("defaultRequest".into(), Value::Object(request));
+        }
+    }
+}
+
 pub(super) fn priority_class(obj: &mut Value) {
     if let Some(o) = object(obj) {
         set_default(o, "preemptionPolicy", json!("PreemptLowerPriority"));

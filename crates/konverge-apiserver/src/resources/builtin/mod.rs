@@ -283,7 +283,8 @@ pub fn catalog() -> Vec<ResourceType> {
             .fields(FieldLabels::Converted, core_event_fields()),
         declare::<core::v1::LimitRange>()
             .short(&["limits"])
-            .create_on_update(),
+            .create_on_update()
+            .defaults(defaults::limit_range),
         declare::<core::v1::Namespace>()
             .short(&["ns"])
             .with_status()
