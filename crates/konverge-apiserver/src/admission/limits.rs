@@ -9,7 +9,7 @@ use konverge_apimachinery::quantity;
 use serde_json::{Map, Value, json};
 
 use super::{Attributes, Operation, Plugin};
-use crate::error::{ApiError, Result, Target};
+use crate::error::Result;
 use crate::registry::{ListOptions, Registry};
 use crate::resources::ResourceType;
 
@@ -226,13 +226,6 @@ impl Plugin for LimitRanger {
             1 => errors.remove(0),
             _ => format!("[{}]", errors.join(", ")),
         };
-        Err(ApiError::forbidden(
-            Target {
-                group: "",
-                resource: "pods",
-                name: attributes.name,
-            },
-            why,
-        ))
+        Err(super::plugins::forbidden(attributes, why))
     }
 }

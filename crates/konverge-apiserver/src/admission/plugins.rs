@@ -10,7 +10,7 @@ use crate::registry::{ListOptions, Registry};
 use crate::resources::ResourceType;
 
 /// kube's `admission.NewForbidden`: `<resource> "<name>" is forbidden: <why>`.
-fn forbidden(attributes: &Attributes<'_>, why: String) -> ApiError {
+pub(super) fn forbidden(attributes: &Attributes<'_>, why: String) -> ApiError {
     ApiError::forbidden(
         Target {
             group: &attributes.rt.group,

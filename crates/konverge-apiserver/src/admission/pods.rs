@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::{Attributes, Operation, Plugin};
-use crate::error::{ApiError, Result, Target};
+use crate::error::Result;
 use crate::registry::Registry;
 use crate::resources::ResourceType;
 
@@ -74,12 +74,8 @@ impl Plugin for ServiceAccount {
             None => None,
         };
         let Some(account) = account else {
-            return Err(ApiError::forbidden(
-                Target {
-                    group: "",
-                    resource: "pods",
-                    name: attributes.name,
-                },
+            return Err(super::plugins::forbidden(
+                attributes,
                 format!(
                     "error looking up service account {}/{account_name}: serviceaccount {account_name:?} not found",
                     attributes.namespace
