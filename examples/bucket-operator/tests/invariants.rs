@@ -224,12 +224,12 @@ fn said(events: &[(&str, &str)]) -> Vec<(String, String, String)> {
         .collect()
 }
 
-#[tokio::test]
-async fn the_events_tell_each_buckets_story_ending_in_deleted() {
+/// The Bucket `media` made and in sync under `mode`, then deleted while the cloud fails once.
+async fn deleted_while_the_cloud_fails(mode: Mode) -> (TestEnv, Invariants, Cloud, RunningManager) {
     let env = TestEnv::start().await;
     let check = install(&env).await;
     let cloud = Cloud::default();
-    let _running = run(&env, &cloud, Mode::Correct);
+    let running = run(&env, &cloud, mode);
     let api = driver(&env);
     api.create(&PostParams::default(), &bucket("media", "eu-1"))
         .await
@@ -240,6 +240,12 @@ async fn the_events_tell_each_buckets_story_ending_in_deleted() {
         .unwrap();
     cloud.fail_next(1);
     api.delete("media", &DeleteParams::default()).await.unwrap();
+    (env, check, cloud, running)
+}
+
+#[tokio::test]
+async fn the_events_tell_each_buckets_story_ending_in_deleted() {
+    let (env, check, cloud, _running) = deleted_while_the_cloud_fails(Mode::Correct).await;
     let synced = in_sync(&cloud);
     check
         .converges(Duration::from_secs(10), |w| {
@@ -264,20 +270,8 @@ async fn the_events_tell_each_buckets_story_ending_in_deleted() {
 
 #[tokio::test]
 async fn the_twins_last_word_about_its_leaked_bucket_is_a_warning() {
-    let env = TestEnv::start().await;
-    let check = install(&env).await;
-    let cloud = Cloud::default();
-    let _running = run(&env, &cloud, Mode::ReleasesEarly);
+    let (env, _check, cloud, _running) = deleted_while_the_cloud_fails(Mode::ReleasesEarly).await;
     let api = driver(&env);
-    api.create(&PostParams::default(), &bucket("media", "eu-1"))
-        .await
-        .unwrap();
-    check
-        .converges(Duration::from_secs(10), in_sync(&cloud))
-        .await
-        .unwrap();
-    cloud.fail_next(1);
-    api.delete("media", &DeleteParams::default()).await.unwrap();
     // The Bucket goes at once; its cloud bucket stays, and the Event says why.
     let mut last = Vec::new();
     for _ in 0..50 {
