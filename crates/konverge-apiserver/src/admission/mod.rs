@@ -14,9 +14,9 @@
 //!   (the global default class, or priority 0, when it names none);
 //! - [`DefaultTolerationSeconds`]: a new pod tolerates not-ready and unreachable nodes for
 //!   five minutes;
-//! - [`DefaultStorageClass`]: a PersistentVolumeClaim that names no class gets the default
+//! - [`DefaultClass::storage`] (`DefaultStorageClass`): a PersistentVolumeClaim that names no class gets the default
 //!   StorageClass;
-//! - [`DefaultIngressClass`]: an Ingress that names no class gets the default IngressClass.
+//! - [`DefaultClass::ingress`] (`DefaultIngressClass`): an Ingress that names no class gets the default IngressClass.
 
 mod limits;
 mod plugins;
@@ -32,7 +32,7 @@ use crate::registry::Registry;
 use crate::resources::ResourceType;
 
 pub use limits::LimitRanger;
-pub use plugins::{DefaultIngressClass, DefaultStorageClass, Priority};
+pub use plugins::{DefaultClass, Priority};
 pub use pods::{DefaultTolerationSeconds, ServiceAccount};
 
 /// What a write does.
@@ -128,8 +128,8 @@ impl Chain {
                 Arc::new(ServiceAccount),
                 Arc::new(Priority),
                 Arc::new(DefaultTolerationSeconds),
-                Arc::new(DefaultStorageClass),
-                Arc::new(DefaultIngressClass),
+                Arc::new(DefaultClass::storage()),
+                Arc::new(DefaultClass::ingress()),
             ],
         }
     }

@@ -74,6 +74,7 @@ fn newest_default(items: &[Arc<Value>], annotations: &[&str]) -> Option<String> 
 /// What a default-class plugin fills in: the objects it defaults, their class field, the
 /// annotation that opts out, and how the default class is marked.
 struct ClassDefault {
+    name: &'static str,
     group: &'static str,
     plural: &'static str,
     field: &'static str,
@@ -115,12 +116,8 @@ impl ClassDefault {
     }
 }
 
-/// `DefaultStorageClass`: a PersistentVolumeClaim created without `spec.storageClassName`
-/// (and without the beta annotation) gets the default StorageClass's name.
-#[derive(Debug, Clone, Copy)]
-pub struct DefaultStorageClass;
-
 const STORAGE_CLASS: ClassDefault = ClassDefault {
+    name: "DefaultStorageClass",
     group: "",
     plural: "persistentvolumeclaims",
     field: "storageClassName",
@@ -133,32 +130,8 @@ const STORAGE_CLASS: ClassDefault = ClassDefault {
     ],
 };
 
-#[async_trait::async_trait]
-impl Plugin for DefaultStorageClass {
-    fn name(&self) -> &'static str {
-        "DefaultStorageClass"
-    }
-
-    fn handles(&self, rt: &ResourceType) -> bool {
-        rt.group == STORAGE_CLASS.group && rt.plural == STORAGE_CLASS.plural
-    }
-
-    async fn admit(
-        &self,
-        attributes: &Attributes<'_>,
-        object: &mut Value,
-        registry: &Registry,
-    ) -> Result<bool> {
-        STORAGE_CLASS.admit(attributes, object, registry).await
-    }
-}
-
-/// `DefaultIngressClass`: an Ingress created without `spec.ingressClassName` (and without the
-/// `kubernetes.io/ingress.class` annotation) gets the default IngressClass's name.
-#[derive(Debug, Clone, Copy)]
-pub struct DefaultIngressClass;
-
 const INGRESS_CLASS: ClassDefault = ClassDefault {
+    name: "DefaultIngressClass",
     group: "networking.k8s.io",
     plural: "ingresses",
     field: "ingressClassName",
@@ -168,14 +141,39 @@ const INGRESS_CLASS: ClassDefault = ClassDefault {
     markers: &["ingressclass.kubernetes.io/is-default-class"],
 };
 
+/// A default-class plugin: [`DefaultClass::storage`] or [`DefaultClass::ingress`].
+#[derive(Clone, Copy)]
+pub struct DefaultClass(&'static ClassDefault);
+
+impl std::fmt::Debug for DefaultClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl DefaultClass {
+    /// `DefaultStorageClass`: a PersistentVolumeClaim created without
+    /// `spec.storageClassName` (and without the beta annotation) gets the default
+    /// StorageClass's name.
+    pub fn storage() -> DefaultClass {
+        DefaultClass(&STORAGE_CLASS)
+    }
+
+    /// `DefaultIngressClass`: an Ingress created without `spec.ingressClassName` (and without
+    /// the `kubernetes.io/ingress.class` annotation) gets the default IngressClass's name.
+    pub fn ingress() -> DefaultClass {
+        DefaultClass(&INGRESS_CLASS)
+    }
+}
+
 #[async_trait::async_trait]
-impl Plugin for DefaultIngressClass {
+impl Plugin for DefaultClass {
     fn name(&self) -> &'static str {
-        "DefaultIngressClass"
+        self.0.name
     }
 
     fn handles(&self, rt: &ResourceType) -> bool {
-        rt.group == INGRESS_CLASS.group && rt.plural == INGRESS_CLASS.plural
+        rt.group == self.0.group && rt.plural == self.0.plural
     }
 
     async fn admit(
@@ -184,7 +182,7 @@ impl Plugin for DefaultIngressClass {
         object: &mut Value,
         registry: &Registry,
     ) -> Result<bool> {
-        INGRESS_CLASS.admit(attributes, object, registry).await
+        self.0.admit(attributes, object, registry).await
     }
 }
 
