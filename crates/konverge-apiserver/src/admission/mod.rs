@@ -14,9 +14,10 @@
 //!   (the global default class, or priority 0, when it names none);
 //! - [`DefaultTolerationSeconds`]: a new pod tolerates not-ready and unreachable nodes for
 //!   five minutes;
-//! - [`DefaultClass::storage`] (`DefaultStorageClass`): a PersistentVolumeClaim that names no class gets the default
-//!   StorageClass;
-//! - [`DefaultClass::ingress`] (`DefaultIngressClass`): an Ingress that names no class gets the default IngressClass.
+//! - [`DefaultClass::storage`] (`DefaultStorageClass`): a PersistentVolumeClaim that names no
+//!   class gets the default StorageClass;
+//! - [`DefaultClass::ingress`] (`DefaultIngressClass`): an Ingress that names no class gets
+//!   the default IngressClass.
 
 mod limits;
 mod plugins;

@@ -27,8 +27,8 @@ fn is_pods(rt: &ResourceType) -> bool {
 /// `ServiceAccount`: a new pod without `serviceAccountName` runs as `default`; the account
 /// must exist (403 otherwise); unless the pod or the account opts out, a projected volume
 /// `kube-api-access-xxxxx` (a token for the account, the cluster CA, the namespace) is
-/// mounted read-only in every container at [`TOKEN_PATH`]; the account's image pull secrets
-/// are the pod's if it names none.
+/// mounted read-only in every container at `/var/run/secrets/kubernetes.io/serviceaccount`;
+/// the account's image pull secrets are the pod's if it names none.
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceAccount;
 
