@@ -23,7 +23,9 @@ mod limits;
 mod plugins;
 mod pods;
 
-use std::sync::Arc;
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -36,13 +38,113 @@ pub use limits::LimitRanger;
 pub use plugins::{DefaultClass, Priority};
 pub use pods::{DefaultTolerationSeconds, ServiceAccount};
 
-/// What a write does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a request does, as admission sees it (kube's `admission.Operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// A create.
     Create,
     /// An update (a patch, an apply, a subresource write).
     Update,
+    /// A delete (`object` is null; the object deleted is [`Attributes::old`]).
+    Delete,
+    /// A connect (`pods/exec`, `pods/portforward`, proxies).
+    Connect,
+}
+
+impl Operation {
+    /// As AdmissionReview and admission rules spell it: `CREATE`, `UPDATE`, `DELETE`,
+    /// `CONNECT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happened to one request in admission: the warnings for the client, the audit
+/// annotations, and which admissions ran and what each decided. The registry makes one per
+/// write and reads the warnings back into its answer.
+#[derive(Debug, Default)]
+pub struct Trace {
+    inner: std::sync::Mutex<TraceInner>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct TraceInner {
+    warnings: Vec<String>,
+    annotations: Vec<(String, String)>,
+    ran: Vec<Ran>,
+}
+
+/// One admission that acted on a request, and what it decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    /// The plugin's name (`LimitRanger`), `ValidatingAdmissionPolicy/<policy>/<binding>`, or
+    /// `ValidatingWebhook/<webhook>` / `MutatingWebhook/<webhook>`.
+    pub name: Cow<'static, str>,
+    /// What it decided.
+    pub decision: Decision,
+}
+
+/// What one admission decided about a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// It let the request through unchanged.
+    Allowed,
+    /// It changed the object.
+    Mutated,
+    /// It refused the request.
+    Denied,
+    /// It let the request through with a warning.
+    Warned,
+}
+
+impl Trace {
+    /// Adds a warning for the client (a `Warning: 299 - "…"` header).
+    pub fn warn(&self, warning: impl Into<String>) {
+        self.lock().warnings.push(warning.into());
+    }
+
+    /// Adds an audit annotation.
+    pub fn annotate(&self, key: impl Into<String>, value: impl Into<String>) {
+        self.lock().annotations.push((key.into(), value.into()));
+    }
+
+    /// Records that an admission ran and what it decided.
+    pub fn ran(&self, name: impl Into<Cow<'static, str>>, decision: Decision) {
+        self.lock().ran.push(Ran {
+            name: name.into(),
+            decision,
+        });
+    }
+
+    /// The warnings so far.
+    pub fn warnings(&self) -> Vec<String> {
+        self.lock().warnings.clone()
+    }
+
+    /// The audit annotations so far.
+    pub fn annotations(&self) -> Vec<(String, String)> {
+        self.lock().annotations.clone()
+    }
+
+    /// The admissions that ran so far, in order.
+    pub fn admissions(&self) -> Vec<Ran> {
+        self.lock().ran.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TraceInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What the chain knows about a write.
@@ -64,6 +166,8 @@ pub struct Attributes<'a> {
     pub user: Option<&'a UserInfo>,
     /// Whether nothing will be stored.
     pub dry_run: bool,
+    /// Where admissions leave warnings, audit annotations and their decisions.
+    pub trace: &'a Trace,
 }
 
 impl Attributes<'_> {
@@ -87,6 +191,11 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
         true
     }
 
+    /// Whether it acts on `operation` at all (default: creates and updates).
+    fn handles_operation(&self, operation: Operation) -> bool {
+        matches!(operation, Operation::Create | Operation::Update)
+    }
+
     /// The mutating phase: may change `object` (then says so), or refuse the write.
     async fn admit(
         &self,
@@ -98,6 +207,7 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
     }
 
     /// The validating phase, after the object passed validation: may only refuse the write.
+    /// On a delete `object` is null and the object deleted is [`Attributes::old`].
     async fn validate(
         &self,
         _attributes: &Attributes<'_>,
@@ -112,6 +222,7 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone, Default)]
 pub struct Chain {
     plugins: Vec<Arc<dyn Plugin>>,
+    log: Option<Arc<Log>>,
 }
 
 impl Chain {
@@ -124,6 +235,7 @@ impl Chain {
     /// kube-apiserver's order.
     pub fn builtin() -> Chain {
         Chain {
+            log: None,
             plugins: vec![
                 Arc::new(LimitRanger),
                 Arc::new(ServiceAccount),
@@ -151,6 +263,29 @@ impl Chain {
         self.plugins.iter().map(|p| p.name()).collect()
     }
 
+    /// The chain with `plugin` added at its end.
+    pub fn with(mut self, plugin: Arc<dyn Plugin>) -> Chain {
+        self.plugins.push(plugin);
+        self
+    }
+
+    /// Whether any plugin may act on `operation` of `rt`.
+    pub fn handles_operation(&self, rt: &ResourceType, operation: Operation) -> bool {
+        self.plugins
+            .iter()
+            .any(|p| p.handles(rt) && p.handles_operation(operation))
+    }
+
+    fn acting<'p>(
+        &'p self,
+        attributes: &Attributes<'_>,
+    ) -> impl Iterator<Item = &'p Arc<dyn Plugin>> {
+        let (rt, operation) = (attributes.rt, attributes.operation);
+        self.plugins
+            .iter()
+            .filter(move |p| p.handles(rt) && p.handles_operation(operation))
+    }
+
     /// Runs every plugin's mutating phase; says whether any changed the object.
     pub async fn admit(
         &self,
@@ -159,8 +294,22 @@ impl Chain {
         registry: &Registry,
     ) -> Result<bool> {
         let mut changed = false;
-        for plugin in self.plugins.iter().filter(|p| p.handles(attributes.rt)) {
-            changed |= plugin.admit(attributes, object, registry).await?;
+        for plugin in self.acting(attributes) {
+            match plugin.admit(attributes, object, registry).await {
+                Ok(mutated) => {
+                    let decision = if mutated {
+                        Decision::Mutated
+                    } else {
+                        Decision::Allowed
+                    };
+                    attributes.trace.ran(plugin.name(), decision);
+                    changed |= mutated;
+                }
+                Err(e) => {
+                    attributes.trace.ran(plugin.name(), Decision::Denied);
+                    return Err(e);
+                }
+            }
         }
         Ok(changed)
     }
@@ -172,9 +321,118 @@ impl Chain {
         object: &Value,
         registry: &Registry,
     ) -> Result<()> {
-        for plugin in self.plugins.iter().filter(|p| p.handles(attributes.rt)) {
-            plugin.validate(attributes, object, registry).await?;
+        for plugin in self.acting(attributes) {
+            if let Err(e) = plugin.validate(attributes, object, registry).await {
+                attributes.trace.ran(plugin.name(), Decision::Denied);
+                return Err(e);
+            }
         }
         Ok(())
+    }
+
+    /// The chain, keeping a record of the last `capacity` requests that went through it
+    /// (see [`Chain::log`]).
+    pub fn logged(mut self, capacity: usize) -> Chain {
+        self.log = Some(Arc::new(Log {
+            capacity,
+            records: Mutex::new(VecDeque::new()),
+        }));
+        self
+    }
+
+    /// The record of recent requests, if the chain keeps one ([`Chain::logged`]).
+    pub fn log(&self) -> Option<&Arc<Log>> {
+        self.log.as_ref()
+    }
+
+    /// Ends a request's admission: records what ran, if the chain keeps a log.
+    pub fn finish(&self, attributes: &Attributes<'_>) {
+        let Some(log) = &self.log else {
+            return;
+        };
+        log.push(Record {
+            operation: attributes.operation,
+            group: attributes.rt.group.clone(),
+            resource: attributes.rt.plural.clone(),
+            subresource: attributes.subresource.map(String::from),
+            namespace: attributes.namespace.to_string(),
+            name: attributes.name.to_string(),
+            user: attributes.user.map(|u| u.name.clone()),
+            dry_run: attributes.dry_run,
+            admissions: attributes.trace.admissions(),
+            warnings: attributes.trace.warnings(),
+        });
+    }
+}
+
+/// One request's passage through admission.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// What it did.
+    pub operation: Operation,
+    /// The resource's group.
+    pub group: String,
+    /// The resource (plural).
+    pub resource: String,
+    /// The subresource, if any.
+    pub subresource: Option<String>,
+    /// The namespace (empty for cluster-scoped resources).
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// Who asked (`None`: the server itself).
+    pub user: Option<String>,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// Which admissions ran, in order, and what each decided.
+    pub admissions: Vec<Ran>,
+    /// The warnings sent back.
+    pub warnings: Vec<String>,
+}
+
+impl Record {
+    /// Whether the admission named `name` ran on this request.
+    pub fn ran(&self, name: &str) -> bool {
+        self.admissions.iter().any(|r| r.name == name)
+    }
+
+    /// What the admission named `name` decided, if it ran.
+    pub fn decision(&self, name: &str) -> Option<Decision> {
+        self.admissions
+            .iter()
+            .rev()
+            .find(|r| r.name == name)
+            .map(|r| r.decision)
+    }
+}
+
+/// The last requests that went through a chain, oldest first.
+#[derive(Debug)]
+pub struct Log {
+    capacity: usize,
+    records: Mutex<VecDeque<Record>>,
+}
+
+impl Log {
+    fn push(&self, record: Record) {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        if records.len() == self.capacity {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+
+    /// The records kept, oldest first.
+    pub fn records(&self) -> Vec<Record> {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        records.iter().cloned().collect()
+    }
+
+    /// Forgets every record.
+    pub fn clear(&self) {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }

@@ -718,9 +718,11 @@ async fn resource(
         }
         ("DELETE", Some(name)) => {
             let body = request::body(req).await?;
-            let opts = query.delete_options(&body)?;
-            match registry.delete(&rt, ns, name, &opts).await? {
-                Deleted::Pending(obj) => Ok(respond(StatusCode::OK, &obj, protobuf)),
+            let mut opts = query.delete_options(&body)?;
+            opts.user = Some(user.clone());
+            let (deleted, warnings) = registry.delete_warned(&rt, ns, name, &opts).await?;
+            let response = match deleted {
+                Deleted::Pending(obj) => respond(StatusCode::OK, &obj, protobuf),
                 Deleted::Gone(obj) => {
                     let status = json!({
                         "kind": "Status",
@@ -734,13 +736,15 @@ async fn resource(
                             "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
                         },
                     });
-                    Ok(respond(StatusCode::OK, &status, protobuf))
+                    respond(StatusCode::OK, &status, protobuf)
                 }
-            }
+            };
+            Ok(with_warnings(response, &warnings))
         }
         ("DELETE", None) => {
             let body = request::body(req).await?;
-            let opts = query.delete_options(&body)?;
+            let mut opts = query.delete_options(&body)?;
+            opts.user = Some(user.clone());
             let list = query.list_options(&rt)?;
             let deleted = registry.delete_collection(&rt, ns, &list, &opts).await?;
             let list = json!({

@@ -31,6 +31,7 @@ pub use list::{ListOptions, ListResult, ResourceVersionMatch};
 use update::{Change, Outcome, mark_deleted};
 pub use watch::{WatchEvent, WatchOptions};
 
+use crate::admission::Operation;
 use crate::error::{ApiError, Cause, Reason, Result, Target};
 use crate::resources::meta;
 use crate::resources::{Catalog, ResourceType};
@@ -128,6 +129,8 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     /// `preconditions.resourceVersion`.
     pub precondition_resource_version: Option<String>,
+    /// Who deletes (`None`: the server itself), as admission sees it.
+    pub user: Option<crate::auth::user::UserInfo>,
 }
 
 /// What a delete did.
@@ -668,6 +671,7 @@ impl Registry {
             prepare(&mut obj);
         }
         let name = meta::meta_str(&obj, "name").unwrap_or("").to_string();
+        let trace = crate::admission::Trace::default();
         let admitting = crate::admission::Attributes {
             operation: crate::admission::Operation::Create,
             rt,
@@ -677,15 +681,12 @@ impl Registry {
             old: None,
             user: opts.user.as_ref(),
             dry_run: opts.dry_run,
+            trace: &trace,
         };
-        self.admission.admit(&admitting, &mut obj, self).await?;
-        let mut obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
-        self.validate(rt, &obj, None)?;
-        if let (true, Some(ns)) = (rt.namespaced, ns) {
-            self.check_namespace(rt, ns, &name).await?;
-        }
-        self.admission.validate(&admitting, &obj, self).await?;
-        self.check_write(rt, None, &obj, opts).await?;
+        let admitted = self.admit_create(&admitting, obj, opts).await;
+        self.admission.finish(&admitting);
+        let mut obj = admitted?;
+        warnings.extend(trace.warnings());
         if opts.dry_run {
             encode(rt, &obj)?;
             if self.read(rt, ns, &name).await?.is_some() {
@@ -728,6 +729,27 @@ impl Registry {
         })
     }
 
+    /// A create's admission and validation: mutating admission, the kind's checks, the
+    /// namespace, validating admission and the write check, in kube-apiserver's order.
+    async fn admit_create(
+        &self,
+        admitting: &crate::admission::Attributes<'_>,
+        mut obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        let rt = admitting.rt;
+        self.admission.admit(admitting, &mut obj, self).await?;
+        let obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
+        self.validate(rt, &obj, None)?;
+        if rt.namespaced && !admitting.namespace.is_empty() {
+            self.check_namespace(rt, admitting.namespace, admitting.name)
+                .await?;
+        }
+        self.admission.validate(admitting, &obj, self).await?;
+        self.check_write(rt, None, &obj, opts).await?;
+        Ok(obj)
+    }
+
     /// Replaces an object (`PUT`), or its status (`subresource = Some("status")`).
     pub async fn update(
         &self,
@@ -760,16 +782,26 @@ impl Registry {
             Some(rv) => Some(parse_rv(rv)?),
             None => None,
         };
+        let trace = crate::admission::Trace::default();
         let outcome = self
-            .guaranteed_update(rt, ns, name, subresource, opts, |current_kv, current| {
-                if let Some(expected) = expected
-                    && expected != current_kv.mod_revision
-                {
-                    return Err(ApiError::modified(target(rt, name)));
-                }
-                let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
-                self.prepare_update(rt, &current, merged, subresource, opts)
-            })
+            .guaranteed_update(
+                rt,
+                ns,
+                name,
+                subresource,
+                Operation::Update,
+                opts,
+                &trace,
+                |current_kv, current| {
+                    if let Some(expected) = expected
+                        && expected != current_kv.mod_revision
+                    {
+                        return Err(ApiError::modified(target(rt, name)));
+                    }
+                    let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
+                    self.prepare_update(rt, &current, merged, subresource, opts)
+                },
+            )
             .await;
         match outcome {
             Err(e)
@@ -788,7 +820,7 @@ impl Registry {
             Ok((object, _)) => Ok(Written {
                 object,
                 created: false,
-                warnings,
+                warnings: warnings.into_iter().chain(trace.warnings()).collect(),
             }),
         }
     }
@@ -805,35 +837,46 @@ impl Registry {
         apply: &(dyn Fn(&Value) -> Result<Value> + Send + Sync),
     ) -> Result<Written> {
         let mut warnings = Vec::new();
+        let trace = crate::admission::Trace::default();
         let (object, _) = self
-            .guaranteed_update(rt, ns, name, subresource, opts, |current_kv, current| {
-                let patched = apply(&current)?;
-                // A resourceVersion in the patch is a precondition; otherwise the patch
-                // applies to whatever is current.
-                if let Some(rv) =
-                    meta::meta_str(&patched, "resourceVersion").filter(|rv| !rv.is_empty())
-                    && parse_rv(rv)? != current_kv.mod_revision
-                {
-                    return Err(ApiError::modified(target(rt, name)));
-                }
-                warnings.clear();
-                let new = self.decode_body(rt, patched, opts, &mut warnings, false)?;
-                if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
-                    return Err(ApiError::invalid(
-                        &rt.kind,
-                        &rt.group,
-                        name,
-                        vec![Cause::invalid(
-                            "metadata.name",
-                            &json!(meta::meta_str(&new, "name")),
-                            "field is immutable",
-                        )],
-                    ));
-                }
-                let merged = self.merge_update(rt, &current, new, subresource)?;
-                self.prepare_update(rt, &current, merged, subresource, opts)
-            })
+            .guaranteed_update(
+                rt,
+                ns,
+                name,
+                subresource,
+                Operation::Update,
+                opts,
+                &trace,
+                |current_kv, current| {
+                    let patched = apply(&current)?;
+                    // A resourceVersion in the patch is a precondition; otherwise the patch
+                    // applies to whatever is current.
+                    if let Some(rv) =
+                        meta::meta_str(&patched, "resourceVersion").filter(|rv| !rv.is_empty())
+                        && parse_rv(rv)? != current_kv.mod_revision
+                    {
+                        return Err(ApiError::modified(target(rt, name)));
+                    }
+                    warnings.clear();
+                    let new = self.decode_body(rt, patched, opts, &mut warnings, false)?;
+                    if meta::meta_str(&new, "name").is_some_and(|n| n != name) {
+                        return Err(ApiError::invalid(
+                            &rt.kind,
+                            &rt.group,
+                            name,
+                            vec![Cause::invalid(
+                                "metadata.name",
+                                &json!(meta::meta_str(&new, "name")),
+                                "field is immutable",
+                            )],
+                        ));
+                    }
+                    let merged = self.merge_update(rt, &current, new, subresource)?;
+                    self.prepare_update(rt, &current, merged, subresource, opts)
+                },
+            )
             .await?;
+        warnings.extend(trace.warnings());
         Ok(Written {
             object,
             created: false,
@@ -1074,13 +1117,52 @@ impl Registry {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<Deleted> {
-        // A delete stores the object only to mark it deleting: nothing to check.
+        self.delete_warned(rt, ns, name, opts)
+            .await
+            .map(|(deleted, _)| deleted)
+    }
+
+    /// [`Registry::delete`], with the warnings admission sent for the client.
+    pub async fn delete_warned(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<(Deleted, Vec<String>)> {
+        // A delete stores the object only to mark it deleting: the write check has nothing
+        // to check, and admission sees a DELETE, not the update that marks it.
         let write = WriteOptions {
             dry_run: opts.dry_run,
+            user: opts.user.clone(),
             ..WriteOptions::default()
         };
+        let trace = crate::admission::Trace::default();
+        if self.admission.handles_operation(rt, Operation::Delete) {
+            // The mutating phase of a delete has no object to change (kube-apiserver's
+            // delete handler admits it before reading the object).
+            let admitting = crate::admission::Attributes {
+                operation: Operation::Delete,
+                rt,
+                namespace: ns.unwrap_or(""),
+                name,
+                subresource: None,
+                old: None,
+                user: opts.user.as_ref(),
+                dry_run: opts.dry_run,
+                trace: &trace,
+            };
+            let admitted = self
+                .admission
+                .admit(&admitting, &mut Value::Null, self)
+                .await;
+            if admitted.is_err() {
+                self.admission.finish(&admitting);
+            }
+            admitted?;
+        }
         let (object, outcome) = self
-            .guaranteed_update(rt, ns, name, None, &write, |kv, current| {
+            .guaranteed_update(rt, ns, name, None, Operation::Delete, &write, &trace, |kv, current| {
                 if let Some(uid) = &opts.precondition_uid {
                     let actual = meta::meta_str(&current, "uid").unwrap_or("");
                     if actual != uid {
@@ -1109,10 +1191,11 @@ impl Registry {
         if outcome == Outcome::Deleted && rt.allocates_addresses && !opts.dry_run {
             self.release_service(&object).await;
         }
-        Ok(match outcome {
+        let deleted = match outcome {
             Outcome::Deleted => Deleted::Gone(object),
             Outcome::Stored | Outcome::Unchanged => Deleted::Pending(object),
-        })
+        };
+        Ok((deleted, trace.warnings()))
     }
 
     /// Deletes every object a list with `list` options returns.

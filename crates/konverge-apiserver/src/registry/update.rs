@@ -10,6 +10,7 @@ use konverge_store::KeyValue;
 use serde_json::{Value, json};
 
 use super::{Propagation, Registry, WriteOptions, decode_as, encode, is_namespace, set_rv, target};
+use crate::admission::{Operation, Trace};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
 use crate::resources::meta;
@@ -54,13 +55,15 @@ impl Registry {
         ns: Option<&str>,
         name: &str,
         subresource: Option<&str>,
+        operation: Operation,
         opts: &WriteOptions,
+        trace: &Trace,
         mut decide: impl FnMut(&KeyValue, Value) -> Result<Change>,
     ) -> Result<(Value, Outcome)> {
         let dry_run = opts.dry_run;
         let key = Bytes::from(rt.key(ns, name));
         // Admission and the write check see the object as it was.
-        let admitted = self.admission.handles(rt);
+        let admitted = self.admission.handles_operation(rt, operation);
         let checked = admitted
             || (opts.user.is_some() && self.write_check.as_ref().is_some_and(|c| c.applies(rt)));
         for _ in 0..MAX_ATTEMPTS {
@@ -69,27 +72,38 @@ impl Registry {
             };
             let current = decode_as(rt, &kv)?;
             let before = checked.then(|| current.clone());
-            let (mut object, outcome) = match decide(&kv, current)? {
+            let decided = decide(&kv, current)?;
+            let admitting = crate::admission::Attributes {
+                operation,
+                rt,
+                namespace: ns.unwrap_or(""),
+                name,
+                subresource,
+                old: before.as_ref(),
+                user: opts.user.as_ref(),
+                dry_run,
+                trace,
+            };
+            if operation == Operation::Delete && admitted {
+                // A delete is validated against the object it deletes, whatever the
+                // delete then does to it (kube-apiserver's deleteValidation).
+                let validated = self
+                    .admission
+                    .validate(&admitting, &Value::Null, self)
+                    .await;
+                self.admission.finish(&admitting);
+                validated?;
+            }
+            let (mut object, outcome) = match decided {
                 Change::Unchanged(object) => return Ok((object, Outcome::Unchanged)),
                 Change::Store(object) => (object, Outcome::Stored),
                 Change::Delete(object) => (object, Outcome::Deleted),
             };
-            if outcome == Outcome::Stored {
-                let admitting = crate::admission::Attributes {
-                    operation: crate::admission::Operation::Update,
-                    rt,
-                    namespace: ns.unwrap_or(""),
-                    name,
-                    subresource,
-                    old: before.as_ref(),
-                    user: opts.user.as_ref(),
-                    dry_run,
-                };
+            if outcome == Outcome::Stored && operation == Operation::Update {
                 if admitted {
-                    if self.admission.admit(&admitting, &mut object, self).await? {
-                        self.validate(rt, &object, before.as_ref())?;
-                    }
-                    self.admission.validate(&admitting, &object, self).await?;
+                    let admission = self.admit_update(&admitting, &mut object).await;
+                    self.admission.finish(&admitting);
+                    admission?;
                 }
                 self.check_write(rt, before.as_ref(), &object, opts).await?;
             }
@@ -127,6 +141,19 @@ impl Registry {
             }
         }
         Err(ApiError::modified(target(rt, name)))
+    }
+
+    /// An update's admission: mutation (and validation again if it changed the object),
+    /// then validating admission.
+    async fn admit_update(
+        &self,
+        admitting: &crate::admission::Attributes<'_>,
+        object: &mut Value,
+    ) -> Result<()> {
+        if self.admission.admit(admitting, object, self).await? {
+            self.validate(admitting.rt, object, admitting.old)?;
+        }
+        self.admission.validate(admitting, object, self).await
     }
 }
 
