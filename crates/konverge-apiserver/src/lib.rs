@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod registry;
 pub mod resources;
 pub mod serve;
+pub mod webhook;
 
 use std::sync::{Arc, RwLock};
 
@@ -77,6 +78,7 @@ pub struct ApiServerBuilder {
     service_account_key: Option<Vec<u8>>,
     authorization: AuthorizationMode,
     observer: Option<auth::authz::Observer>,
+    webhooks: webhook::Webhooks,
 }
 
 /// How the server decides whether a request may be done (`--authorization-mode`).
@@ -100,6 +102,13 @@ impl ApiServerBuilder {
         observer: impl Fn(&auth::authz::Attributes, &auth::authz::Decision) + Send + Sync + 'static,
     ) -> Self {
         self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// How the server reaches admission and conversion webhooks: in-process handlers and
+    /// Service addresses registered on `webhooks` (which may also be registered later).
+    pub fn webhooks(mut self, webhooks: webhook::Webhooks) -> Self {
+        self.webhooks = webhooks;
         self
     }
 
@@ -165,7 +174,8 @@ impl ApiServerBuilder {
         let metrics = Arc::new(metrics::Metrics::new());
         let registry = Registry::new(self.store, catalog)
             .with_watch_cache(self.watch_cache)
-            .with_metrics(metrics.clone());
+            .with_metrics(metrics.clone())
+            .with_webhooks(self.webhooks.clone());
         let tokens = Arc::new(tokens);
         let mut rbac = None;
         let (registry, authorization) = match self.authorization {
@@ -262,6 +272,7 @@ impl ApiServer {
             service_account_key: None,
             authorization: AuthorizationMode::AlwaysAllow,
             observer: None,
+            webhooks: webhook::Webhooks::default(),
         }
     }
 

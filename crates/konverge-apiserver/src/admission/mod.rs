@@ -20,6 +20,7 @@
 //!   the default IngressClass.
 
 mod limits;
+pub mod matching;
 mod plugins;
 mod pods;
 

@@ -157,8 +157,12 @@ pub struct Registry {
     policy_generation: Arc<AtomicU64>,
     /// Checks clients' writes before they are stored.
     write_check: Option<Arc<dyn WriteCheck>>,
+    /// Counts committed writes of admission configuration ([`Registry::admission_generation`]).
+    admission_generation: Arc<AtomicU64>,
     /// The admission plugins every create and update goes through.
     admission: Arc<crate::admission::Chain>,
+    /// How admission and conversion webhooks are reached.
+    webhooks: crate::webhook::Webhooks,
 }
 
 impl std::fmt::Debug for Registry {
@@ -246,7 +250,9 @@ impl Registry {
             metrics,
             policy_generation: Arc::new(AtomicU64::new(0)),
             write_check: None,
+            admission_generation: Arc::new(AtomicU64::new(0)),
             admission: Arc::new(crate::admission::Chain::builtin()),
+            webhooks: crate::webhook::Webhooks::default(),
         }
     }
 
@@ -255,6 +261,22 @@ impl Registry {
     pub fn with_admission(mut self, chain: crate::admission::Chain) -> Self {
         self.admission = Arc::new(chain);
         self
+    }
+
+    /// The admission plugins writes go through.
+    pub fn admission(&self) -> &Arc<crate::admission::Chain> {
+        &self.admission
+    }
+
+    /// The same registry reaching webhooks through `webhooks`.
+    pub fn with_webhooks(mut self, webhooks: crate::webhook::Webhooks) -> Self {
+        self.webhooks = webhooks;
+        self
+    }
+
+    /// How admission and conversion webhooks are reached.
+    pub fn webhooks(&self) -> &crate::webhook::Webhooks {
+        &self.webhooks
     }
 
     /// The same registry checking clients' writes with `check` before storing them.
@@ -285,6 +307,14 @@ impl Registry {
         self.policy_generation.load(Ordering::Acquire)
     }
 
+    /// How many writes of admission configuration (webhook configurations, admission
+    /// policies and their bindings) this registry (and its clones) committed; it changes
+    /// before the write is answered, so admission that rebuilds its view when it changes
+    /// applies a configuration to every request after the one that wrote it.
+    pub fn admission_generation(&self) -> u64 {
+        self.admission_generation.load(Ordering::Acquire)
+    }
+
     /// The same registry recording its store calls and object counts into `metrics` (the
     /// server's, so `/metrics` shows them).
     /// Call it before the registry serves anything (the watch caches start over with it).
@@ -313,6 +343,12 @@ impl Registry {
             && result.is_ok()
         {
             self.policy_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        if rt.group == "admissionregistration.k8s.io"
+            && matches!(operation, "create" | "update" | "delete")
+            && result.is_ok()
+        {
+            self.admission_generation.fetch_add(1, Ordering::AcqRel);
         }
         self.metrics.record_store_call(
             operation,
@@ -789,9 +825,11 @@ impl Registry {
                 ns,
                 name,
                 subresource,
-                Operation::Update,
-                opts,
-                &trace,
+                update::Write {
+                    operation: Operation::Update,
+                    opts,
+                    trace: &trace,
+                },
                 |current_kv, current| {
                     if let Some(expected) = expected
                         && expected != current_kv.mod_revision
@@ -844,9 +882,11 @@ impl Registry {
                 ns,
                 name,
                 subresource,
-                Operation::Update,
-                opts,
-                &trace,
+                update::Write {
+                    operation: Operation::Update,
+                    opts,
+                    trace: &trace,
+                },
                 |current_kv, current| {
                     let patched = apply(&current)?;
                     // A resourceVersion in the patch is a precondition; otherwise the patch
@@ -1162,7 +1202,7 @@ impl Registry {
             admitted?;
         }
         let (object, outcome) = self
-            .guaranteed_update(rt, ns, name, None, Operation::Delete, &write, &trace, |kv, current| {
+            .guaranteed_update(rt, ns, name, None, update::Write { operation: Operation::Delete, opts: &write, trace: &trace }, |kv, current| {
                 if let Some(uid) = &opts.precondition_uid {
                     let actual = meta::meta_str(&current, "uid").unwrap_or("");
                     if actual != uid {

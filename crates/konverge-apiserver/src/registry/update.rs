@@ -40,6 +40,15 @@ pub(crate) enum Outcome {
     Unchanged,
 }
 
+/// What a write through [`Registry::guaranteed_update`] is: the operation admission sees,
+/// the client's options, and where admission leaves its warnings.
+#[derive(Clone, Copy)]
+pub(crate) struct Write<'a> {
+    pub(crate) operation: Operation,
+    pub(crate) opts: &'a WriteOptions,
+    pub(crate) trace: &'a Trace,
+}
+
 impl Registry {
     /// Reads the object, asks `decide` what to do with it, and does it if the object has not
     /// changed since it was read (compare-and-swap on its mod revision); retries with the new
@@ -55,11 +64,14 @@ impl Registry {
         ns: Option<&str>,
         name: &str,
         subresource: Option<&str>,
-        operation: Operation,
-        opts: &WriteOptions,
-        trace: &Trace,
+        write: Write<'_>,
         mut decide: impl FnMut(&KeyValue, Value) -> Result<Change>,
     ) -> Result<(Value, Outcome)> {
+        let Write {
+            operation,
+            opts,
+            trace,
+        } = write;
         let dry_run = opts.dry_run;
         let key = Bytes::from(rt.key(ns, name));
         // Admission and the write check see the object as it was.

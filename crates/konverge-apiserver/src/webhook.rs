@@ -1,0 +1,537 @@
+//! Calling webhooks — admission webhooks and CRD conversion webhooks — as kube-apiserver calls
+//! them: a JSON POST over HTTPS to a `url` or to a Service, the server certificate verified
+//! with the configuration's `caBundle`, within a timeout.
+//!
+//! konverge runs no pods, so a Service reference is resolved, in order, to: a handler the
+//! embedding program registered in-process ([`Webhooks::register`], the testkit's in-process
+//! webhooks; no TLS), an address given at start-up ([`Webhooks::map_service`], `konverge up
+//! --webhook-service`), or the ready addresses of the Service's EndpointSlices (a Service
+//! without a selector and an EndpointSlice pointing at a process outside the cluster, which a
+//! real cluster routes the same way).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use crate::registry::Registry;
+
+/// Where a webhook is (`clientConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// `url`: `https://host:port/path`.
+    pub url: Option<String>,
+    /// `service`.
+    pub service: Option<ServiceReference>,
+    /// `caBundle`: PEM certificates that sign the webhook's serving certificate (none: the
+    /// system's roots).
+    pub ca_bundle: Option<Vec<u8>>,
+}
+
+/// A webhook behind a Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceReference {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// The URL path (none: `/`).
+    pub path: Option<String>,
+    /// The Service port (default 443).
+    pub port: i32,
+}
+
+impl ClientConfig {
+    /// From an admission webhook's `clientConfig`.
+    pub fn admission(
+        config: &k8s_openapi::api::admissionregistration::v1::WebhookClientConfig,
+    ) -> ClientConfig {
+        ClientConfig {
+            url: config.url.clone(),
+            service: config.service.as_ref().map(|s| ServiceReference {
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                path: s.path.clone(),
+                port: s.port.unwrap_or(443),
+            }),
+            ca_bundle: config.ca_bundle.as_ref().map(|b| b.0.clone()),
+        }
+    }
+
+    /// From a CRD's `spec.conversion.webhook.clientConfig`.
+    pub fn conversion(
+        config: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig,
+    ) -> ClientConfig {
+        ClientConfig {
+            url: config.url.clone(),
+            service: config.service.as_ref().map(|s| ServiceReference {
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                path: s.path.clone(),
+                port: s.port.unwrap_or(443),
+            }),
+            ca_bundle: config.ca_bundle.as_ref().map(|b| b.0.clone()),
+        }
+    }
+
+    /// The URL kube-apiserver posts to, with `query` (`timeout=10s`) appended when given:
+    /// `https://<name>.<namespace>.svc:<port><path>` for a Service.
+    pub fn target(&self, query: Option<&str>) -> String {
+        let base = match (&self.url, &self.service) {
+            (Some(url), _) => url.clone(),
+            (None, Some(s)) => {
+                let path = s.path.as_deref().unwrap_or("/");
+                format!("https://{}.{}.svc:{}{path}", s.name, s.namespace, s.port)
+            }
+            (None, None) => "https://".to_string(),
+        };
+        match query {
+            Some(q) if base.contains('?') => format!("{base}&{q}"),
+            Some(q) => format!("{base}?{q}"),
+            None => base,
+        }
+    }
+}
+
+/// A request to a webhook handled in-process.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The path (and query) posted to.
+    pub path: String,
+    /// The JSON body.
+    pub body: Bytes,
+}
+
+/// A webhook's answer.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The HTTP status.
+    pub status: u16,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// An in-process webhook.
+pub type Handler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response> + Send + Sync>;
+
+/// Why a webhook could not be called, worded as Go's HTTP client words it (the text after
+/// `Post "<url>": `).
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No answer within the timeout.
+    #[error("context deadline exceeded")]
+    Timeout,
+    /// The TCP connection failed.
+    #[error("dial tcp {addr}: connect: {reason}")]
+    Connect {
+        /// Where.
+        addr: SocketAddr,
+        /// Why (`connection refused`).
+        reason: String,
+    },
+    /// The TLS handshake failed (an unverifiable certificate, mostly).
+    #[error("tls: failed to verify certificate: x509: {0}")]
+    Certificate(String),
+    /// Another TLS failure.
+    #[error("remote error: tls: {0}")]
+    Tls(String),
+    /// The HTTP exchange failed.
+    #[error("{0}")]
+    Http(String),
+    /// The Service could not be resolved to an address.
+    #[error("{0}")]
+    Resolve(String),
+    /// The configuration is unusable (no URL or Service, a `caBundle` that is not PEM).
+    #[error("{0}")]
+    Config(String),
+}
+
+/// A Service's port: namespace, name, port.
+type ServicePort = (String, String, i32);
+
+/// How the server reaches webhooks: in-process handlers and Service addresses.
+#[derive(Clone, Default)]
+pub struct Webhooks {
+    handlers: Arc<RwLock<HashMap<(String, String), Handler>>>,
+    services: Arc<RwLock<HashMap<ServicePort, SocketAddr>>>,
+}
+
+impl std::fmt::Debug for Webhooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhooks").finish_non_exhaustive()
+    }
+}
+
+impl Webhooks {
+    /// Routes calls to the Service `namespace/name` (any port, any path) to `handler`, in
+    /// process, without TLS.
+    pub fn register(&self, namespace: &str, name: &str, handler: Handler) {
+        self.handlers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((namespace.to_string(), name.to_string()), handler);
+    }
+
+    /// Sends calls to port `port` of the Service `namespace/name` to `addr`.
+    pub fn map_service(&self, namespace: &str, name: &str, port: i32, addr: SocketAddr) {
+        self.services
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((namespace.to_string(), name.to_string(), port), addr);
+    }
+
+    /// Posts `body` to the webhook `config` names, with `query` appended to its URL; answers
+    /// whatever HTTP response comes back within `timeout`.
+    pub async fn call(
+        &self,
+        config: &ClientConfig,
+        query: Option<&str>,
+        body: Bytes,
+        timeout: Duration,
+        registry: &Registry,
+    ) -> Result<Response, CallError> {
+        match tokio::time::timeout(timeout, self.call_now(config, query, body, registry)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(CallError::Timeout),
+        }
+    }
+
+    async fn call_now(
+        &self,
+        config: &ClientConfig,
+        query: Option<&str>,
+        body: Bytes,
+        registry: &Registry,
+    ) -> Result<Response, CallError> {
+        let (addr, server_name, path) = match (&config.url, &config.service) {
+            (Some(url), _) => {
+                let (host, port, path) = split_url(url)?;
+                let addr = tokio::net::lookup_host((host.as_str(), port))
+                    .await
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+                    .ok_or_else(|| {
+                        CallError::Resolve(format!("dial tcp: lookup {host}: no such host"))
+                    })?;
+                (addr, host, path)
+            }
+            (None, Some(service)) => {
+                let path = service.path.clone().unwrap_or_else(|| "/".into());
+                let handler = self
+                    .handlers
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&(service.namespace.clone(), service.name.clone()))
+                    .cloned();
+                if let Some(handler) = handler {
+                    let path = with_query(path, query);
+                    return Ok(handler(Request { path, body }).await);
+                }
+                let addr = self.resolve(service, registry).await?;
+                let host = format!("{}.{}.svc", service.name, service.namespace);
+                (addr, host, path)
+            }
+            (None, None) => {
+                return Err(CallError::Config(
+                    "the webhook has neither a url nor a service".into(),
+                ));
+            }
+        };
+        let tls = tls_config(config.ca_bundle.as_deref())?;
+        let path = with_query(path, query);
+        post(addr, &server_name, &path, body, tls).await
+    }
+
+    /// The address of a Service's port: mapped at start-up, or from its EndpointSlices.
+    async fn resolve(
+        &self,
+        service: &ServiceReference,
+        registry: &Registry,
+    ) -> Result<SocketAddr, CallError> {
+        let mapped = self
+            .services
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(
+                service.namespace.clone(),
+                service.name.clone(),
+                service.port,
+            ))
+            .copied();
+        if let Some(addr) = mapped {
+            return Ok(addr);
+        }
+        let catalog = registry.catalog();
+        let not_found = || CallError::Resolve(format!("service \"{}\" not found", service.name));
+        let services = catalog.get("", "v1", "services").ok_or_else(not_found)?;
+        let svc = registry
+            .get(&services, Some(&service.namespace), &service.name, None)
+            .await
+            .map_err(|_| not_found())?;
+        let port_name = svc
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .and_then(|ports| {
+                ports
+                    .iter()
+                    .find(|p| p["port"].as_i64() == Some(i64::from(service.port)))
+            })
+            .map(|p| p["name"].as_str().unwrap_or("").to_string())
+            .ok_or_else(|| {
+                CallError::Resolve(format!(
+                    "no service port {} found for service \"{}\"",
+                    service.port, service.name
+                ))
+            })?;
+        let no_endpoints = || {
+            CallError::Resolve(format!(
+                "no endpoints available for service \"{}\"",
+                service.name
+            ))
+        };
+        let slices_rt = catalog
+            .get("discovery.k8s.io", "v1", "endpointslices")
+            .ok_or_else(no_endpoints)?;
+        let options = crate::registry::ListOptions {
+            label_selector: Some(konverge_apimachinery::selector::LabelSelector::from_set(
+                &[(
+                    "kubernetes.io/service-name".to_string(),
+                    service.name.clone(),
+                )]
+                .into(),
+            )),
+            ..Default::default()
+        };
+        let slices = registry
+            .list(&slices_rt, Some(&service.namespace), &options)
+            .await
+            .map_err(|_| no_endpoints())?;
+        for slice in &slices.items {
+            let Some(port) = slice
+                .pointer("/ports")
+                .and_then(Value::as_array)
+                .and_then(|ports| {
+                    ports
+                        .iter()
+                        .find(|p| p["name"].as_str().unwrap_or("") == port_name)
+                })
+                .and_then(|p| p["port"].as_u64())
+                .and_then(|p| u16::try_from(p).ok())
+            else {
+                continue;
+            };
+            let ready = slice
+                .pointer("/endpoints")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|e| e.pointer("/conditions/ready") != Some(&Value::Bool(false)));
+            for endpoint in ready {
+                let address = endpoint
+                    .pointer("/addresses/0")
+                    .and_then(Value::as_str)
+                    .and_then(|a| a.parse::<std::net::IpAddr>().ok());
+                if let Some(ip) = address {
+                    return Ok(SocketAddr::new(ip, port));
+                }
+            }
+        }
+        Err(no_endpoints())
+    }
+}
+
+fn with_query(path: String, query: Option<&str>) -> String {
+    match query {
+        Some(q) if path.contains('?') => format!("{path}&{q}"),
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    }
+}
+
+/// `https://host[:port][/path]` → host, port (default 443), path and query (default `/`).
+fn split_url(url: &str) -> Result<(String, u16, String), CallError> {
+    let unsupported = || CallError::Config(format!("unsupported protocol scheme in {url:?}"));
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| CallError::Config(format!("parse {url:?}: {e}")))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(unsupported());
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| CallError::Config(format!("no host in {url:?}")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/");
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    Ok((host.to_string(), uri.port_u16().unwrap_or(443), path))
+}
+
+fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, CallError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_bundle.filter(|b| !b.is_empty()) {
+        Some(pem) => {
+            let mut reader = pem;
+            for cert in rustls_pemfile_certs(&mut reader)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| CallError::Config(format!("caBundle: {e}")))?;
+            }
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            for cert in native.certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| CallError::Tls(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The certificates of a PEM bundle.
+fn rustls_pemfile_certs(
+    reader: &mut &[u8],
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, CallError> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(reader)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CallError::Config(format!("caBundle: {e}")))
+}
+
+async fn post(
+    addr: SocketAddr,
+    server_name: &str,
+    path: &str,
+    body: Bytes,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<Response, CallError> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| CallError::Connect {
+            addr,
+            reason: match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+                _ => e.to_string(),
+            },
+        })?;
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+        .map_err(|e| CallError::Config(format!("server name {server_name:?}: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| tls_error(&e, server_name))?;
+    let (mut send, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| CallError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let request = http::Request::post(path)
+        .header(http::header::HOST, server_name)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::ACCEPT, "application/json, */*")
+        .body(Full::new(body))
+        .map_err(|e| CallError::Http(e.to_string()))?;
+    let answer = send
+        .send_request(request)
+        .await
+        .map_err(|e| CallError::Http(e.to_string()))?;
+    let status = answer.status().as_u16();
+    let body = answer
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| CallError::Http(e.to_string()))?
+        .to_bytes();
+    Ok(Response { status, body })
+}
+
+fn tls_error(error: &std::io::Error, server_name: &str) -> CallError {
+    let Some(tls) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    else {
+        return CallError::Tls(error.to_string());
+    };
+    match tls {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+            CallError::Certificate("certificate signed by unknown authority".into())
+        }
+        rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. },
+        ) => CallError::Certificate(format!("certificate is not valid for {server_name}")),
+        rustls::Error::InvalidCertificate(other) => CallError::Certificate(format!("{other:?}")),
+        other => CallError::Tls(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_the_urls_kube_apiserver_posts_to() {
+        let service = ClientConfig {
+            url: None,
+            service: Some(ServiceReference {
+                namespace: "ns".into(),
+                name: "hook".into(),
+                path: Some("/validate".into()),
+                port: 8443,
+            }),
+            ca_bundle: None,
+        };
+        assert_eq!(
+            service.target(Some("timeout=10s")),
+            "https://hook.ns.svc:8443/validate?timeout=10s"
+        );
+        let url = ClientConfig {
+            url: Some("https://127.0.0.1:9443/x?a=b".into()),
+            service: None,
+            ca_bundle: None,
+        };
+        assert_eq!(
+            url.target(Some("timeout=5s")),
+            "https://127.0.0.1:9443/x?a=b&timeout=5s"
+        );
+    }
+
+    #[test]
+    fn urls_split_into_host_port_and_path() {
+        let split = |u: &str| split_url(u).expect("splits");
+        assert_eq!(
+            split("https://example.com/a/b"),
+            ("example.com".into(), 443, "/a/b".into())
+        );
+        assert_eq!(
+            split("https://127.0.0.1:9443"),
+            ("127.0.0.1".into(), 9443, "/".into())
+        );
+        assert_eq!(
+            split("https://[::1]:9443/v"),
+            ("::1".into(), 9443, "/v".into())
+        );
+        assert!(split_url("http://example.com").is_err());
+    }
+}
