@@ -79,6 +79,8 @@ pub struct ApiServerBuilder {
     authorization: AuthorizationMode,
     observer: Option<auth::authz::Observer>,
     webhooks: webhook::Webhooks,
+    admission: bool,
+    admission_log: Option<usize>,
 }
 
 /// How the server decides whether a request may be done (`--authorization-mode`).
@@ -109,6 +111,21 @@ impl ApiServerBuilder {
     /// Service addresses registered on `webhooks` (which may also be registered later).
     pub fn webhooks(mut self, webhooks: webhook::Webhooks) -> Self {
         self.webhooks = webhooks;
+        self
+    }
+
+    /// Whether writes go through admission at all (default: yes). A server without it stores
+    /// what validation accepts, as kube-apiserver with every admission plugin disabled; it
+    /// exists to measure what admission costs.
+    pub fn admission(mut self, enabled: bool) -> Self {
+        self.admission = enabled;
+        self
+    }
+
+    /// Keeps a record of the last `capacity` requests admission saw: which plugins, policies
+    /// and webhooks ran on each and what they decided ([`admission::Chain::log`]).
+    pub fn record_admissions(mut self, capacity: usize) -> Self {
+        self.admission_log = Some(capacity);
         self
     }
 
@@ -198,6 +215,14 @@ impl ApiServerBuilder {
                 )
             }
         };
+        let registry = match (self.admission, self.admission_log) {
+            (false, _) => registry.with_admission(admission::Chain::empty()),
+            (true, Some(capacity)) => {
+                let chain = registry.admission().as_ref().clone().logged(capacity);
+                registry.with_admission(chain)
+            }
+            (true, None) => registry,
+        };
         let server = Arc::new(ApiServer {
             registry,
             metrics,
@@ -273,6 +298,8 @@ impl ApiServer {
             authorization: AuthorizationMode::AlwaysAllow,
             observer: None,
             webhooks: webhook::Webhooks::default(),
+            admission: true,
+            admission_log: None,
         }
     }
 

@@ -15,7 +15,18 @@ use konverge_store::{
 };
 use tower::{Layer, ServiceExt};
 
+use std::future::Future;
+
+use konverge_apiserver::admission::Record;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::conversion::{ConversionRequest, ConversionResponse};
+
 use crate::faults::{Faults, Restart};
+use crate::webhooks::InProcess;
+
+/// How many requests [`TestEnv::admissions`] remembers.
+const ADMISSION_RECORDS: usize = 1024;
 use crate::permissions::{DecisionLog, Permissions};
 use crate::requests::RequestLog;
 
@@ -70,9 +81,40 @@ pub struct TestEnvBuilder {
     watch_cache: WatchCacheConfig,
     control_loops: bool,
     authorization: AuthorizationMode,
+    webhooks: InProcess,
 }
 
 impl TestEnvBuilder {
+    /// Serves an admission webhook in-process at `path` of the Service `namespace/name`:
+    /// a webhook configuration whose `clientConfig.service` names that Service (any port)
+    /// and path reaches `handler`, with kube-rs's admission types, without TLS (its
+    /// `caBundle` is not used). The Service itself need not exist.
+    pub fn webhook<F, Fut>(self, namespace: &str, name: &str, path: &str, handler: F) -> Self
+    where
+        F: Fn(AdmissionRequest<DynamicObject>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = AdmissionResponse> + Send + 'static,
+    {
+        self.webhooks.admission(namespace, name, path, handler);
+        self
+    }
+
+    /// Serves a CRD conversion webhook in-process at `path` of the Service
+    /// `namespace/name`, as [`webhook`](Self::webhook) does an admission webhook.
+    pub fn conversion_webhook<F, Fut>(
+        self,
+        namespace: &str,
+        name: &str,
+        path: &str,
+        handler: F,
+    ) -> Self
+    where
+        F: Fn(ConversionRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ConversionResponse> + Send + 'static,
+    {
+        self.webhooks.conversion(namespace, name, path, handler);
+        self
+    }
+
     /// Runs the server on a `DiskStore` in a temporary directory (removed once the store
     /// closes: when the [`TestEnv`] is dropped, or with control loops on, when the Tokio
     /// runtime ends) instead of the default in-memory store.
@@ -177,6 +219,8 @@ impl TestEnvBuilder {
             .authorization(self.authorization)
             .control_loops(self.control_loops)
             .watch_cache(self.watch_cache.clone())
+            .webhooks(self.webhooks.webhooks().clone())
+            .record_admissions(ADMISSION_RECORDS)
             .build()
             .await
             .map_err(Error::Server)
@@ -287,6 +331,7 @@ impl TestEnv {
             watch_cache: WatchCacheConfig::default(),
             control_loops: true,
             authorization: AuthorizationMode::Rbac,
+            webhooks: InProcess::default(),
         }
     }
 
@@ -471,6 +516,46 @@ impl TestEnv {
             None => Vec::new(),
         };
         Permissions::judge(&user.name, &self.inner.decisions, &grants)
+    }
+
+    /// Serves another admission webhook in-process; see [`TestEnvBuilder::webhook`]. It
+    /// answers from the next request on.
+    pub fn webhook<F, Fut>(&self, namespace: &str, name: &str, path: &str, handler: F)
+    where
+        F: Fn(AdmissionRequest<DynamicObject>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = AdmissionResponse> + Send + 'static,
+    {
+        self.inner
+            .builder
+            .webhooks
+            .admission(namespace, name, path, handler);
+    }
+
+    /// Serves another CRD conversion webhook in-process; see
+    /// [`TestEnvBuilder::conversion_webhook`].
+    pub fn conversion_webhook<F, Fut>(&self, namespace: &str, name: &str, path: &str, handler: F)
+    where
+        F: Fn(ConversionRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ConversionResponse> + Send + 'static,
+    {
+        self.inner
+            .builder
+            .webhooks
+            .conversion(namespace, name, path, handler);
+    }
+
+    /// What admission did on the server's most recent requests (up to 1,024, oldest first):
+    /// for each create, update and delete, which built-in plugins, admission policies and
+    /// webhooks ran and what each decided, and the warnings sent back. Since the last
+    /// restart.
+    pub fn admissions(&self) -> Vec<Record> {
+        let server = self.server();
+        server
+            .registry()
+            .admission()
+            .log()
+            .map(|log| log.records())
+            .unwrap_or_default()
     }
 
     /// The fault-injection handle: drop watches, expire history, inject errors and latency.

@@ -27,6 +27,13 @@
 //! - [`TestEnv::restart`] ([`Faults::restart_server`]): the API server restarts — connections
 //!   cut and refused for a while, the disk store closed and reopened, watch caches empty.
 //!
+//! Admission runs as on a cluster (the built-in plugins, ValidatingAdmissionPolicies,
+//! admission webhooks). [`TestEnvBuilder::webhook`] serves an admission webhook written as a
+//! Rust function over kube-rs's `AdmissionRequest`/`AdmissionResponse` in-process, at the
+//! Service its configuration names (and [`TestEnvBuilder::conversion_webhook`] a CRD
+//! conversion webhook); a real HTTPS webhook works too. [`TestEnv::admissions`] tells which
+//! admissions ran on each request and what they decided ([`AdmissionRecord`]).
+//!
 //! [`TestEnv::direct_client`] reaches the server in-process, past the faults and across
 //! restarts: for a test's own writes and observers.
 //!
@@ -99,6 +106,7 @@ mod plan;
 mod request_info;
 mod requests;
 mod stale;
+mod webhooks;
 
 pub use env::{Error, TestEnv, TestEnvBuilder};
 pub use faults::{Failure, FaultLayer, FaultService, Faults, Rule};
@@ -107,6 +115,7 @@ pub use invariants::{
     Change, ChangeKind, Invariants, InvariantsBuilder, MAX_OBJECT_BYTES, ObjectRef, Violation,
     World,
 };
+pub use konverge_apiserver::admission::{Decision, Ran, Record as AdmissionRecord};
 pub use permissions::{Denial, Permissions, Unused, Used};
 pub use plan::{Fault, FaultPlan, Step};
 pub use request_info::{RequestInfo, Verb};
