@@ -79,7 +79,7 @@ pub struct ApiServerBuilder {
     authorization: AuthorizationMode,
     observer: Option<auth::authz::Observer>,
     webhooks: webhook::Webhooks,
-    admission: bool,
+    disabled_admission: Vec<String>,
     admission_log: Option<usize>,
 }
 
@@ -114,11 +114,14 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Whether writes go through admission at all (default: yes). A server without it stores
-    /// what validation accepts, as kube-apiserver with every admission plugin disabled; it
-    /// exists to measure what admission costs.
-    pub fn admission(mut self, enabled: bool) -> Self {
-        self.admission = enabled;
+    /// Turns off the admission plugins named (`--disable-admission-plugins`, with
+    /// kube-apiserver's names: `LimitRanger`, `ValidatingAdmissionWebhook`, ...). Building
+    /// fails on a name the server does not know.
+    pub fn disable_admission_plugins(
+        mut self,
+        names: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.disabled_admission = names.into_iter().map(Into::into).collect();
         self
     }
 
@@ -215,14 +218,25 @@ impl ApiServerBuilder {
                 )
             }
         };
-        let registry = match (self.admission, self.admission_log) {
-            (false, _) => registry.with_admission(admission::Chain::empty()),
-            (true, Some(capacity)) => {
-                let chain = registry.admission().as_ref().clone().logged(capacity);
-                registry.with_admission(chain)
+        let mut chain = registry.admission().as_ref().clone();
+        if !self.disabled_admission.is_empty() {
+            let known = chain.names();
+            if let Some(unknown) = self
+                .disabled_admission
+                .iter()
+                .find(|name| !known.contains(&name.as_str()))
+            {
+                return Err(ApiError::bad_request(format!(
+                    "admission plugin {unknown:?} is unknown; the plugins are {}",
+                    known.join(", ")
+                )));
             }
-            (true, None) => registry,
-        };
+            chain = chain.without(&self.disabled_admission);
+        }
+        if let Some(capacity) = self.admission_log {
+            chain = chain.logged(capacity);
+        }
+        let registry = registry.with_admission(chain);
         let server = Arc::new(ApiServer {
             registry,
             metrics,
@@ -298,7 +312,7 @@ impl ApiServer {
             authorization: AuthorizationMode::AlwaysAllow,
             observer: None,
             webhooks: webhook::Webhooks::default(),
-            admission: true,
+            disabled_admission: Vec::new(),
             admission_log: None,
         }
     }

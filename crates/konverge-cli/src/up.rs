@@ -32,6 +32,51 @@ pub(crate) struct UpArgs {
     /// on a cluster; the kubeconfig's admin is in system:masters) or `AlwaysAllow`.
     #[arg(long, value_enum, default_value_t = Authorization::Rbac)]
     authorization_mode: Authorization,
+    /// Admission plugins to turn off, comma-separated, with kube-apiserver's names
+    /// (`LimitRanger`, `ServiceAccount`, `ValidatingAdmissionWebhook`, ...).
+    #[arg(long, value_delimiter = ',', value_name = "PLUGINS")]
+    disable_admission_plugins: Vec<String>,
+    /// Where a webhook Service is, since konverge runs no pods:
+    /// `NAMESPACE/NAME:PORT=HOST:PORT` sends admission and conversion webhook calls for port
+    /// PORT of Service NAMESPACE/NAME to HOST:PORT (TLS is verified against the Service's DNS
+    /// name, `NAME.NAMESPACE.svc`, as on a cluster). Repeatable. A Service without this
+    /// mapping is reached through its EndpointSlices.
+    #[arg(long = "webhook-service", value_name = "NAMESPACE/NAME:PORT=HOST:PORT", value_parser = parse_webhook_service)]
+    webhook_services: Vec<WebhookService>,
+}
+
+/// A `--webhook-service` mapping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WebhookService {
+    namespace: String,
+    name: String,
+    port: i32,
+    addr: std::net::SocketAddr,
+}
+
+fn parse_webhook_service(arg: &str) -> Result<WebhookService, String> {
+    let usage = || format!("{arg:?} is not NAMESPACE/NAME:PORT=HOST:PORT");
+    let (service, addr) = arg.split_once('=').ok_or_else(usage)?;
+    let (namespace, rest) = service.split_once('/').ok_or_else(usage)?;
+    let (name, port) = rest.split_once(':').ok_or_else(usage)?;
+    let port: i32 = port
+        .parse()
+        .ok()
+        .filter(|p| (1..=65535).contains(p))
+        .ok_or_else(|| format!("{arg:?}: the Service port must be a number from 1 to 65535"))?;
+    if namespace.is_empty() || name.is_empty() {
+        return Err(usage());
+    }
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("{arg:?}: {addr:?} is not a HOST:PORT address"))?;
+    Ok(WebhookService {
+        namespace: namespace.into(),
+        name: name.into(),
+        port,
+        addr,
+    })
 }
 
 /// `--authorization-mode`, with kube-apiserver's names.
@@ -116,7 +161,18 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
     let credentials = Credentials::load_or_create(&data_dir)?;
     let (store, described) = open_store(&args.store, &data_dir).await?;
+    let webhooks = konverge_apiserver::webhook::Webhooks::default();
+    for service in &args.webhook_services {
+        webhooks.map_service(
+            &service.namespace,
+            &service.name,
+            service.port,
+            service.addr,
+        );
+    }
     let server = ApiServer::builder(store)
+        .webhooks(webhooks)
+        .disable_admission_plugins(args.disable_admission_plugins.iter().cloned())
         .bearer_token(credentials.token.clone())
         .root_ca(credentials.ca_pem.clone())
         .service_account_key(credentials.service_account_key.clone())
@@ -145,4 +201,37 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     serving.until(shutdown_signal()).await;
     println!("konverge stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_services_parse_or_say_what_is_wrong() {
+        assert_eq!(
+            parse_webhook_service("hooks/policy:443=127.0.0.1:9443"),
+            Ok(WebhookService {
+                namespace: "hooks".into(),
+                name: "policy".into(),
+                port: 443,
+                addr: "127.0.0.1:9443".parse().expect("an address"),
+            })
+        );
+        assert!(
+            parse_webhook_service("policy:443=127.0.0.1:9443")
+                .unwrap_err()
+                .contains("is not NAMESPACE/NAME:PORT=HOST:PORT")
+        );
+        assert!(
+            parse_webhook_service("hooks/policy:0=127.0.0.1:9443")
+                .unwrap_err()
+                .contains("from 1 to 65535")
+        );
+        assert!(
+            parse_webhook_service("hooks/policy:443=nowhere")
+                .unwrap_err()
+                .contains("is not a HOST:PORT address")
+        );
+    }
 }

@@ -264,6 +264,13 @@ impl Chain {
         self.plugins.iter().map(|p| p.name()).collect()
     }
 
+    /// The chain without the plugins named.
+    pub fn without(mut self, names: &[String]) -> Chain {
+        self.plugins
+            .retain(|p| !names.iter().any(|n| n == p.name()));
+        self
+    }
+
     /// The chain with `plugin` added at its end.
     pub fn with(mut self, plugin: Arc<dyn Plugin>) -> Chain {
         self.plugins.push(plugin);

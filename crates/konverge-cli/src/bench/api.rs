@@ -6,6 +6,9 @@
 //! - Idle memory: RSS of `konverge up` a moment after it is ready.
 //! - Throughput and latency of create, get, update, list and watch with `kube::Client` over
 //!   HTTPS at 1 and 32 concurrent clients, and a list of 10,000 ConfigMaps.
+//! - What admission costs with nothing configured for it: creates and gets at 32 clients
+//!   against two `konverge up` side by side, one with every admission plugin disabled
+//!   (the anchor).
 //!
 //! The anchor is a real etcd started in the same run: kube-apiserver cannot run without one,
 //! so etcd's own readiness, idle memory and write rate are a lower bound on what a
@@ -19,7 +22,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 
-use super::up::{rss_mib, start_standalone};
+use super::compare::{Contender, Results, Verb, alternate};
+use super::up::{rss_mib, start_standalone, start_standalone_with};
 
 #[derive(clap::Args)]
 pub(crate) struct ApiArgs {
@@ -301,6 +305,8 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let busy_rss = rss_mib(server.pid).unwrap_or(f64::NAN);
     drop(server);
 
+    let admission = admission_cost(if args.quick { 1 } else { 3 }, seconds).await?;
+
     println!("readiness");
     println!(
         "  in-process (memory store), median of 50:  {:>8.3} ms",
@@ -342,6 +348,25 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
         ms(list_times[0])
     );
     println!();
+    admission.print(
+        &format!(
+            "admission: ConfigMap creates and gets at {ADMISSION_CLIENTS} clients, every admission plugin on \
+             (no policies or webhooks configured) vs --disable-admission-plugins for all (medians of rounds)"
+        ),
+        "admission",
+        "disabled",
+    );
+    if let (Some(off), Some(on)) = (
+        admission.latency(Verb::Create, "disabled"),
+        admission.latency(Verb::Create, "enabled"),
+    ) {
+        println!(
+            "empty admission chain cost on create at {ADMISSION_CLIENTS} clients: p50 {:+.1}%, p99 {:+.1}%",
+            (on.0 / off.0 - 1.0) * 100.0,
+            (on.1 / off.1 - 1.0) * 100.0
+        );
+    }
+    println!();
     match etcd {
         Ok(anchor) => {
             println!("anchor: {}", anchor.description);
@@ -375,6 +400,45 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
         Err(why) => println!("anchor: etcd not measured: {why}"),
     }
     Ok(())
+}
+
+/// Concurrent clients of the admission comparison.
+const ADMISSION_CLIENTS: usize = 32;
+
+/// What admission costs when nothing is configured for it: two `konverge up` side by side,
+/// one as it starts by default, one with every admission plugin disabled.
+async fn admission_cost(rounds: usize, seconds: Duration) -> anyhow::Result<Results> {
+    let names = konverge_apiserver::ApiServer::builder(Arc::new(konverge_store::MemStore::new()))
+        .control_loops(false)
+        .build()
+        .await?
+        .registry()
+        .admission()
+        .names()
+        .join(",");
+    let (on_dir, off_dir) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    // Held until the end: dropping a server stops it.
+    let on = start_standalone(on_dir.path()).await?;
+    let off =
+        start_standalone_with(off_dir.path(), &["--disable-admission-plugins", &names]).await?;
+    let contenders = [
+        Contender {
+            name: "disabled",
+            api: Api::namespaced(off.client.clone(), "default"),
+        },
+        Contender {
+            name: "enabled",
+            api: Api::namespaced(on.client.clone(), "default"),
+        },
+    ];
+    alternate(
+        &contenders,
+        &[Verb::Create, Verb::Get],
+        rounds,
+        ADMISSION_CLIENTS,
+        seconds,
+    )
+    .await
 }
 
 struct Anchor {

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::api::{Api, PostParams};
 
-use super::api::{Stats, ms, phase};
+use super::compare::{Contender, Verb, alternate};
 use super::up::start_standalone_with;
 
 #[derive(clap::Args)]
@@ -101,120 +101,39 @@ async fn start(mode: &str) -> anyhow::Result<Server> {
     })
 }
 
-/// Creates ConfigMaps (named by `round`) from `clients` tasks for `seconds`.
-async fn creates(
-    api: &Api<ConfigMap>,
-    round: usize,
-    clients: usize,
-    seconds: Duration,
-) -> anyhow::Result<Stats> {
-    let a = api.clone();
-    phase(clients, seconds, move |c, n| {
-        let a = a.clone();
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(format!("cm-{round}-{c}-{n}"));
-        cm.data = Some([("payload".to_string(), "x".repeat(1024))].into());
-        async move {
-            a.create(&PostParams::default(), &cm).await?;
-            Ok(())
-        }
-    })
-    .await
-}
-
-/// Gets the ConfigMaps the first round created from `clients` tasks for `seconds`.
-async fn gets(api: &Api<ConfigMap>, clients: usize, seconds: Duration) -> anyhow::Result<Stats> {
-    let a = api.clone();
-    phase(clients, seconds, move |c, _| {
-        let a = a.clone();
-        async move {
-            a.get(&format!("cm-0-{c}-0")).await?;
-            Ok(())
-        }
-    })
-    .await
-}
-
-/// One verb against one server, over the rounds.
-struct Series {
-    verb: &'static str,
-    mode: &'static str,
-    rates: Vec<f64>,
-    p50s: Vec<f64>,
-    p99s: Vec<f64>,
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 pub(crate) async fn run(args: AuthArgs) -> anyhow::Result<()> {
     let seconds =
         Duration::from_secs_f64(args.seconds.unwrap_or(if args.quick { 1.0 } else { 3.0 }));
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    // Held until the end: dropping a server stops it.
+    let (always, rbac) = (start("AlwaysAllow").await?, start("RBAC").await?);
     let servers = [
-        ("AlwaysAllow", start("AlwaysAllow").await?),
-        ("RBAC", start("RBAC").await?),
+        Contender {
+            name: "AlwaysAllow",
+            api: always.api.clone(),
+        },
+        Contender {
+            name: "RBAC",
+            api: rbac.api.clone(),
+        },
     ];
-    // Phases alternate between the two servers, round after round, so that whatever else the
-    // machine does falls on both alike; each figure is the median over the rounds.
-    let mut results: Vec<Series> = Vec::new();
-    for round in 0..rounds {
-        for verb in ["create", "get"] {
-            for (mode, server) in &servers {
-                let stats = match verb {
-                    "create" => creates(&server.api, round, args.clients, seconds).await?,
-                    _ => gets(&server.api, args.clients, seconds).await?,
-                };
-                let entry = match results
-                    .iter_mut()
-                    .position(|r| r.verb == verb && r.mode == *mode)
-                {
-                    Some(i) => &mut results[i],
-                    None => {
-                        results.push(Series {
-                            verb,
-                            mode,
-                            rates: Vec::new(),
-                            p50s: Vec::new(),
-                            p99s: Vec::new(),
-                        });
-                        results.last_mut().expect("just pushed")
-                    }
-                };
-                entry.rates.push(stats.rate());
-                entry.p50s.push(ms(stats.p50));
-                entry.p99s.push(ms(stats.p99));
-            }
-        }
-    }
-    println!(
-        "authorization cost, ServiceAccount token, {} clients, {} rounds of {} s phases (medians)",
-        args.clients,
+    let results = alternate(
+        &servers,
+        &[Verb::Create, Verb::Get],
         rounds,
-        seconds.as_secs_f64()
+        args.clients,
+        seconds,
+    )
+    .await?;
+    results.print(
+        &format!(
+            "authorization cost, ServiceAccount token, {} clients, {} rounds of {} s phases (medians)",
+            args.clients,
+            rounds,
+            seconds.as_secs_f64()
+        ),
+        "mode",
+        "AlwaysAllow",
     );
-    println!("| verb | mode | ops/s | p50 ms | p99 ms | p50 vs AlwaysAllow | p99 vs AlwaysAllow |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
-    let mut anchor = (0.0, 0.0);
-    for Series {
-        verb,
-        mode,
-        rates,
-        p50s,
-        p99s,
-    } in results
-    {
-        let (rate, p50, p99) = (median(rates), median(p50s), median(p99s));
-        if mode == "AlwaysAllow" {
-            anchor = (p50, p99);
-        }
-        println!(
-            "| {verb} | {mode} | {rate:.0} | {p50:.2} | {p99:.2} | {:.2} | {:.2} |",
-            p50 / anchor.0,
-            p99 / anchor.1,
-        );
-    }
     Ok(())
 }

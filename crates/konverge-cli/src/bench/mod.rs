@@ -3,6 +3,7 @@
 
 mod api;
 mod auth;
+mod compare;
 mod controller;
 mod doctor;
 mod store;
