@@ -187,6 +187,17 @@ pub fn serve(
     cert_pem: &str,
     key_pem: &str,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
+    serve_router(listener, cert_pem, key_pem, router())
+}
+
+/// Serves any axum `Router` over HTTPS (HTTP/1.1) on `listener` with the PEM certificate
+/// chain and key, until the task is dropped or aborted: what a webhook needs, and no more.
+pub fn serve_router(
+    listener: tokio::net::TcpListener,
+    cert_pem: &str,
+    key_pem: &str,
+    app: Router,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
@@ -204,7 +215,6 @@ pub fn serve(
     .map_err(|e| Error::Certificate(e.to_string()))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let app = router();
     Ok(tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
