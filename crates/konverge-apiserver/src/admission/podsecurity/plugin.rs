@@ -476,9 +476,184 @@ fn prioritize(pods: Vec<&Value>) -> Vec<&Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::json;
 
     use super::*;
+    use crate::admission::{Chain, Trace};
+    use crate::registry::WriteOptions;
+    use crate::resources::Catalog;
+
+    /// A registry (admitting everything) with a namespace `ns` labelled `labels`.
+    async fn registry_with(labels: Value) -> Registry {
+        let store: Arc<dyn konverge_store::KvStore> = Arc::new(konverge_store::MemStore::new());
+        let registry =
+            Registry::new(store, Arc::new(Catalog::builtin())).with_admission(Chain::empty());
+        let namespaces = registry.catalog().get("", "v1", "namespaces");
+        let created = match namespaces {
+            Some(rt) => {
+                registry
+                    .create(
+                        &rt,
+                        None,
+                        json!({"metadata": {"name": "ns", "labels": labels}}),
+                        &WriteOptions::default(),
+                    )
+                    .await
+            }
+            None => Err(ApiError::internal("no namespaces")),
+        };
+        assert!(created.is_ok(), "{created:?}");
+        registry
+    }
+
+    /// Runs the plugin on a create of `group/plural` in `ns`: its answer, then the trace's
+    /// audit annotations (sorted) and warnings.
+    async fn admit(
+        registry: &Registry,
+        group: &str,
+        plural: &str,
+        subresource: Option<&str>,
+        object: Value,
+    ) -> (Result<()>, Vec<(String, String)>, Vec<String>) {
+        let Some(rt) = registry.catalog().get(group, "v1", plural) else {
+            return (
+                Err(ApiError::internal("not served")),
+                Vec::new(),
+                Vec::new(),
+            );
+        };
+        let trace = Trace::default();
+        let attributes = Attributes {
+            operation: Operation::Create,
+            rt: &rt,
+            namespace: "ns",
+            name: "x",
+            subresource,
+            old: None,
+            user: None,
+            dry_run: false,
+            trace: &trace,
+        };
+        let answer = PodSecurity.validate(&attributes, &object, registry).await;
+        let mut annotations = trace.annotations();
+        annotations.sort();
+        (answer, annotations, trace.warnings())
+    }
+
+    fn plain_pod() -> Value {
+        json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+    }
+
+    fn annotation(key: &str, value: &str) -> (String, String) {
+        (
+            format!("pod-security.kubernetes.io/{key}"),
+            value.to_string(),
+        )
+    }
+
+    #[tokio::test]
+    async fn an_unlabelled_namespace_only_records_the_privileged_policy() {
+        let registry = registry_with(json!({})).await;
+        let (answer, annotations, warnings) = admit(&registry, "", "pods", None, plain_pod()).await;
+        assert!(answer.is_ok());
+        assert_eq!(
+            annotations,
+            [annotation("enforce-policy", "privileged:latest")]
+        );
+        assert!(warnings.is_empty());
+        // Workloads there are not looked at at all.
+        let deployment = json!({"spec": {"template": plain_pod()}});
+        let (answer, annotations, _) =
+            admit(&registry, "apps", "deployments", None, deployment).await;
+        assert!(answer.is_ok());
+        assert!(annotations.is_empty());
+    }
+
+    #[tokio::test]
+    async fn audit_violations_are_recorded_as_an_audit_annotation() {
+        let registry = registry_with(json!({
+            "pod-security.kubernetes.io/audit": "baseline",
+            "pod-security.kubernetes.io/audit-version": "v1.30",
+        }))
+        .await;
+        let mut pod = plain_pod();
+        pod["spec"]["hostPID"] = json!(true);
+        let (answer, annotations, warnings) = admit(&registry, "", "pods", None, pod.clone()).await;
+        assert!(answer.is_ok());
+        assert_eq!(
+            annotations,
+            [
+                annotation(
+                    "audit-violations",
+                    r#"would violate PodSecurity "baseline:v1.30": host namespaces (hostPID=true)"#
+                ),
+                annotation("enforce-policy", "privileged:latest"),
+            ]
+        );
+        assert!(warnings.is_empty());
+
+        // A workload's template is audited too, with no enforce policy to record.
+        let job = json!({"spec": {"template": pod}});
+        let (answer, annotations, _) = admit(&registry, "batch", "jobs", None, job).await;
+        assert!(answer.is_ok());
+        assert_eq!(
+            annotations,
+            [annotation(
+                "audit-violations",
+                r#"would violate PodSecurity "baseline:v1.30": host namespaces (hostPID=true)"#
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn labels_that_do_not_parse_are_recorded_and_enforce_restricted() {
+        let registry = registry_with(json!({"pod-security.kubernetes.io/enforce": "strict"})).await;
+        let (answer, annotations, warnings) = admit(&registry, "", "pods", None, plain_pod()).await;
+        let Err(e) = answer else {
+            panic!("expected a refusal")
+        };
+        assert_eq!(e.code, http::StatusCode::FORBIDDEN);
+        assert!(
+            e.message
+                .starts_with(r#"pods "x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false"#),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            annotations,
+            [
+                annotation("enforce-policy", "restricted:latest"),
+                annotation(
+                    "error",
+                    r#"Failed to parse policy: metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: "strict": must be one of privileged, baseline, restricted"#
+                ),
+            ]
+        );
+        assert!(warnings.is_empty());
+    }
+
+    #[tokio::test]
+    async fn subresources_that_cannot_change_the_pod_are_not_checked() {
+        let registry =
+            registry_with(json!({"pod-security.kubernetes.io/enforce": "restricted"})).await;
+        for subresource in ["status", "binding", "eviction"] {
+            let (answer, annotations, _) =
+                admit(&registry, "", "pods", Some(subresource), plain_pod()).await;
+            assert!(answer.is_ok(), "{subresource}");
+            assert!(annotations.is_empty(), "{subresource}");
+        }
+        let (answer, _, _) = admit(
+            &registry,
+            "",
+            "pods",
+            Some("ephemeralcontainers"),
+            plain_pod(),
+        )
+        .await;
+        assert!(answer.is_err(), "ephemeral containers are checked");
+    }
 
     #[test]
     fn updates_are_significant_when_what_runs_changes() {
