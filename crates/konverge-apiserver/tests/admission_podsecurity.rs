@@ -378,7 +378,7 @@ async fn workloads_get_warnings_and_are_never_refused() -> anyhow::Result<()> {
     for (path, object) in workloads {
         let answer = s.post(path, object).await;
         assert_eq!(answer.code, 201, "{path}: {}", answer.body);
-        assert_eq!(answer.warnings, [expected.clone()], "{path}");
+        assert_eq!(answer.warnings, std::slice::from_ref(&expected), "{path}");
     }
 
     // An update is checked again (and still not refused); a write to a subresource is not.
@@ -391,7 +391,7 @@ async fn workloads_get_warnings_and_are_never_refused() -> anyhow::Result<()> {
         )
         .await;
     assert_eq!(answer.code, 200, "{}", answer.body);
-    assert_eq!(answer.warnings, [expected.clone()]);
+    assert_eq!(answer.warnings, std::slice::from_ref(&expected));
     let answer = s
         .send(
             "PATCH",

@@ -255,7 +255,7 @@ fn name(container: &Value) -> &str {
 }
 
 /// Every container in kube's order: init containers, containers, ephemeral containers.
-fn containers<'a>(spec: &'a Value) -> impl Iterator<Item = &'a Value> {
+fn containers(spec: &Value) -> impl Iterator<Item = &Value> {
     ["initContainers", "containers", "ephemeralContainers"]
         .into_iter()
         .filter_map(|field| spec.get(field).and_then(Value::as_array))

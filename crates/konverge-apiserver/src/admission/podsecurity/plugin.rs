@@ -1,13 +1,14 @@
 //! The `PodSecurity` plugin: which writes it looks at, and what it answers for pods, for
 //! the workloads that embed a pod template, and for namespaces whose labels change.
 
+use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
 use super::checks::{self, PodView, Violation};
-use super::policy::{LevelVersion, PREFIX, Policy, aggregate};
+use super::policy::{Level, LevelVersion, PREFIX, Policy, aggregate};
 use crate::admission::{Attributes, Decision, Operation, Plugin};
 use crate::error::{ApiError, Cause, Result};
 use crate::registry::{ListOptions, Registry};
@@ -215,8 +216,8 @@ async fn validate_workload(
         }
     };
     if errors.is_empty()
-        && policy.warn.level == super::policy::Level::Privileged
-        && policy.audit.level == super::policy::Level::Privileged
+        && policy.warn.level == Level::Privileged
+        && policy.audit.level == Level::Privileged
     {
         return;
     }
@@ -351,10 +352,9 @@ async fn validate_namespace(
                 return Err(invalid(new_errors));
             }
             let tightened = new.enforce != old.enforce
-                && new.enforce.level != super::policy::Level::Privileged
+                && new.enforce.level != Level::Privileged
                 && !(new.enforce.version == old.enforce.version
-                    && new.enforce.level.strictness(old.enforce.level)
-                        != std::cmp::Ordering::Greater);
+                    && new.enforce.level.strictness(old.enforce.level) != Ordering::Greater);
             if !tightened {
                 return Ok(());
             }
