@@ -10,6 +10,9 @@
 //!   limits and requests and refuse those out of their `min`/`max`;
 //! - [`ServiceAccount`]: a new pod runs as an existing ServiceAccount (`default` unless it
 //!   names one) with its API token, the cluster CA and its namespace mounted;
+//! - [`PodSecurity`]: pods are held to the Pod Security Standards level their namespace's
+//!   `pod-security.kubernetes.io/*` labels ask for (refused, warned about, or audited), and
+//!   so, with warnings only, are the pod templates of workloads;
 //! - [`Priority`]: a pod's `priorityClassName` becomes its `priority` and `preemptionPolicy`
 //!   (the global default class, or priority 0, when it names none);
 //! - [`DefaultTolerationSeconds`]: a new pod tolerates not-ready and unreachable nodes for
@@ -23,6 +26,7 @@ mod limits;
 pub mod matching;
 mod plugins;
 mod pods;
+mod podsecurity;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -38,6 +42,7 @@ use crate::resources::ResourceType;
 pub use limits::LimitRanger;
 pub use plugins::{DefaultClass, Priority};
 pub use pods::{DefaultTolerationSeconds, ServiceAccount};
+pub use podsecurity::PodSecurity;
 
 /// What a request does, as admission sees it (kube's `admission.Operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -240,6 +245,7 @@ impl Chain {
             plugins: vec![
                 Arc::new(LimitRanger),
                 Arc::new(ServiceAccount),
+                Arc::new(PodSecurity),
                 Arc::new(Priority),
                 Arc::new(DefaultTolerationSeconds),
                 Arc::new(DefaultClass::storage()),
