@@ -133,6 +133,11 @@ impl Trace {
         });
     }
 
+    /// Whether the admission named `name` has recorded a decision.
+    pub fn has(&self, name: &str) -> bool {
+        self.lock().ran.iter().any(|r| r.name == name)
+    }
+
     /// The warnings so far.
     pub fn warnings(&self) -> Vec<String> {
         self.lock().warnings.clone()
@@ -339,6 +344,9 @@ impl Chain {
             if let Err(e) = plugin.validate(attributes, object, registry).await {
                 attributes.trace.ran(plugin.name(), Decision::Denied);
                 return Err(e);
+            }
+            if !attributes.trace.has(plugin.name()) {
+                attributes.trace.ran(plugin.name(), Decision::Allowed);
             }
         }
         Ok(())
