@@ -41,9 +41,9 @@ spec:
         ),
     );
     up.ok_stdin(&["apply", "-n", "limited", "-f", "-"], Some(&pod("web")));
-    let resources = up.json(&["get", "pod", "web", "-n", "limited"])["spec"]["containers"][0]
-        ["resources"]
-        .clone();
+    let resources =
+        up.json(&["get", "pod", "web", "-n", "limited"])["spec"]["containers"][0]["resources"]
+            .clone();
     assert_eq!(
         resources,
         serde_json::json!({

@@ -487,6 +487,23 @@ async fn resource(
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
         (_, Some(kubelet @ ("log" | "exec" | "attach" | "portforward" | "proxy"))) => {
+            if kubelet != "log" {
+                let options = crate::registry::subresources::connect_options(
+                    &rt,
+                    kubelet,
+                    req.uri().query().unwrap_or(""),
+                );
+                crate::registry::subresources::admit_connect(
+                    registry,
+                    &rt,
+                    ns,
+                    name.unwrap_or(""),
+                    kubelet,
+                    options,
+                    user,
+                )
+                .await?;
+            }
             return Err(crate::registry::subresources::needs_kubelet(
                 registry,
                 &rt,

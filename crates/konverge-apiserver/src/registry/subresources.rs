@@ -203,6 +203,107 @@ pub async fn evict(
     Ok(success(201))
 }
 
+/// The options object a connect request (`exec`, `attach`, `portforward`, `proxy`) carries
+/// in its query, as admission sees it: `PodExecOptions`, `PodAttachOptions`,
+/// `PodPortForwardOptions`, or the kind's `…ProxyOptions`.
+pub fn connect_options(rt: &ResourceType, subresource: &str, query: &str) -> Value {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).unwrap_or_default();
+    let flag = |key: &str| {
+        pairs
+            .iter()
+            .any(|(k, v)| k == key && matches!(v.as_str(), "true" | "1"))
+    };
+    let all = |key: &str| -> Vec<Value> {
+        pairs
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| json!(v))
+            .collect()
+    };
+    let one = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| json!(v));
+    let mut options = match subresource {
+        "exec" | "attach" => {
+            let mut o = json!({
+                "kind": if subresource == "exec" { "PodExecOptions" } else { "PodAttachOptions" },
+                "apiVersion": "v1",
+            });
+            for key in ["stdin", "stdout", "stderr", "tty"] {
+                if flag(key) {
+                    o[key] = json!(true);
+                }
+            }
+            if let Some(container) = one("container") {
+                o["container"] = container;
+            }
+            if subresource == "exec" {
+                o["command"] = json!(all("command"));
+            }
+            o
+        }
+        "portforward" => {
+            let ports: Vec<Value> = all("ports")
+                .into_iter()
+                .filter_map(|p| p.as_str()?.parse::<i64>().ok().map(|n| json!(n)))
+                .collect();
+            let mut o = json!({"kind": "PodPortForwardOptions", "apiVersion": "v1"});
+            if !ports.is_empty() {
+                o["ports"] = json!(ports);
+            }
+            o
+        }
+        _ => {
+            let kind = match rt.plural.as_str() {
+                "services" => "ServiceProxyOptions",
+                "nodes" => "NodeProxyOptions",
+                _ => "PodProxyOptions",
+            };
+            json!({"kind": kind, "apiVersion": "v1"})
+        }
+    };
+    if subresource == "proxy"
+        && let Some(path) = one("path")
+    {
+        options["path"] = path;
+    }
+    options
+}
+
+/// Admission of a connect request (kube-apiserver admits it before it connects): mutating,
+/// then validating, with the options as the object and nothing stored.
+pub async fn admit_connect(
+    registry: &Registry,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    subresource: &str,
+    mut options: Value,
+    user: &crate::auth::user::UserInfo,
+) -> Result<()> {
+    let chain = registry.admission().clone();
+    if !chain.handles_operation(rt, crate::admission::Operation::Connect) {
+        return Ok(());
+    }
+    let trace = crate::admission::Trace::default();
+    let attributes = crate::admission::Attributes {
+        operation: crate::admission::Operation::Connect,
+        rt,
+        namespace: ns.unwrap_or(""),
+        name,
+        subresource: Some(subresource),
+        old: None,
+        user: Some(user),
+        dry_run: false,
+        trace: &trace,
+    };
+    let admitted = async {
+        chain.admit(&attributes, &mut options, registry).await?;
+        chain.validate(&attributes, &options, registry).await
+    }
+    .await;
+    chain.finish(&attributes);
+    admitted
+}
+
 /// The kubelet subresources: a pod without a node has no kubelet to talk to; one with a node
 /// that this server does not know has none either.
 pub async fn needs_kubelet(
