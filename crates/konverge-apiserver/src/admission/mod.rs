@@ -16,12 +16,22 @@
 //!   five minutes;
 //! - [`DefaultClass::storage`] (`DefaultStorageClass`): a PersistentVolumeClaim that names no
 //!   class gets the default StorageClass;
+//! - [`RuntimeClass`]: a new pod that names a RuntimeClass gets its overhead, node selector
+//!   and tolerations (403 if the class does not exist or the pod contradicts it);
 //! - [`DefaultClass::ingress`] (`DefaultIngressClass`): an Ingress that names no class gets
-//!   the default IngressClass.
+//!   the default IngressClass;
+//! - [`ResourceQuota`]: a write that would exceed one of the namespace's ResourceQuotas is
+//!   refused; the others are charged to the quotas' `status.used`.
+//!
+//! [`LimitRanger`] also holds each container and each pod's total to the LimitRanges'
+//! `min`, `max` and `maxLimitRequestRatio`, and a PersistentVolumeClaim's storage to their
+//! `min` and `max`.
 
 mod limits;
 mod plugins;
 mod pods;
+pub(crate) mod quota;
+mod runtimeclass;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -37,6 +47,8 @@ use crate::resources::ResourceType;
 pub use limits::LimitRanger;
 pub use plugins::{DefaultClass, Priority};
 pub use pods::{DefaultTolerationSeconds, ServiceAccount};
+pub use quota::ResourceQuota;
+pub use runtimeclass::RuntimeClass;
 
 /// What a request does, as admission sees it (kube's `admission.Operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -242,7 +254,9 @@ impl Chain {
                 Arc::new(Priority),
                 Arc::new(DefaultTolerationSeconds),
                 Arc::new(DefaultClass::storage()),
+                Arc::new(RuntimeClass),
                 Arc::new(DefaultClass::ingress()),
+                Arc::new(ResourceQuota::default()),
             ],
         }
     }
