@@ -236,7 +236,7 @@ async fn object_counts_are_enforced_with_kubes_words() -> anyhow::Result<()> {
     match e {
         kube::Error::Api(s) if s.code == 422 => assert_eq!(
             s.message,
-            r#"ResourceQuota "bad" is invalid: [spec.hard[cpus]: Invalid value: "cpus": must be a standard resource type or fully qualified, spec.hard[cpus]: Invalid value: "cpus": must be a standard resource for quota, spec.hard[pods]: Invalid value: "1500m": must be an integer]"#
+            r#"ResourceQuota "bad" is invalid: [spec.hard[cpus]: Invalid value: "cpus": must be a standard resource type or fully qualified, spec.hard[cpus]: Invalid value: "cpus": must be a standard resource for quota, spec.hard[pods]: Invalid value: resource.Quantity{i:resource.int64Amount{value:15, scale:-1}, d:resource.infDecAmount{Dec:(*inf.Dec)(nil)}, s:"", Format:"DecimalSI"}: must be an integer]"#
         ),
         other => panic!("expected 422, got {other:?}"),
     }
@@ -373,8 +373,7 @@ async fn deletes_release_usage_and_dry_runs_consume_none() -> anyhow::Result<()>
     );
     pods.create(&PostParams::default(), &pod("a", json!({}), json!({})))
         .await?;
-    let refused =
-        r#"pods "b" is forbidden: exceeded quota: one, requested: count/pods=1,pods=1, used: count/pods=1,pods=1, limited: count/pods=1,pods=1"#;
+    let refused = r#"pods "b" is forbidden: exceeded quota: one, requested: count/pods=1,pods=1, used: count/pods=1,pods=1, limited: count/pods=1,pods=1"#;
     let e = pods
         .create(&dry, &pod("b", json!({}), json!({})))
         .await
@@ -408,10 +407,22 @@ async fn scopes_choose_the_pods_a_quota_counts() -> anyhow::Result<()> {
         .await?;
     let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), "default");
     for (name, spec) in [
-        ("besteffort", json!({"hard": {"pods": "1"}, "scopes": ["BestEffort"]})),
-        ("high", json!({"hard": {"pods": "1"}, "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}})),
-        ("long", json!({"hard": {"pods": "5", "requests.cpu": "10"}, "scopes": ["NotTerminating", "NotBestEffort"]})),
-        ("terminating", json!({"hard": {"pods": "1"}, "scopes": ["Terminating"]})),
+        (
+            "besteffort",
+            json!({"hard": {"pods": "1"}, "scopes": ["BestEffort"]}),
+        ),
+        (
+            "high",
+            json!({"hard": {"pods": "1"}, "scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}}),
+        ),
+        (
+            "long",
+            json!({"hard": {"pods": "5", "requests.cpu": "10"}, "scopes": ["NotTerminating", "NotBestEffort"]}),
+        ),
+        (
+            "terminating",
+            json!({"hard": {"pods": "1"}, "scopes": ["Terminating"]}),
+        ),
     ] {
         let used: &[(&str, &str)] = if name == "long" {
             &[("pods", "0"), ("requests.cpu", "0")]
@@ -432,8 +443,11 @@ async fn scopes_choose_the_pods_a_quota_counts() -> anyhow::Result<()> {
         forbidden(e),
         r#"pods "be2" is forbidden: exceeded quota: besteffort, requested: pods=1, used: pods=1, limited: pods=1"#
     );
-    pods.create(&PostParams::default(), &pod("burst", cpu.clone(), json!({})))
-        .await?;
+    pods.create(
+        &PostParams::default(),
+        &pod("burst", cpu.clone(), json!({})),
+    )
+    .await?;
     pods.create(
         &PostParams::default(),
         &pod("job1", cpu.clone(), json!({"activeDeadlineSeconds": 60})),
@@ -482,9 +496,27 @@ async fn scopes_choose_the_pods_a_quota_counts() -> anyhow::Result<()> {
             &Patch::Merge(json!({"spec": {"hard": {"requests.cpu": "20"}}})),
         )
         .await?;
-    let long = used_becomes(&quotas, "long", &[("pods", "2"), ("requests.cpu", "200m")]).await?;
-    let hard = long.status.and_then(|s| s.hard).unwrap_or_default();
-    assert_eq!(hard["requests.cpu"].0, "20");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let long = quotas.get("long").await?;
+        let hard = long
+            .status
+            .as_ref()
+            .and_then(|s| s.hard.clone())
+            .unwrap_or_default();
+        if hard.get("requests.cpu").map(|q| q.0.as_str()) == Some("20") {
+            assert_eq!(
+                used_of(&long),
+                expect(&[("pods", "2"), ("requests.cpu", "200m")])
+            );
+            break;
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "status.hard never followed spec.hard"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     Ok(())
 }
 
@@ -502,7 +534,10 @@ async fn claims_are_charged_their_storage_overall_and_by_class() -> anyhow::Resu
             "gold.storageclass.storage.k8s.io/persistentvolumeclaims": "2",
         }}),
         &[
-            ("gold.storageclass.storage.k8s.io/persistentvolumeclaims", "0"),
+            (
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                "0",
+            ),
             ("gold.storageclass.storage.k8s.io/requests.storage", "0"),
             ("persistentvolumeclaims", "0"),
             ("requests.storage", "0"),
@@ -511,7 +546,8 @@ async fn claims_are_charged_their_storage_overall_and_by_class() -> anyhow::Resu
     .await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let claim = |name: &str, class: Option<&str>, size: &str| -> PersistentVolumeClaim {
-        let mut spec = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}});
+        let mut spec =
+            json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}});
         if let Some(class) = class {
             spec["storageClassName"] = json!(class);
         }
@@ -563,7 +599,10 @@ async fn claims_are_charged_their_storage_overall_and_by_class() -> anyhow::Resu
     assert_eq!(
         used_of(&quotas.get("storage").await?),
         expect(&[
-            ("gold.storageclass.storage.k8s.io/persistentvolumeclaims", "1"),
+            (
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                "1"
+            ),
             ("gold.storageclass.storage.k8s.io/requests.storage", "2Gi"),
             ("persistentvolumeclaims", "2"),
             ("requests.storage", "10Gi"),
@@ -574,7 +613,10 @@ async fn claims_are_charged_their_storage_overall_and_by_class() -> anyhow::Resu
         &quotas,
         "storage",
         &[
-            ("gold.storageclass.storage.k8s.io/persistentvolumeclaims", "0"),
+            (
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                "0",
+            ),
             ("gold.storageclass.storage.k8s.io/requests.storage", "0"),
             ("persistentvolumeclaims", "1"),
             ("requests.storage", "8Gi"),
@@ -611,7 +653,9 @@ async fn custom_resources_are_counted_as_count_resource_group() -> anyhow::Resul
     };
     let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
     let widget = |name: &str| -> DynamicObject {
-        object(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}}))
+        object(
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}}),
+        )
     };
     // The definition is established within milliseconds; until then its objects are not served.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
