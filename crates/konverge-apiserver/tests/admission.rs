@@ -429,9 +429,7 @@ async fn limit_ranges_bound_pods_ratios_and_claims() -> anyhow::Result<()> {
         )
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let container = |name: &str, cpu: &str| {
-        json!({"name": name, "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}})
-    };
+    let container = |name: &str, cpu: &str| json!({"name": name, "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}});
     pods.create(
         &PostParams::default(),
         &pod(
@@ -471,7 +469,9 @@ async fn limit_ranges_bound_pods_ratios_and_claims() -> anyhow::Result<()> {
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let claim = |name: &str, size: &str| -> PersistentVolumeClaim {
-        object(json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}))
+        object(
+            json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}),
+        )
     };
     claims
         .create(&PostParams::default(), &claim("right", "2Gi"))

@@ -703,9 +703,9 @@ pub(crate) fn pod_charged(pod: &Value) -> bool {
         .pointer("/metadata/deletionGracePeriodSeconds")
         .and_then(Value::as_i64);
     match (deleted, grace) {
-        (Some(at), Some(grace)) => {
-            jiff::Timestamp::now().as_second() <= at.as_second().saturating_add(grace)
-        }
+        (Some(at), Some(grace)) => at
+            .checked_add(jiff::SignedDuration::from_secs(grace))
+            .is_ok_and(|deadline| jiff::Timestamp::now() <= deadline),
         _ => true,
     }
 }
@@ -1225,6 +1225,40 @@ mod tests {
             pod_constraints(&required, &pod).as_deref(),
             Some("must specify limits.cpu for: a,b; requests.cpu for: a,init")
         );
+    }
+
+    #[test]
+    fn pods_are_in_the_scopes_kube_puts_them_in() {
+        let selector = |scope: &str, operator: &str, values: &[&str]| Selector {
+            scope: scope.into(),
+            operator: operator.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let plain = json!({"spec": {"containers": [{"name": "a"}]}});
+        let classy = json!({"spec": {"priorityClassName": "high", "containers": [{"name": "a", "resources": {"requests": {"memory": "1Mi"}}}]}});
+        let far = json!({"spec": {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {"namespaceSelector": {}, "topologyKey": "zone"}}]}}}});
+        let scoped = |s: &Selector, pod: &Value| Evaluator::Pods.in_scope(s, pod);
+        assert!(scoped(&selector("BestEffort", "Exists", &[]), &plain));
+        assert!(scoped(&selector("NotBestEffort", "Exists", &[]), &classy));
+        assert!(scoped(&selector("PriorityClass", "In", &["high"]), &classy));
+        assert!(!scoped(&selector("PriorityClass", "In", &["high"]), &plain));
+        assert!(scoped(
+            &selector("PriorityClass", "NotIn", &["high"]),
+            &plain
+        ));
+        assert!(scoped(
+            &selector("PriorityClass", "DoesNotExist", &[]),
+            &plain
+        ));
+        assert!(scoped(
+            &selector("CrossNamespacePodAffinity", "Exists", &[]),
+            &far
+        ));
+        assert!(!scoped(
+            &selector("CrossNamespacePodAffinity", "Exists", &[]),
+            &plain
+        ));
+        assert!(!Evaluator::Services.in_scope(&selector("BestEffort", "Exists", &[]), &plain));
     }
 
     #[test]

@@ -298,24 +298,21 @@ impl Plugin for RuntimeClass {
         }
         let class = class_of(attributes, object, registry).await?;
         let pod_overhead = object.pointer("/spec/overhead").filter(|o| !o.is_null());
-        match class.as_ref().and_then(class_overhead) {
-            Some(overhead) => {
-                if !same_overhead(overhead.get("podFixed"), pod_overhead) {
-                    return Err(super::plugins::forbidden(
-                        attributes,
-                        "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
-                            .into(),
-                    ));
-                }
-            }
-            None if pod_overhead.is_some() => {
-                return Err(super::plugins::forbidden(
-                    attributes,
-                    "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
-                        .into(),
-                ));
-            }
-            None => {}
+        let fixed = class.as_ref().and_then(class_overhead);
+        if let Some(overhead) = fixed
+            && !same_overhead(overhead.get("podFixed"), pod_overhead)
+        {
+            return Err(super::plugins::forbidden(
+                attributes,
+                "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead".into(),
+            ));
+        }
+        if fixed.is_none() && pod_overhead.is_some() {
+            return Err(super::plugins::forbidden(
+                attributes,
+                "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+                    .into(),
+            ));
         }
         Ok(())
     }
