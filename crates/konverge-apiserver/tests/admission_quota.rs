@@ -721,7 +721,7 @@ async fn custom_resources_are_counted_as_count_resource_group() -> anyhow::Resul
 }
 
 #[tokio::test]
-async fn pod_overhead_from_a_runtime_class_is_charged() -> anyhow::Result<()> {
+async fn overhead_and_extended_resources_are_charged() -> anyhow::Result<()> {
     let client = client().await;
     let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
     classes
@@ -751,6 +751,29 @@ async fn pod_overhead_from_a_runtime_class_is_charged() -> anyhow::Result<()> {
     assert_eq!(
         used_of(&quotas.get("cpu").await?),
         expect(&[("requests.cpu", "750m")])
+    );
+    // Extended resources are limited as `requests.<name>`.
+    quota(
+        &quotas,
+        "gpu",
+        json!({"hard": {"requests.example.com/gpu": "1"}}),
+        &[("requests.example.com/gpu", "0")],
+    )
+    .await?;
+    // (The `cpu` quota still wants every container to state its cpu request.)
+    let gpu = json!({"requests": {"example.com/gpu": "1", "cpu": "100m"}, "limits": {"example.com/gpu": "1"}});
+    pods.create(
+        &PostParams::default(),
+        &pod("trainer", gpu.clone(), json!({})),
+    )
+    .await?;
+    let e = pods
+        .create(&PostParams::default(), &pod("second", gpu, json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"pods "second" is forbidden: exceeded quota: gpu, requested: requests.example.com/gpu=1, used: requests.example.com/gpu=1, limited: requests.example.com/gpu=1"#
     );
     Ok(())
 }
