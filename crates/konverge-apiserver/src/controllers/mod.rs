@@ -2,8 +2,8 @@
 //! ([`gc`]), namespace finalization ([`namespaces`]), what every namespace holds
 //! ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]), ResourceQuota usage
 //! ([`quota`], with its own watch) and store compaction ([`compaction`]); the definition
-//! controller ([`crd`]), which serves custom resources; and
-//! the objects a new cluster starts with ([`bootstrap`]).
+//! controller ([`crd`]), which serves custom resources; and the objects a new cluster starts
+//! with ([`bootstrap`]).
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the
