@@ -1,5 +1,6 @@
 //! The built-in admission plugins, through a `kube::Client` on the in-process server:
-//! Priority, DefaultStorageClass and DefaultIngressClass, with kube-apiserver's refusals.
+//! Priority, DefaultStorageClass, DefaultIngressClass, RuntimeClass and LimitRanger, with
+//! kube-apiserver's refusals.
 
 use std::sync::Arc;
 
@@ -317,6 +318,205 @@ async fn pods_run_as_a_service_account_with_its_token_and_default_tolerations() 
     assert_eq!(
         forbidden(e),
         r#"pods "lost" is forbidden: error looking up service account default/builder: serviceaccount "builder" not found"#
+    );
+    Ok(())
+}
+
+#[test]
+fn runtime_class_and_resource_quota_run_where_kube_runs_them() {
+    let names = konverge_apiserver::admission::Chain::builtin().names();
+    let at = |name: &str| names.iter().position(|n| *n == name);
+    assert!(at("DefaultStorageClass") < at("RuntimeClass"), "{names:?}");
+    assert!(at("RuntimeClass") < at("DefaultIngressClass"), "{names:?}");
+    assert_eq!(names.last(), Some(&"ResourceQuota"), "{names:?}");
+}
+
+#[tokio::test]
+async fn pods_run_as_their_runtime_class_says() -> anyhow::Result<()> {
+    let client = client().await;
+    let classes: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "metadata": {"name": "kata"},
+                "handler": "kata",
+                "overhead": {"podFixed": {"cpu": "250m", "memory": "120Mi"}},
+                "scheduling": {
+                    "nodeSelector": {"runtime": "kata"},
+                    "tolerations": [{"key": "kata", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            })),
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let made = pods
+        .create(
+            &PostParams::default(),
+            &pod(
+                "sandboxed",
+                json!({"runtimeClassName": "kata", "nodeSelector": {"disk": "ssd"}}),
+            ),
+        )
+        .await?;
+    let spec = serde_json::to_value(made.spec.unwrap())?;
+    assert_eq!(spec["overhead"], json!({"cpu": "250m", "memory": "120Mi"}));
+    assert_eq!(
+        spec["nodeSelector"],
+        json!({"disk": "ssd", "runtime": "kata"})
+    );
+    assert_eq!(
+        spec["tolerations"],
+        json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "kata", "operator": "Exists", "effect": "NoSchedule"},
+        ])
+    );
+    // The overhead the class defines may be stated, in any form of the same amounts.
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "stated",
+            json!({"runtimeClassName": "kata", "overhead": {"cpu": "0.25", "memory": "120Mi"}}),
+        ),
+    )
+    .await?;
+    for (name, extra, message) in [
+        (
+            "lost",
+            json!({"runtimeClassName": "gvisor"}),
+            r#"pods "lost" is forbidden: pod rejected: RuntimeClass "gvisor" not found"#,
+        ),
+        (
+            "clash",
+            json!({"runtimeClassName": "kata", "nodeSelector": {"runtime": "runc"}}),
+            r#"pods "clash" is forbidden: conflict: runtimeClass.scheduling.nodeSelector[runtime] = kata; pod.spec.nodeSelector[runtime] = runc"#,
+        ),
+        (
+            "heavy",
+            json!({"runtimeClassName": "kata", "overhead": {"cpu": "1"}}),
+            r#"pods "heavy" is forbidden: pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"#,
+        ),
+        (
+            "classless",
+            json!({"overhead": {"cpu": "1"}}),
+            r#"pods "classless" is forbidden: pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"#,
+        ),
+    ] {
+        let e = pods
+            .create(&PostParams::default(), &pod(name, extra))
+            .await
+            .unwrap_err();
+        assert_eq!(forbidden(e), message);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn limit_ranges_bound_pods_ratios_and_claims() -> anyhow::Result<()> {
+    let client = client().await;
+    let ranges: Api<k8s_openapi::api::core::v1::LimitRange> =
+        Api::namespaced(client.clone(), "default");
+    ranges
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "bounds"}, "spec": {"limits": [
+                {"type": "Pod", "max": {"cpu": "1"}, "min": {"memory": "100Mi"}},
+                {"type": "Container", "maxLimitRequestRatio": {"cpu": "2"}},
+                {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}, "max": {"storage": "5Gi"}},
+            ]}})),
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let container = |name: &str, cpu: &str| json!({"name": name, "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}, "limits": {"cpu": cpu, "memory": "64Mi"}}});
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            "fits",
+            json!({"containers": [container("a", "400m"), container("b", "400m")]}),
+        ),
+    )
+    .await?;
+    for (name, extra, message) in [
+        (
+            "wide",
+            json!({"containers": [container("a", "600m"), container("b", "600m")]}),
+            r#"pods "wide" is forbidden: maximum cpu usage per Pod is 1, but limit is 1200m"#,
+        ),
+        // An init container counts at its peak, when it is bigger than the app containers.
+        (
+            "slow-start",
+            json!({"initContainers": [container("init", "2")], "containers": [container("a", "400m"), container("b", "400m")]}),
+            r#"pods "slow-start" is forbidden: maximum cpu usage per Pod is 1, but limit is 2"#,
+        ),
+        (
+            "bursty",
+            json!({"containers": [{"name": "a", "image": "nginx", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}}}]}),
+            r#"pods "bursty" is forbidden: cpu max limit to request ratio per Container is 2, but provided ratio is 5.000000"#,
+        ),
+        (
+            "unbounded",
+            json!({"containers": [{"name": "a", "image": "nginx", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}),
+            r#"pods "unbounded" is forbidden: [maximum cpu usage per Pod is 1.  No limit is specified, cpu max limit to request ratio per Container is 2, but no limit is specified or limit is 0]"#,
+        ),
+    ] {
+        let e = pods
+            .create(&PostParams::default(), &pod(name, extra))
+            .await
+            .unwrap_err();
+        assert_eq!(forbidden(e), message);
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim = |name: &str, size: &str| -> PersistentVolumeClaim {
+        object(
+            json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}),
+        )
+    };
+    claims
+        .create(&PostParams::default(), &claim("right", "2Gi"))
+        .await?;
+    for (name, size, message) in [
+        (
+            "small",
+            "500Mi",
+            r#"persistentvolumeclaims "small" is forbidden: minimum storage usage per PersistentVolumeClaim is 1Gi, but request is 500Mi"#,
+        ),
+        (
+            "big",
+            "10Gi",
+            r#"persistentvolumeclaims "big" is forbidden: maximum storage usage per PersistentVolumeClaim is 5Gi, but request is 10Gi"#,
+        ),
+    ] {
+        let e = claims
+            .create(&PostParams::default(), &claim(name, size))
+            .await
+            .unwrap_err();
+        assert_eq!(forbidden(e), message);
+    }
+    // Growing a bound claim is held to the same bounds.
+    let mut bound = serde_json::to_value(claims.get_status("right").await?)?;
+    bound["status"]["phase"] = json!("Bound");
+    claims
+        .replace_status(
+            "right",
+            &PostParams::default(),
+            &object::<PersistentVolumeClaim>(bound),
+        )
+        .await?;
+    let e = claims
+        .patch(
+            "right",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"resources": {"requests": {"storage": "6Gi"}}}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        forbidden(e),
+        r#"persistentvolumeclaims "right" is forbidden: maximum storage usage per PersistentVolumeClaim is 5Gi, but request is 6Gi"#
     );
     Ok(())
 }

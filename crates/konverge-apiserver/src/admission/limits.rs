@@ -1,13 +1,19 @@
-//! `LimitRanger`: the LimitRanges of a pod's namespace fill in its containers' missing
-//! resource limits and requests (`default`, `defaultRequest`) and bound them (`min`, `max`),
-//! as kube-apiserver's plugin does for `type: Container` limits on pod creation.
+//! `LimitRanger`: the LimitRanges of a namespace, as kube-apiserver's plugin applies them.
+//!
+//! A new pod's containers (init containers too) get the `default` limits and
+//! `defaultRequest` requests of the `type: Container` items they lack; then every container
+//! is held to the `min`, `max` and `maxLimitRequestRatio` of the `Container` items, and the
+//! pod's total (app containers and sidecars summed, init containers at their peak) to those
+//! of the `Pod` items. A PersistentVolumeClaim's requested storage, on create and update, is
+//! held to the `min` and `max` of the `PersistentVolumeClaim` items. Each LimitRange is
+//! applied in turn; the first one a write breaks refuses it, with all it found wrong.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use konverge_apimachinery::quantity;
 use serde_json::{Map, Value, json};
 
+use super::quota::{Amount, Resources, resources, stated_totals};
 use super::{Attributes, Operation, Plugin};
 use crate::error::Result;
 use crate::registry::{ListOptions, Registry};
@@ -16,54 +22,50 @@ use crate::resources::ResourceType;
 /// The annotation that says what the plugin set.
 const ANNOTATION: &str = "kubernetes.io/limit-ranger";
 
+/// Above this many units kube compares whole units rather than thousandths (its
+/// `MaxMilliValue`, so thousandths fit in an int64).
+const MAX_MILLI_VALUE: i128 = (i64::MAX / 1000) as i128;
+
 /// `LimitRanger`.
 #[derive(Debug, Clone, Copy)]
 pub struct LimitRanger;
 
-/// The `type: Container` items of the namespace's LimitRanges, in list order.
-async fn container_limits(registry: &Registry, namespace: &str) -> Result<Vec<Value>> {
+/// The namespace's LimitRanges, in list order.
+async fn ranges(registry: &Registry, namespace: &str) -> Result<Vec<Arc<Value>>> {
     let Some(rt) = registry.catalog().get("", "v1", "limitranges") else {
         return Ok(Vec::new());
     };
-    let ranges: Vec<Arc<Value>> = registry
+    Ok(registry
         .list(&rt, Some(namespace), &ListOptions::default())
         .await?
-        .items;
-    Ok(ranges
-        .iter()
-        .flat_map(|range| {
-            range
-                .pointer("/spec/limits")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
-        .filter(|limit| limit["type"] == "Container")
-        .collect())
+        .items)
 }
 
-/// Every container of a pod with what kube calls it in messages.
-fn containers(pod: &mut Value) -> Vec<(&'static str, &mut Value)> {
-    let mut found = Vec::new();
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
-        return found;
-    };
-    // Containers before init containers, as kube goes through them (key order agrees).
-    for (field, list) in spec.iter_mut() {
-        let label = match field.as_str() {
-            "containers" => "container",
-            "initContainers" => "init container",
-            _ => continue,
-        };
-        if let Some(list) = list.as_array_mut() {
-            found.extend(list.iter_mut().map(|c| (label, c)));
-        }
-    }
-    found
+/// A LimitRange's items of one `type`.
+fn items<'a>(range: &'a Value, kind: &'a str) -> impl Iterator<Item = &'a Value> {
+    range
+        .pointer("/spec/limits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(move |item| item["type"] == kind)
 }
 
 /// Sets the `defaults` a container lacks under `resources.<kind>`; the names set, sorted.
 fn fill(container: &mut Value, kind: &str, defaults: &Map<String, Value>) -> Vec<String> {
+    let missing: Vec<(&String, &Value)> = defaults
+        .iter()
+        .filter(|(name, _)| {
+            container
+                .get("resources")
+                .and_then(|r| r.get(kind))
+                .and_then(|stated| stated.get(name.as_str()))
+                .is_none()
+        })
+        .collect();
+    if missing.is_empty() {
+        return Vec::new();
+    }
     if !container.get("resources").is_some_and(Value::is_object) {
         container["resources"] = json!({});
     }
@@ -72,58 +74,43 @@ fn fill(container: &mut Value, kind: &str, defaults: &Map<String, Value>) -> Vec
         resources[kind] = json!({});
     }
     let mut set = Vec::new();
-    for (name, value) in defaults {
-        if resources[kind].get(name).is_none() {
-            resources[kind][name] = value.clone();
-            set.push(name.clone());
-        }
+    for (name, value) in missing {
+        resources[kind][name] = value.clone();
+        set.push(name.clone());
     }
     set.sort();
     set
 }
 
-fn amount(value: &Value) -> Option<quantity::Quantity> {
-    value.as_str().and_then(quantity::value)
-}
-
-#[async_trait::async_trait]
-impl Plugin for LimitRanger {
-    fn name(&self) -> &'static str {
-        "LimitRanger"
+/// Fills in one LimitRange's container defaults; what it set, as the annotation says it.
+fn default_containers(pod: &mut Value, range: &Value) -> Vec<String> {
+    let (mut limits, mut requests) = (Map::new(), Map::new());
+    for item in items(range, "Container") {
+        if let Some(d) = item.get("default").and_then(Value::as_object) {
+            limits.extend(d.clone());
+        }
+        if let Some(d) = item.get("defaultRequest").and_then(Value::as_object) {
+            requests.extend(d.clone());
+        }
     }
-
-    fn handles(&self, rt: &ResourceType) -> bool {
-        rt.group.is_empty() && rt.plural == "pods"
+    let mut notes = Vec::new();
+    if limits.is_empty() && requests.is_empty() {
+        return notes;
     }
-
-    async fn admit(
-        &self,
-        attributes: &Attributes<'_>,
-        object: &mut Value,
-        registry: &Registry,
-    ) -> Result<bool> {
-        // Containers cannot change after creation: only creates are defaulted.
-        if attributes.operation != Operation::Create || attributes.subresource.is_some() {
-            return Ok(false);
-        }
-        let limits = container_limits(registry, attributes.namespace).await?;
-        let (mut limit_defaults, mut request_defaults) = (Map::new(), Map::new());
-        for limit in &limits {
-            if let Some(d) = limit.get("default").and_then(Value::as_object) {
-                limit_defaults.extend(d.clone());
-            }
-            if let Some(d) = limit.get("defaultRequest").and_then(Value::as_object) {
-                request_defaults.extend(d.clone());
-            }
-        }
-        if limit_defaults.is_empty() && request_defaults.is_empty() {
-            return Ok(false);
-        }
-        let mut notes = Vec::new();
-        for (label, container) in containers(object) {
+    for (field, label) in [
+        ("containers", "container"),
+        ("initContainers", "init container"),
+    ] {
+        let Some(list) = pod
+            .pointer_mut(&format!("/spec/{field}"))
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for container in list {
             let name = container["name"].as_str().unwrap_or("").to_string();
-            let set_limits = fill(container, "limits", &limit_defaults);
-            let set_requests = fill(container, "requests", &request_defaults);
+            let set_limits = fill(container, "limits", &limits);
+            let set_requests = fill(container, "requests", &requests);
             if !set_requests.is_empty() {
                 notes.push(format!(
                     "{} request for {label} {name}",
@@ -137,16 +124,298 @@ impl Plugin for LimitRanger {
                 ));
             }
         }
-        if notes.is_empty() {
+    }
+    notes
+}
+
+/// Request, limit and bound as kube compares them: in thousandths (rounded up) when all
+/// three allow it, else in whole units (rounded up).
+fn comparable(request: Amount, limit: Amount, bound: Amount) -> (i128, i128, i128) {
+    let whole = (request.value(), limit.value(), bound.value());
+    if whole.0 <= MAX_MILLI_VALUE && whole.1 <= MAX_MILLI_VALUE && whole.2 <= MAX_MILLI_VALUE {
+        (
+            request.milli_value(),
+            limit.milli_value(),
+            bound.milli_value(),
+        )
+    } else {
+        whole
+    }
+}
+
+/// A `min`: a request is required, and neither it nor the limit may be below the bound.
+fn min_constraint(
+    kind: &str,
+    resource: &str,
+    bound: Amount,
+    requests: &Resources,
+    limits: &Resources,
+) -> Option<String> {
+    let (request, limit) = (requests.get(resource), limits.get(resource));
+    let (r, l, b) = comparable(
+        request.copied().unwrap_or_else(Amount::zero),
+        limit.copied().unwrap_or_else(Amount::zero),
+        bound,
+    );
+    let Some(request) = request else {
+        return Some(format!(
+            "minimum {resource} usage per {kind} is {bound}.  No request is specified"
+        ));
+    };
+    if r < b {
+        return Some(format!(
+            "minimum {resource} usage per {kind} is {bound}, but request is {request}"
+        ));
+    }
+    match limit {
+        Some(limit) if l < b => Some(format!(
+            "minimum {resource} usage per {kind} is {bound}, but limit is {limit}"
+        )),
+        _ => None,
+    }
+}
+
+/// A `max`: a limit is required, and neither it nor the request may be above the bound.
+fn max_constraint(
+    kind: &str,
+    resource: &str,
+    bound: Amount,
+    requests: &Resources,
+    limits: &Resources,
+) -> Option<String> {
+    let (request, limit) = (requests.get(resource), limits.get(resource));
+    let (r, l, b) = comparable(
+        request.copied().unwrap_or_else(Amount::zero),
+        limit.copied().unwrap_or_else(Amount::zero),
+        bound,
+    );
+    let Some(limit) = limit else {
+        return Some(format!(
+            "maximum {resource} usage per {kind} is {bound}.  No limit is specified"
+        ));
+    };
+    if l > b {
+        return Some(format!(
+            "maximum {resource} usage per {kind} is {bound}, but limit is {limit}"
+        ));
+    }
+    match request {
+        Some(request) if r > b => Some(format!(
+            "maximum {resource} usage per {kind} is {bound}, but request is {request}"
+        )),
+        _ => None,
+    }
+}
+
+/// A `max` on what is requested only (claims state no limits).
+fn max_request_constraint(
+    kind: &str,
+    resource: &str,
+    bound: Amount,
+    requests: &Resources,
+) -> Option<String> {
+    let request = requests.get(resource);
+    let (r, _, b) = comparable(
+        request.copied().unwrap_or_else(Amount::zero),
+        Amount::zero(),
+        bound,
+    );
+    let Some(request) = request else {
+        return Some(format!(
+            "maximum {resource} usage per {kind} is {bound}.  No request is specified"
+        ));
+    };
+    (r > b).then(|| {
+        format!("maximum {resource} usage per {kind} is {bound}, but request is {request}")
+    })
+}
+
+/// A `maxLimitRequestRatio`: both must be stated and non-zero, and the limit at most that
+/// many times the request.
+fn ratio_constraint(
+    kind: &str,
+    resource: &str,
+    bound: Amount,
+    requests: &Resources,
+    limits: &Resources,
+) -> Option<String> {
+    let (request, limit) = (requests.get(resource), limits.get(resource));
+    let (r, l, _) = comparable(
+        request.copied().unwrap_or_else(Amount::zero),
+        limit.copied().unwrap_or_else(Amount::zero),
+        bound,
+    );
+    if request.is_none() || r == 0 {
+        return Some(format!(
+            "{resource} max limit to request ratio per {kind} is {bound}, but no request is specified or request is 0"
+        ));
+    }
+    if limit.is_none() || l == 0 {
+        return Some(format!(
+            "{resource} max limit to request ratio per {kind} is {bound}, but no limit is specified or limit is 0"
+        ));
+    }
+    let shown = l as f64 / r as f64;
+    let (observed, allowed) = if bound.value() <= MAX_MILLI_VALUE {
+        (shown * 1000.0, bound.milli_value() as f64)
+    } else {
+        (shown, bound.value() as f64)
+    };
+    (observed > allowed).then(|| {
+        format!(
+            "{resource} max limit to request ratio per {kind} is {bound}, but provided ratio is {shown:.6}"
+        )
+    })
+}
+
+/// Everything an item's `min`, `max` and `maxLimitRequestRatio` find wrong with one set of
+/// requests and limits (a container's, or the pod's totals).
+fn check_item(
+    item: &Value,
+    kind: &str,
+    requests: &Resources,
+    limits: &Resources,
+    errors: &mut Vec<String>,
+) {
+    for (resource, bound) in resources(item.get("min")) {
+        errors.extend(min_constraint(kind, &resource, bound, requests, limits));
+    }
+    for (resource, bound) in resources(item.get("max")) {
+        errors.extend(max_constraint(kind, &resource, bound, requests, limits));
+    }
+    for (resource, bound) in resources(item.get("maxLimitRequestRatio")) {
+        errors.extend(ratio_constraint(kind, &resource, bound, requests, limits));
+    }
+}
+
+/// What one LimitRange finds wrong with a pod.
+fn pod_errors(range: &Value, pod: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    let items = range
+        .pointer("/spec/limits")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    for item in items {
+        match item["type"].as_str() {
+            Some("Container") => {
+                for field in ["containers", "initContainers"] {
+                    let list = pod
+                        .pointer(&format!("/spec/{field}"))
+                        .and_then(Value::as_array)
+                        .map_or(&[][..], Vec::as_slice);
+                    for container in list {
+                        let requests = resources(container.pointer("/resources/requests"));
+                        let limits = resources(container.pointer("/resources/limits"));
+                        check_item(item, "Container", &requests, &limits, &mut errors);
+                    }
+                }
+            }
+            Some("Pod") => {
+                let (requests, limits) = stated_totals(pod);
+                check_item(item, "Pod", &requests, &limits, &mut errors);
+            }
+            _ => {}
+        }
+    }
+    errors
+}
+
+/// What one LimitRange finds wrong with a claim's requested storage.
+fn claim_errors(range: &Value, claim: &Value) -> Vec<String> {
+    let requests = resources(claim.pointer("/spec/resources/requests"));
+    let mut errors = Vec::new();
+    for item in items(range, "PersistentVolumeClaim") {
+        for (resource, bound) in resources(item.get("min")) {
+            errors.extend(min_constraint(
+                "PersistentVolumeClaim",
+                &resource,
+                bound,
+                &requests,
+                &Resources::new(),
+            ));
+        }
+        for (resource, bound) in resources(item.get("max")) {
+            errors.extend(max_request_constraint(
+                "PersistentVolumeClaim",
+                &resource,
+                bound,
+                &requests,
+            ));
+        }
+    }
+    errors
+}
+
+/// kube's aggregate error: one message as it is, several (repeats dropped) in brackets.
+fn aggregate(errors: Vec<String>) -> String {
+    if errors.len() == 1 {
+        return errors.into_iter().collect();
+    }
+    let mut seen = BTreeSet::new();
+    let unique: Vec<String> = errors
+        .into_iter()
+        .filter(|e| seen.insert(e.clone()))
+        .collect();
+    match unique.len() {
+        1 => unique.into_iter().collect(),
+        _ => format!("[{}]", unique.join(", ")),
+    }
+}
+
+fn is_pods(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "pods"
+}
+
+/// Whether the plugin looks at this write: pod creates (containers cannot change after),
+/// claim creates and updates, never subresources or objects already being deleted.
+fn applies(attributes: &Attributes<'_>) -> bool {
+    if attributes.subresource.is_some()
+        || attributes
+            .old
+            .and_then(|old| old.pointer("/metadata/deletionTimestamp"))
+            .is_some_and(|t| !t.is_null())
+    {
+        return false;
+    }
+    !(is_pods(attributes.rt) && attributes.operation == Operation::Update)
+}
+
+#[async_trait::async_trait]
+impl Plugin for LimitRanger {
+    fn name(&self) -> &'static str {
+        "LimitRanger"
+    }
+
+    fn handles(&self, rt: &ResourceType) -> bool {
+        rt.group.is_empty() && matches!(rt.plural.as_str(), "pods" | "persistentvolumeclaims")
+    }
+
+    async fn admit(
+        &self,
+        attributes: &Attributes<'_>,
+        object: &mut Value,
+        registry: &Registry,
+    ) -> Result<bool> {
+        if !applies(attributes) || !is_pods(attributes.rt) {
             return Ok(false);
         }
-        let md = crate::resources::meta::metadata_mut(object);
-        let annotations = md.entry("annotations").or_insert_with(|| json!({}));
-        if !annotations.is_object() {
-            *annotations = json!({});
+        let mut changed = false;
+        for range in ranges(registry, attributes.namespace).await? {
+            let notes = default_containers(object, &range);
+            if notes.is_empty() {
+                continue;
+            }
+            // Each LimitRange that sets something rewrites the annotation, as in kube.
+            let md = crate::resources::meta::metadata_mut(object);
+            let annotations = md.entry("annotations").or_insert_with(|| json!({}));
+            if !annotations.is_object() {
+                *annotations = json!({});
+            }
+            annotations[ANNOTATION] =
+                json!(format!("LimitRanger plugin set: {}", notes.join("; ")));
+            changed = true;
         }
-        annotations[ANNOTATION] = json!(format!("LimitRanger plugin set: {}", notes.join("; ")));
-        Ok(true)
+        Ok(changed)
     }
 
     async fn validate(
@@ -155,77 +424,61 @@ impl Plugin for LimitRanger {
         object: &Value,
         registry: &Registry,
     ) -> Result<()> {
-        if attributes.operation != Operation::Create || attributes.subresource.is_some() {
+        if !applies(attributes) {
             return Ok(());
         }
-        let limits = container_limits(registry, attributes.namespace).await?;
-        if limits.is_empty() {
-            return Ok(());
-        }
-        let mut errors = Vec::new();
-        let mut pod = object.clone();
-        for (_, container) in containers(&mut pod) {
-            let resources = &container["resources"];
-            for limit in &limits {
-                let bounds = |key: &str| -> BTreeMap<String, Value> {
-                    limit
-                        .get(key)
-                        .and_then(Value::as_object)
-                        .map(|m| m.clone().into_iter().collect())
-                        .unwrap_or_default()
-                };
-                for (resource, min) in bounds("min") {
-                    let Some(min) = amount(&min) else { continue };
-                    let request = resources["requests"].get(&resource).and_then(amount);
-                    let limit = resources["limits"].get(&resource).and_then(amount);
-                    let bound = min.canonical.as_str();
-                    match (request, limit) {
-                        (None, _) => errors.push(format!(
-                            "minimum {resource} usage per Container is {bound}.  No request is specified"
-                        )),
-                        (Some(request), _) if request.nanos < min.nanos => errors.push(format!(
-                            "minimum {resource} usage per Container is {bound}, but request is {}",
-                            request.canonical
-                        )),
-                        (_, Some(limit)) if limit.nanos < min.nanos => errors.push(format!(
-                            "minimum {resource} usage per Container is {bound}, but limit is {}",
-                            limit.canonical
-                        )),
-                        _ => {}
-                    }
-                }
-                for (resource, max) in bounds("max") {
-                    let Some(max) = amount(&max) else { continue };
-                    let request = resources["requests"].get(&resource).and_then(amount);
-                    let limit = resources["limits"].get(&resource).and_then(amount);
-                    let bound = max.canonical.as_str();
-                    match (limit, request) {
-                        (None, _) => errors.push(format!(
-                            "maximum {resource} usage per Container is {bound}.  No limit is specified"
-                        )),
-                        (Some(limit), _) if limit.nanos > max.nanos => errors.push(format!(
-                            "maximum {resource} usage per Container is {bound}, but limit is {}",
-                            limit.canonical
-                        )),
-                        (_, Some(request)) if request.nanos > max.nanos => errors.push(format!(
-                            "maximum {resource} usage per Container is {bound}, but request is {}",
-                            request.canonical
-                        )),
-                        _ => {}
-                    }
-                }
+        for range in ranges(registry, attributes.namespace).await? {
+            let errors = if is_pods(attributes.rt) {
+                pod_errors(&range, object)
+            } else {
+                claim_errors(&range, object)
+            };
+            if !errors.is_empty() {
+                return Err(super::plugins::forbidden(attributes, aggregate(errors)));
             }
         }
-        // kube's aggregate error drops repeated messages.
-        let mut seen = std::collections::BTreeSet::new();
-        errors.retain(|e| seen.insert(e.clone()));
-        if errors.is_empty() {
-            return Ok(());
-        }
-        let why = match errors.len() {
-            1 => errors.remove(0),
-            _ => format!("[{}]", errors.join(", ")),
-        };
-        Err(super::plugins::forbidden(attributes, why))
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(value: Value) -> Resources {
+        resources(Some(&value))
+    }
+
+    #[test]
+    fn ratios_are_checked_in_thousandths_and_printed_with_six_places() {
+        let bound = Amount::from_value(&json!("2")).expect("a quantity");
+        let requests = list(json!({"cpu": "100m"}));
+        let limits = list(json!({"cpu": "250m"}));
+        assert_eq!(
+            ratio_constraint("Container", "cpu", bound, &requests, &limits).as_deref(),
+            Some(
+                "cpu max limit to request ratio per Container is 2, but provided ratio is 2.500000"
+            )
+        );
+        let limits = list(json!({"cpu": "200m"}));
+        assert_eq!(
+            ratio_constraint("Container", "cpu", bound, &requests, &limits),
+            None
+        );
+        assert_eq!(
+            ratio_constraint("Pod", "cpu", bound, &Resources::new(), &limits).as_deref(),
+            Some(
+                "cpu max limit to request ratio per Pod is 2, but no request is specified or request is 0"
+            )
+        );
+    }
+
+    #[test]
+    fn repeated_messages_are_given_once() {
+        assert_eq!(aggregate(vec!["a".into(), "a".into()]), "a");
+        assert_eq!(
+            aggregate(vec!["a".into(), "b".into(), "a".into()]),
+            "[a, b]"
+        );
     }
 }

@@ -2,8 +2,9 @@
 //! mutating plugins first (they may change the object), then, after the object is validated,
 //! validating plugins (they may only refuse it).
 //!
-//! The registry runs the [`Chain`] on every create and update, the server's own writes
-//! included, dry runs too. The built-in plugins ([`Chain::builtin`]), each as kube-apiserver
+//! The registry runs the [`Chain`] on every create, update and delete, the server's own
+//! writes included, dry runs too, and on connect requests (`exec`, `attach`, `portforward`,
+//! `proxy`) before they connect. The built-in plugins ([`Chain::builtin`]), each as kube-apiserver
 //! enables it by default:
 //!
 //! - [`LimitRanger`]: the namespace's LimitRanges fill in a new pod's missing container
@@ -19,14 +20,24 @@
 //!   five minutes;
 //! - [`DefaultClass::storage`] (`DefaultStorageClass`): a PersistentVolumeClaim that names no
 //!   class gets the default StorageClass;
+//! - [`RuntimeClass`]: a new pod that names a RuntimeClass gets its overhead, node selector
+//!   and tolerations (403 if the class does not exist or the pod contradicts it);
 //! - [`DefaultClass::ingress`] (`DefaultIngressClass`): an Ingress that names no class gets
-//!   the default IngressClass.
+//!   the default IngressClass;
+//! - [`ResourceQuota`]: a write that would exceed one of the namespace's ResourceQuotas is
+//!   refused; the others are charged to the quotas' `status.used`.
+//!
+//! [`LimitRanger`] also holds each container and each pod's total to the LimitRanges'
+//! `min`, `max` and `maxLimitRequestRatio`, and a PersistentVolumeClaim's storage to their
+//! `min` and `max`.
 
 mod limits;
 pub mod matching;
 mod plugins;
 mod pods;
 mod podsecurity;
+pub(crate) mod quota;
+mod runtimeclass;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -43,6 +54,8 @@ pub use limits::LimitRanger;
 pub use plugins::{DefaultClass, Priority};
 pub use pods::{DefaultTolerationSeconds, ServiceAccount};
 pub use podsecurity::PodSecurity;
+pub use quota::ResourceQuota;
+pub use runtimeclass::RuntimeClass;
 
 /// What a request does, as admission sees it (kube's `admission.Operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -254,7 +267,9 @@ impl Chain {
                 Arc::new(Priority),
                 Arc::new(DefaultTolerationSeconds),
                 Arc::new(DefaultClass::storage()),
+                Arc::new(RuntimeClass),
                 Arc::new(DefaultClass::ingress()),
+                Arc::new(ResourceQuota::default()),
             ],
         }
     }
@@ -279,6 +294,19 @@ impl Chain {
     pub fn without(mut self, names: &[String]) -> Chain {
         self.plugins
             .retain(|p| !names.iter().any(|n| n == p.name()));
+        self
+    }
+
+    /// The chain with `plugin` placed before the plugin named `before` (at the end if there
+    /// is none): the dynamic admission plugins go before ResourceQuota, as in kube-apiserver,
+    /// so that quota charges only what they let through.
+    pub fn with_before(mut self, before: &str, plugin: Arc<dyn Plugin>) -> Chain {
+        let at = self
+            .plugins
+            .iter()
+            .position(|p| p.name() == before)
+            .unwrap_or(self.plugins.len());
+        self.plugins.insert(at, plugin);
         self
     }
 

@@ -1,8 +1,9 @@
 //! The control loops a cluster has even without nodes: ownerReference garbage collection
 //! ([`gc`]), namespace finalization ([`namespaces`]), what every namespace holds
-//! ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]) and store compaction
-//! ([`compaction`]); the definition controller ([`crd`]), which serves custom resources; and
-//! the objects a new cluster starts with ([`bootstrap`]).
+//! ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]), ResourceQuota usage
+//! ([`quota`], with its own watch) and store compaction ([`compaction`]); the definition
+//! controller ([`crd`]), which serves custom resources; and the objects a new cluster starts
+//! with ([`bootstrap`]).
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the
@@ -16,6 +17,7 @@ pub mod crd;
 pub mod gc;
 pub mod namespace_defaults;
 pub mod namespaces;
+pub mod quota;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -186,9 +188,14 @@ pub struct Settings {
     pub root_ca: Option<String>,
 }
 
-/// Runs the garbage collector, the namespace controllers and ClusterRole aggregation until the
-/// store closes.
+/// Runs the garbage collector, the namespace controllers, ClusterRole aggregation and the
+/// resource quota controller ([`quota`]) until the store closes.
 pub async fn run(registry: Registry, settings: Settings) {
+    tokio::join!(run_shared(registry.clone(), settings), quota::run(registry));
+}
+
+/// The loops that share the [`ClusterIndex`], restarted after a failure.
+async fn run_shared(registry: Registry, settings: Settings) {
     loop {
         if let Err(err) = run_once(&registry, &settings).await {
             tracing::warn!(error = %err, "control loops restarting");

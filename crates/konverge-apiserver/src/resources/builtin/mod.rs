@@ -352,6 +352,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<core::v1::ResourceQuota>()
             .short(&["quota"])
             .with_status()
+            .validate(validation::resource_quota)
             .columns(columns::resource_quotas()),
         declare::<core::v1::Secret>()
             .defaults(strategy::default_secret)

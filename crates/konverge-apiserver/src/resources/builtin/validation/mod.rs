@@ -11,6 +11,7 @@
 //!   and what their updates may change;
 //! - `cron`: CronJob schedules as the `robfig/cron` parser reads them, and time zones;
 //! - `quantity`: resource quantities' values and canonical form (`1000m` prints `1`);
+//! - `quota`: ResourceQuota resource names, values and scopes;
 //! - `service`: Service types and ports, and cluster IPs on update;
 //! - `storage`: what updates of PersistentVolumeClaims, PersistentVolumes, StorageClasses
 //!   and CSIDrivers may change;
@@ -112,6 +113,7 @@ mod cron;
 mod pod;
 mod pod_update;
 mod quantity;
+mod quota;
 mod service;
 mod storage;
 mod volumes;
@@ -121,6 +123,7 @@ pub(super) use cluster::{ingress_class, priority_class, role_binding};
 pub(super) use config::{config_map, secret};
 pub(super) use cron::cron_job;
 pub(super) use pod::{pod, pod_template, replication_controller};
+pub(super) use quota::resource_quota;
 pub(super) use service::service;
 pub(super) use storage::{csi_driver, persistent_volume, persistent_volume_claim, storage_class};
 pub(super) use workloads::{daemon_set, deployment, job, replica_set, stateful_set};
