@@ -93,3 +93,61 @@ fn pod_security_refuses_and_warns_as_kube_apiserver() {
         r#"Warning: would violate PodSecurity "baseline:latest": host namespaces (hostNetwork=true)"#
     );
 }
+
+#[test]
+fn a_resource_quota_refuses_what_would_exceed_it() {
+    let up = Up::start();
+    up.ok(&["create", "namespace", "small"]);
+    up.ok(&[
+        "create",
+        "quota",
+        "two-pods",
+        "--hard=pods=2,requests.cpu=1",
+        "-n",
+        "small",
+    ]);
+    let sized = |name: &str, cpu: &str| {
+        pod(name).replace(
+            "image: nginx}",
+            &format!("image: nginx, resources: {{requests: {{cpu: {cpu}}}}}}}"),
+        )
+    };
+    up.ok_stdin(
+        &["apply", "-n", "small", "-f", "-"],
+        Some(&sized("a", "400m")),
+    );
+    let err = up.fails(
+        &["apply", "-n", "small", "-f", "-"],
+        Some(&sized("b", "800m")),
+    );
+    assert_eq!(
+        err.trim(),
+        r#"Error from server (Forbidden): error when creating "STDIN": pods "b" is forbidden: exceeded quota: two-pods, requested: requests.cpu=800m, used: requests.cpu=400m, limited: requests.cpu=1"#
+    );
+    up.ok_stdin(
+        &["apply", "-n", "small", "-f", "-"],
+        Some(&sized("b", "600m")),
+    );
+    let err = up.fails(&["apply", "-n", "small", "-f", "-"], Some(&sized("c", "0")));
+    assert_eq!(
+        err.trim(),
+        r#"Error from server (Forbidden): error when creating "STDIN": pods "c" is forbidden: exceeded quota: two-pods, requested: pods=1, used: pods=2, limited: pods=2"#
+    );
+    let used = up.json(&["get", "quota", "two-pods", "-n", "small"])["status"]["used"].clone();
+    assert_eq!(used, serde_json::json!({"pods": "2", "requests.cpu": "1"}));
+    // Deleting a pod gives its share back.
+    up.ok(&["delete", "pod", "a", "-n", "small", "--wait=false"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let used = up.json(&["get", "quota", "two-pods", "-n", "small"])["status"]["used"].clone();
+        if used == serde_json::json!({"pods": "1", "requests.cpu": "600m"}) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "usage not released: {used}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    up.ok_stdin(&["apply", "-n", "small", "-f", "-"], Some(&sized("c", "0")));
+}
