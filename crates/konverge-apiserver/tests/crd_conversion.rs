@@ -13,6 +13,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use konverge_apiserver::ApiServer;
+use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::webhook::{Handler, Request, Response};
 use konverge_store::MemStore;
 use kube::api::{
@@ -199,7 +200,16 @@ struct Env {
 impl Env {
     /// A server with the in-process converter registered and the definition established.
     async fn start(conversion: Value) -> anyhow::Result<Env> {
+        Self::start_with(conversion, true).await
+    }
+
+    /// [`Env::start`], with the watch cache on or off (lists and watches from the store).
+    async fn start_with(conversion: Value, watch_cache: bool) -> anyhow::Result<Env> {
         let server = ApiServer::builder(Arc::new(MemStore::new()))
+            .watch_cache(WatchCacheConfig {
+                enabled: watch_cache,
+                ..WatchCacheConfig::default()
+            })
             .build()
             .await?;
         let converter = Converter::new();
@@ -594,7 +604,17 @@ async fn writes_through_the_other_version_are_stored_converted() -> anyhow::Resu
 
 #[tokio::test]
 async fn watches_in_either_version_see_converted_objects() -> anyhow::Result<()> {
-    let env = Env::start(in_process()).await?;
+    watches(true).await
+}
+
+#[tokio::test]
+async fn watches_from_the_store_see_converted_objects() -> anyhow::Result<()> {
+    watches(false).await
+}
+
+/// Watches in v1 and v2, served from the watch cache or from the store.
+async fn watches(watch_cache: bool) -> anyhow::Result<()> {
+    let env = Env::start_with(in_process(), watch_cache).await?;
     let (v1, v2) = (env.crontabs("v1"), env.crontabs("v2"));
     let v2_version = format!("{GROUP}/v2");
     v1.create(
@@ -654,6 +674,32 @@ async fn watches_in_either_version_see_converted_objects() -> anyhow::Result<()>
     );
     let gone = seen(&next_event(&mut daily).await?);
     assert_eq!((gone.0, gone.1, gone.2), ("DELETED", v2_version.clone(), "b".into()));
+
+    // A change that cannot be converted ends the watch with an internal error.
+    env.converter.set(Mode::Refuse);
+    v1.create(
+        &PostParams::default(),
+        &crontab("v1", "c", json!({"cronSpec": "daily"})),
+    )
+    .await?;
+    match next_event(&mut in_v2).await? {
+        WatchEvent::Error(status) => assert_eq!(
+            (status.code, status.reason.as_str(), status.message.as_str()),
+            (
+                500,
+                "InternalError",
+                "Internal error occurred: conversion webhook for stable.example.com/v1, Kind=CronTab failed: the converter refuses"
+            )
+        ),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    assert!(
+        tokio::time::timeout(DEADLINE, in_v2.next())
+            .await?
+            .is_none()
+    );
+    // The watch in the version objects are stored in goes on.
+    assert_eq!(seen(&next_event(&mut in_v1).await?).0, "MODIFIED");
     Ok(())
 }
 
