@@ -83,7 +83,10 @@ impl Converter {
     fn answer(&self, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
         let review: Value = serde_json::from_slice(body).expect("a review");
         let request = &review["request"];
-        let desired = request["desiredAPIVersion"].as_str().unwrap_or("").to_string();
+        let desired = request["desiredAPIVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let objects = request["objects"].as_array().cloned().unwrap_or_default();
         self.reviews
             .lock()
@@ -224,7 +227,10 @@ impl Env {
             converter,
         };
         env.definitions()
-            .create(&PostParams::default(), &object(definition(conversion, "v1")))
+            .create(
+                &PostParams::default(),
+                &object(definition(conversion, "v1")),
+            )
             .await?;
         env.served().await?;
         Ok(env)
@@ -257,7 +263,10 @@ impl Env {
                 .await
                 .is_err()
             {
-                anyhow::ensure!(tokio::time::Instant::now() < deadline, "{version} not served");
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "{version} not served"
+                );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
@@ -367,7 +376,10 @@ async fn objects_are_stored_in_the_storage_version_and_read_in_any() -> anyhow::
     assert_eq!(api_version(&read), v2_version);
     assert_eq!(read.data["spec"], json!({"schedule": "hourly"}));
     assert_eq!(read.metadata.uid, created.metadata.uid);
-    assert_eq!(read.metadata.resource_version, created.metadata.resource_version);
+    assert_eq!(
+        read.metadata.resource_version,
+        created.metadata.resource_version
+    );
     assert_eq!(env.converter.take(), [(v2_version.clone(), 1)]);
 
     // Created in v1: no webhook at all.
@@ -452,7 +464,9 @@ async fn objects_are_stored_in_the_storage_version_and_read_in_any() -> anyhow::
     );
     // A name needs no conversion to be selected: only the selected object is sent.
     env.converter.take();
-    let named = v2.list(&ListParams::default().fields("metadata.name=b")).await?;
+    let named = v2
+        .list(&ListParams::default().fields("metadata.name=b"))
+        .await?;
     assert_eq!(named.items.len(), 1);
     assert_eq!(env.converter.take(), [(v2_version.clone(), 1)]);
     Ok(())
@@ -485,7 +499,10 @@ async fn writes_through_the_other_version_are_stored_converted() -> anyhow::Resu
             &Patch::Merge(json!({"spec": {"replicas": 3}})),
         )
         .await?;
-    assert_eq!(patched.data["spec"], json!({"schedule": "daily", "replicas": 3}));
+    assert_eq!(
+        patched.data["spec"],
+        json!({"schedule": "daily", "replicas": 3})
+    );
     assert_eq!(
         env.stored("a").await?["spec"],
         json!({"cronSpec": "daily", "replicas": 3})
@@ -512,7 +529,11 @@ async fn writes_through_the_other_version_are_stored_converted() -> anyhow::Resu
         "spec": {"schedule": "weekly"},
     });
     let conflict = v2
-        .patch("a", &PatchParams::apply("scheduler"), &Patch::Apply(&config))
+        .patch(
+            "a",
+            &PatchParams::apply("scheduler"),
+            &Patch::Apply(&config),
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -564,7 +585,10 @@ async fn writes_through_the_other_version_are_stored_converted() -> anyhow::Resu
             })),
         )
         .await?;
-    assert_eq!(again.metadata.resource_version, applied.metadata.resource_version);
+    assert_eq!(
+        again.metadata.resource_version,
+        applied.metadata.resource_version
+    );
 
     // An apply that creates, in v2.
     let made = v2
@@ -580,7 +604,10 @@ async fn writes_through_the_other_version_are_stored_converted() -> anyhow::Resu
         )
         .await?;
     assert_eq!(made.data["spec"]["schedule"], "monthly");
-    assert_eq!(env.stored("c").await?["spec"], json!({"cronSpec": "monthly"}));
+    assert_eq!(
+        env.stored("c").await?["spec"],
+        json!({"cronSpec": "monthly"})
+    );
 
     // Delete collection in v2 answers in v2.
     let deleted = v2
@@ -594,7 +621,10 @@ async fn writes_through_the_other_version_are_stored_converted() -> anyhow::Resu
     assert_eq!(
         shown,
         [
-            (format!("{GROUP}/v2"), json!({"schedule": "weekly", "replicas": 3})),
+            (
+                format!("{GROUP}/v2"),
+                json!({"schedule": "weekly", "replicas": 3})
+            ),
             (format!("{GROUP}/v2"), json!({"schedule": "monthly"})),
         ]
     );
@@ -632,11 +662,21 @@ async fn watches(watch_cache: bool) -> anyhow::Result<()> {
     // The initial events.
     assert_eq!(
         seen(&next_event(&mut in_v2).await?),
-        ("ADDED", v2_version.clone(), "a".into(), json!({"schedule": "hourly"}))
+        (
+            "ADDED",
+            v2_version.clone(),
+            "a".into(),
+            json!({"schedule": "hourly"})
+        )
     );
     assert_eq!(
         seen(&next_event(&mut in_v1).await?),
-        ("ADDED", format!("{GROUP}/v1"), "a".into(), json!({"cronSpec": "hourly"}))
+        (
+            "ADDED",
+            format!("{GROUP}/v1"),
+            "a".into(),
+            json!({"cronSpec": "hourly"})
+        )
     );
 
     // Changes made in v1 are seen in v2.
@@ -665,15 +705,28 @@ async fn watches(watch_cache: bool) -> anyhow::Result<()> {
     }
     assert_eq!(
         seen(&next_event(&mut in_v1).await?),
-        ("ADDED", format!("{GROUP}/v1"), "b".into(), json!({"cronSpec": "daily"}))
+        (
+            "ADDED",
+            format!("{GROUP}/v1"),
+            "b".into(),
+            json!({"cronSpec": "daily"})
+        )
     );
     // The selected watch saw b while it was daily: added, then gone when it became weekly.
     assert_eq!(
         seen(&next_event(&mut daily).await?),
-        ("ADDED", v2_version.clone(), "b".into(), json!({"schedule": "daily"}))
+        (
+            "ADDED",
+            v2_version.clone(),
+            "b".into(),
+            json!({"schedule": "daily"})
+        )
     );
     let gone = seen(&next_event(&mut daily).await?);
-    assert_eq!((gone.0, gone.1, gone.2), ("DELETED", v2_version.clone(), "b".into()));
+    assert_eq!(
+        (gone.0, gone.1, gone.2),
+        ("DELETED", v2_version.clone(), "b".into())
+    );
 
     // A change that cannot be converted ends the watch with an internal error.
     env.converter.set(Mode::Refuse);
@@ -704,8 +757,8 @@ async fn watches(watch_cache: bool) -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn a_storage_version_switched_later_leaves_old_objects_where_they_are()
--> anyhow::Result<()> {
+async fn a_storage_version_switched_later_leaves_old_objects_where_they_are() -> anyhow::Result<()>
+{
     let env = Env::start(in_process()).await?;
     let (v1, v2) = (env.crontabs("v1"), env.crontabs("v2"));
     v2.create(
@@ -713,7 +766,10 @@ async fn a_storage_version_switched_later_leaves_old_objects_where_they_are()
         &crontab("v2", "old", json!({"schedule": "hourly"})),
     )
     .await?;
-    assert_eq!(env.stored("old").await?["apiVersion"], format!("{GROUP}/v1"));
+    assert_eq!(
+        env.stored("old").await?["apiVersion"],
+        format!("{GROUP}/v1")
+    );
 
     // v2 becomes the storage version.
     let mut crd = env.definitions().get(CRD).await?;
@@ -743,24 +799,21 @@ async fn a_storage_version_switched_later_leaves_old_objects_where_they_are()
     let new = env.stored("new").await?;
     assert_eq!(new["apiVersion"], format!("{GROUP}/v2"));
     assert_eq!(new["spec"], json!({"schedule": "daily"}));
-    assert_eq!(env.stored("old").await?["apiVersion"], format!("{GROUP}/v1"));
+    assert_eq!(
+        env.stored("old").await?["apiVersion"],
+        format!("{GROUP}/v1")
+    );
 
     // Each read sends what is not in its version yet.
     let listed = v2.list(&ListParams::default()).await?;
-    assert!(
-        listed
-            .items
-            .iter()
-            .all(|o| api_version(o) == format!("{GROUP}/v2") && o.data["spec"].get("schedule").is_some())
-    );
+    assert!(listed.items.iter().all(
+        |o| api_version(o) == format!("{GROUP}/v2") && o.data["spec"].get("schedule").is_some()
+    ));
     assert_eq!(env.converter.take(), [(format!("{GROUP}/v2"), 1)]);
     let listed = v1.list(&ListParams::default()).await?;
-    assert!(
-        listed
-            .items
-            .iter()
-            .all(|o| api_version(o) == format!("{GROUP}/v1") && o.data["spec"].get("cronSpec").is_some())
-    );
+    assert!(listed.items.iter().all(
+        |o| api_version(o) == format!("{GROUP}/v1") && o.data["spec"].get("cronSpec").is_some()
+    ));
     assert_eq!(env.converter.take(), [(format!("{GROUP}/v1"), 1)]);
 
     // Written again, the old object moves to the storage version.
@@ -866,7 +919,10 @@ async fn webhook_failures_are_answered_as_kube_apiserver_answers_them() -> anyho
     let mut watch = v2.watch(&WatchParams::default(), "0").await?.boxed();
     match next_event(&mut watch).await? {
         WatchEvent::Error(status) => {
-            assert_eq!((status.code, status.reason.as_str()), (500, "InternalError"));
+            assert_eq!(
+                (status.code, status.reason.as_str()),
+                (500, "InternalError")
+            );
             assert_eq!(
                 status.message,
                 format!("Internal error occurred: {from_v1} failed: the converter refuses")
@@ -929,7 +985,10 @@ async fn a_definition_converted_by_none_calls_no_webhook() -> anyhow::Result<()>
         })),
     )
     .await?;
-    assert_eq!(seen(&next_event(&mut watch).await?).1, format!("{GROUP}/v1"));
+    assert_eq!(
+        seen(&next_event(&mut watch).await?).1,
+        format!("{GROUP}/v1")
+    );
     assert!(env.converter.take().is_empty());
     Ok(())
 }
@@ -951,7 +1010,8 @@ async fn https_webhook(
     ];
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate()?)?;
     let key = rcgen::KeyPair::generate()?;
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &ca)?;
+    let cert =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &ca)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -977,8 +1037,9 @@ async fn https_webhook(
                             let path = request.uri().path().to_string();
                             let body = request.into_body().collect().await?.to_bytes();
                             let (status, answer) = converter.answer(&path, &body);
-                            let mut response =
-                                hyper::Response::new(http_body_util::Full::new(Bytes::from(answer)));
+                            let mut response = hyper::Response::new(http_body_util::Full::new(
+                                Bytes::from(answer),
+                            ));
                             *response.status_mut() =
                                 hyper::StatusCode::from_u16(status).unwrap_or_default();
                             Ok::<_, hyper::Error>(response)
@@ -1016,13 +1077,22 @@ async fn a_real_https_webhook_converts_and_its_failures_are_go_errors() -> anyho
         )
         .await?;
     assert_eq!(created.data["spec"], json!({"schedule": "hourly"}));
-    assert_eq!(env.stored("a").await?["spec"], json!({"cronSpec": "hourly"}));
-    assert_eq!(v1.get("a").await?.data["spec"], json!({"cronSpec": "hourly"}));
+    assert_eq!(
+        env.stored("a").await?["spec"],
+        json!({"cronSpec": "hourly"})
+    );
+    assert_eq!(
+        v1.get("a").await?.data["spec"],
+        json!({"cronSpec": "hourly"})
+    );
     assert_eq!(
         v2.list(&ListParams::default()).await?.items[0].data["spec"],
         json!({"schedule": "hourly"})
     );
-    assert_eq!(converter.paths().first().map(String::as_str), Some("/convert"));
+    assert_eq!(
+        converter.paths().first().map(String::as_str),
+        Some("/convert")
+    );
     assert_eq!(
         converter.take(),
         [
@@ -1060,7 +1130,10 @@ async fn a_real_https_webhook_converts_and_its_failures_are_go_errors() -> anyho
                 break;
             }
             Ok(_) => {
-                anyhow::ensure!(tokio::time::Instant::now() < deadline, "the new CA never used");
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "the new CA never used"
+                );
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
@@ -1084,7 +1157,10 @@ async fn a_real_https_webhook_converts_and_its_failures_are_go_errors() -> anyho
             break;
         }
         assert_eq!(message, untrusted);
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the old CA still used");
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the old CA still used"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let refused = v2
@@ -1270,7 +1346,10 @@ async fn invalid_conversion_configurations_are_refused_with_kube_apiserver_messa
     conversion["webhook"]["clientConfig"]["caBundle"] =
         json!(base64::engine::general_purpose::STANDARD.encode(ca.pem()));
     env.definitions()
-        .create(&PostParams::default(), &object(definition(conversion, "v1")))
+        .create(
+            &PostParams::default(),
+            &object(definition(conversion, "v1")),
+        )
         .await?;
     env.served().await?;
     let deadline = tokio::time::Instant::now() + DEADLINE;
@@ -1278,7 +1357,10 @@ async fn invalid_conversion_configurations_are_refused_with_kube_apiserver_messa
         let crd = env.definitions().get(CRD).await?;
         let established = crd.data["status"]["conditions"]
             .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True")
+            });
         if established {
             break crd;
         }

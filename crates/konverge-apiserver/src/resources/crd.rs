@@ -929,55 +929,53 @@ fn allow_invalid_ca_bundle(old: Option<&Value>) -> bool {
 }
 
 /// Whether a PEM bundle holds a certificate, and if not why, in the words of client-go's
-/// `rootCertPool`.
+/// `rootCertPool` (the first problem met, in order).
 fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
     let mut rest = pem;
-    let mut found = false;
-    loop {
-        let Some(start) = find(rest, b"-----BEGIN ") else {
+    let mut problem = None;
+    while !rest.is_empty() {
+        let Some((label, body, after)) = next_pem_block(rest) else {
+            problem.get_or_insert_with(|| "unable to parse bytes as PEM block".to_string());
             break;
         };
-        let Some(end_of_label) = find(&rest[start + 11..], b"-----") else {
-            break;
-        };
-        let label = &rest[start + 11..start + 11 + end_of_label];
-        let body_from = start + 11 + end_of_label + 5;
-        let end_marker = [b"-----END ".as_slice(), label, b"-----"].concat();
-        let Some(end) = find(&rest[body_from..], &end_marker) else {
-            break;
-        };
-        let body = &rest[body_from..body_from + end];
-        if label == b"CERTIFICATE" {
-            let text: String = body
-                .iter()
-                .filter(|b| !b.is_ascii_whitespace())
-                .map(|b| char::from(*b))
-                .collect();
-            use base64::Engine;
-            match base64::engine::general_purpose::STANDARD.decode(text) {
-                // A DER certificate is a SEQUENCE.
-                Ok(der) if der.first() == Some(&0x30) => found = true,
-                _ => {
-                    if !found {
-                        return Err(
-                            "failed to parse certificate: x509: malformed certificate".into()
-                        );
-                    }
-                }
+        rest = after;
+        if label != b"CERTIFICATE" {
+            continue;
+        }
+        let text: String = body
+            .iter()
+            .filter(|b| !b.is_ascii_whitespace())
+            .map(|b| char::from(*b))
+            .collect();
+        use base64::Engine;
+        match base64::engine::general_purpose::STANDARD.decode(text) {
+            // A DER certificate is a SEQUENCE.
+            Ok(der) if der.first() == Some(&0x30) => return Ok(()),
+            _ => {
+                problem.get_or_insert_with(|| {
+                    "failed to parse certificate: x509: malformed certificate".to_string()
+                });
             }
         }
-        rest = &rest[body_from + end + end_marker.len()..];
-        if found {
-            return Ok(());
-        }
     }
-    if found {
-        return Ok(());
-    }
-    if find(pem, b"-----BEGIN ").is_none() {
-        return Err("unable to parse bytes as PEM block".into());
-    }
-    Err("no valid certificate authority data seen".into())
+    Err(problem.unwrap_or_else(|| "no valid certificate authority data seen".to_string()))
+}
+
+/// The next PEM block of `data`: its label, its body and what follows it.
+fn next_pem_block(data: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    const BEGIN: &[u8] = b"-----BEGIN ";
+    let start = find(data, BEGIN)? + BEGIN.len();
+    let label_len = find(&data[start..], b"-----")?;
+    let label = &data[start..start + label_len];
+    let body_start = start + label_len + 5;
+    let end_marker = [b"-----END ".as_slice(), label, b"-----"].concat();
+    let body_len = find(&data[body_start..], &end_marker)?;
+    let after = body_start + body_len + end_marker.len();
+    Some((
+        label,
+        &data[body_start..body_start + body_len],
+        &data[after..],
+    ))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -1350,4 +1348,91 @@ fn conversion_webhook(crd: &Value, storage: &str) -> Option<Arc<ConversionWebhoo
         review_versions: review_versions(crd),
         schemas,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_as_go_splits_them() {
+        let url = GoUrl::parse("https://u:p@example.com:8443/x?a=b#frag").expect("parses");
+        assert_eq!(
+            url,
+            GoUrl {
+                scheme: "https".into(),
+                user: Some("u:p".into()),
+                host: "example.com:8443".into(),
+                query: "a=b".into(),
+                fragment: "frag".into(),
+            }
+        );
+        // An opaque URL has no host.
+        assert_eq!(GoUrl::parse("https:example.com").expect("parses").host, "");
+        assert_eq!(GoUrl::parse("example.com/x").expect("parses").scheme, "");
+        assert_eq!(
+            GoUrl::parse("://x").unwrap_err(),
+            r#"parse "://x": missing protocol scheme"#
+        );
+        assert_eq!(
+            GoUrl::parse("https://example.com:port/").unwrap_err(),
+            r#"parse "https://example.com:port/": invalid port ":port" after host"#
+        );
+        assert_eq!(GoUrl::parse("x:y/z:w").expect("a scheme").scheme, "x");
+        assert_eq!(GoUrl::parse("a/b:c").expect("a path").host, "");
+        assert_eq!(GoUrl::parse("ab:c").expect("a scheme").scheme, "ab");
+        assert_eq!(GoUrl::parse("/a:b").expect("a path").scheme, "");
+        assert_eq!(
+            GoUrl::parse("1a:b").unwrap_err(),
+            r#"parse "1a:b": first path segment in URL cannot contain colon"#
+        );
+        assert_eq!(
+            GoUrl::parse("https://example.com/#%zz").unwrap_err(),
+            r#"parse "https://example.com/#%zz": invalid URL escape "%zz""#
+        );
+    }
+
+    #[test]
+    fn ca_bundles_are_judged_as_client_go_judges_them() {
+        assert_eq!(
+            check_ca_bundle(b"not a pem"),
+            Err("unable to parse bytes as PEM block".into())
+        );
+        assert_eq!(
+            check_ca_bundle(b"-----BEGIN KEY-----\nAAAA\n-----END KEY-----"),
+            Err("no valid certificate authority data seen".into())
+        );
+        assert_eq!(
+            check_ca_bundle(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+            Err("failed to parse certificate: x509: malformed certificate".into())
+        );
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec!["ca".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("a certificate");
+        assert_eq!(check_ca_bundle(cert.pem().as_bytes()), Ok(()));
+        assert_eq!(go_bytes(b"no"), "[]byte{0x6e, 0x6f}");
+    }
+
+    #[test]
+    fn webhook_services_are_checked_with_kube_apiserver_paths() {
+        let messages = |service: Value| -> Vec<String> {
+            validate_webhook_service("s", &service)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            messages(json!({"name": "n", "namespace": "ns", "path": "//"})),
+            [r#"s.path: Invalid value: "//": segment[0] may not be empty"#]
+        );
+        assert_eq!(
+            messages(json!({"name": "n", "namespace": "ns", "path": "/a/b/", "port": 70000})),
+            [
+                "s.port: Invalid value: 70000: port is not valid: must be between 1 and 65535, inclusive"
+            ]
+        );
+        assert!(messages(json!({"name": "n", "namespace": "ns", "path": "/"})).is_empty());
+    }
 }
