@@ -110,6 +110,9 @@ pub enum Reason {
     Timeout,
     /// 503: the server cannot serve now.
     ServiceUnavailable,
+    /// No reason (`StatusReasonUnknown`, empty): what kube-apiserver answers for errors that
+    /// are not API statuses, such as a failed CRD conversion webhook.
+    Unknown,
 }
 
 impl Reason {
@@ -132,6 +135,7 @@ impl Reason {
             Reason::InternalError => "InternalError",
             Reason::Timeout => "Timeout",
             Reason::ServiceUnavailable => "ServiceUnavailable",
+            Reason::Unknown => "",
         }
     }
 }
@@ -460,6 +464,12 @@ impl ApiError {
             "reason": self.reason.as_str(),
             "code": self.code.as_u16(),
         });
+        // `reason` is omitted when empty, as Go's `omitempty` leaves it out.
+        if self.reason == Reason::Unknown
+            && let Some(map) = status.as_object_mut()
+        {
+            map.remove("reason");
+        }
         if let Some(d) = &self.details {
             let mut details = serde_json::Map::new();
             if !d.name.is_empty() {
@@ -476,9 +486,20 @@ impl ApiError {
                     "causes".into(),
                     d.causes
                         .iter()
-                        .map(
-                            |c| json!({"reason": c.reason, "message": c.message, "field": c.field}),
-                        )
+                        .map(|c| {
+                            // Go's `omitempty`: empty parts of a cause are left out.
+                            let mut cause = serde_json::Map::new();
+                            for (key, value) in [
+                                ("reason", &c.reason),
+                                ("message", &c.message),
+                                ("field", &c.field),
+                            ] {
+                                if !value.is_empty() {
+                                    cause.insert(key.into(), value.clone().into());
+                                }
+                            }
+                            Value::Object(cause)
+                        })
                         .collect(),
                 );
             }

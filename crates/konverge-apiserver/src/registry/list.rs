@@ -7,9 +7,10 @@ use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
 use konverge_store::{KeyRange, RangeRequest, Revision};
 use serde_json::{Value, json};
 
-use super::{Registry, cache, decode, parse_rv, target};
+use super::{Registry, cache, conversion, decode, parse_rv, target};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
+use crate::resources::crd::ConversionWebhook;
 use crate::resources::meta;
 
 /// `resourceVersionMatch`.
@@ -110,6 +111,27 @@ fn field_value(rt: &ResourceType, obj: &Value, field: &str) -> Option<String> {
             .iter()
             .find(|s| s.label == f)
             .map(|s| s.value_of(obj)),
+    }
+}
+
+/// Whether a list's selectors look at more than an object's name and namespace (which no
+/// conversion changes): labels, or other fields.
+pub(crate) fn selects_on_content(opts: &ListOptions) -> bool {
+    opts.label_selector.is_some()
+        || opts.field_selector.as_ref().is_some_and(|fields| {
+            fields
+                .fields()
+                .any(|f| !matches!(f, "metadata.name" | "metadata.namespace"))
+        })
+}
+
+/// Where an object's key goes on after the prefix of a list of namespace `ns`
+/// (`namespace/name` across namespaces, `name` otherwise).
+fn relative_key(rt: &ResourceType, ns: Option<&str>, obj: &Value) -> String {
+    let name = meta::meta_str(obj, "name").unwrap_or("");
+    match (rt.namespaced, ns) {
+        (true, None) => format!("{}/{name}", meta::meta_str(obj, "namespace").unwrap_or("")),
+        _ => name.to_string(),
     }
 }
 
@@ -216,18 +238,10 @@ impl Registry {
         if let Some(fields) = &opts.field_selector {
             check_field_selector(rt, fields)?;
         }
-        let at = read_at(opts)?;
-        let cached = if self.caches.config().enabled
-            && matches!(at, ReadAt::Latest | ReadAt::Any | ReadAt::NotOlderThan(_))
-        {
-            self.list_cached(rt, ns, opts, &at).await?
-        } else {
-            None
-        };
-        let mut listed = match cached {
-            Some(listed) => listed,
-            None => self.list_store(rt, ns, opts, at).await?,
-        };
+        if let Some(hook) = conversion::webhook(rt) {
+            return self.list_converted(rt, hook, ns, opts).await;
+        }
+        let mut listed = self.list_stored(rt, ns, opts).await?;
         // Selection and paging work on the stored form (shared with every version's readers
         // through the cache); what is answered is the served form.
         if rt.changes_on_read() {
@@ -236,6 +250,98 @@ impl Registry {
             }
         }
         Ok(listed)
+    }
+
+    /// A list of a resource whose definition converts it with a webhook: each page is
+    /// converted in one review. Selectors that look at more than names (labels, fields of the
+    /// version's schema) select on the converted objects, as kube-apiserver selects on what
+    /// it serves: the stored objects are read in chunks, converted, then selected until the
+    /// page is full.
+    async fn list_converted(
+        &self,
+        rt: &ResourceType,
+        hook: &ConversionWebhook,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ListResult> {
+        if !selects_on_content(opts) {
+            let mut listed = self.list_stored(rt, ns, opts).await?;
+            self.served_many(rt, hook, &mut listed.items).await?;
+            return Ok(listed);
+        }
+        let limit = opts.limit.filter(|l| *l > 0);
+        let mut chunk = ListOptions {
+            label_selector: None,
+            field_selector: None,
+            limit: limit.map(|l| l.max(SCAN_CHUNK)),
+            ..opts.clone()
+        };
+        let mut items = Vec::new();
+        let mut revision = None;
+        loop {
+            let mut read = self.list_stored(rt, ns, &chunk).await?;
+            let revision = *revision.get_or_insert(read.resource_version);
+            self.served_many(rt, hook, &mut read.items).await?;
+            let fetched = read.items.len();
+            for (i, obj) in read.items.into_iter().enumerate() {
+                if !selected(rt, opts, &obj) {
+                    continue;
+                }
+                let key = relative_key(rt, ns, &obj);
+                items.push(obj);
+                if limit.is_some_and(|l| items.len() as u64 >= l) {
+                    // A full page: the next one starts after this object, if anything is
+                    // left to look at.
+                    let more = i + 1 < fetched || read.continue_token.is_some();
+                    return Ok(ListResult {
+                        items,
+                        resource_version: revision,
+                        continue_token: more
+                            .then(|| encode_continue(revision, &format!("{key}\u{0}"))),
+                        remaining: None,
+                    });
+                }
+            }
+            match read.continue_token {
+                Some(token) => {
+                    chunk = ListOptions {
+                        continue_token: Some(token),
+                        resource_version: None,
+                        resource_version_match: None,
+                        ..chunk
+                    };
+                }
+                None => {
+                    return Ok(ListResult {
+                        items,
+                        resource_version: revision,
+                        continue_token: None,
+                        remaining: None,
+                    });
+                }
+            }
+        }
+    }
+
+    /// A list of stored objects, selected and paged on their stored form.
+    async fn list_stored(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ListResult> {
+        let at = read_at(opts)?;
+        let cached = if self.caches.config().enabled
+            && matches!(at, ReadAt::Latest | ReadAt::Any | ReadAt::NotOlderThan(_))
+        {
+            self.list_cached(rt, ns, opts, &at).await?
+        } else {
+            None
+        };
+        match cached {
+            Some(listed) => Ok(listed),
+            None => self.list_store(rt, ns, opts, at).await,
+        }
     }
 
     /// A list from the watch cache, or `None` when the cache cannot answer in time (then the

@@ -14,6 +14,7 @@
 mod allocate;
 pub mod apply;
 mod cache;
+mod conversion;
 mod list;
 pub mod subresources;
 mod update;
@@ -481,7 +482,10 @@ impl Registry {
                 ));
             }
         }
-        decode_as(rt, &kv)
+        match conversion::webhook(rt) {
+            None => decode_as(rt, &kv),
+            Some(hook) => self.served_one(rt, hook, decode(&kv)?).await,
+        }
     }
 
     /// Decodes a request body as this resource's type: rejects wrong types (400), drops fields
@@ -724,9 +728,24 @@ impl Registry {
         let mut obj = admitted?;
         warnings.extend(trace.warnings());
         if opts.dry_run {
-            encode(rt, &obj)?;
+            // A webhook-converted object goes to the storage version and back, as a dry run
+            // in kube-apiserver encodes and decodes what it would store.
+            let stored = match conversion::webhook(rt) {
+                None => {
+                    encode(rt, &obj)?;
+                    None
+                }
+                Some(hook) => {
+                    let stored = self.to_storage(rt, hook, obj.clone()).await?;
+                    encode(rt, &stored)?;
+                    Some((hook, stored))
+                }
+            };
             if self.read(rt, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(target(rt, &name)));
+            }
+            if let Some((hook, stored)) = stored {
+                obj = self.served_one(rt, hook, stored).await?;
             }
             return Ok(Written {
                 object: obj,
@@ -739,25 +758,41 @@ impl Registry {
         } else {
             allocate::Allocated::default()
         };
-        let created = match encode(rt, &obj) {
-            Ok(value) => self
+        let hook = conversion::webhook(rt);
+        let encoded = match hook {
+            None => encode(rt, &obj).map(|value| (value, None)),
+            Some(hook) => match self.to_storage(rt, hook, obj.clone()).await {
+                Ok(stored) => encode(rt, &stored).map(|value| (value, Some(stored))),
+                Err(e) => Err(e),
+            },
+        };
+        let created = match encoded {
+            Ok((value, stored)) => self
                 .timed(
                     "create",
                     rt,
                     self.store.create(Bytes::from(rt.key(ns, &name)), value),
                 )
                 .await
+                .map(|rev| (rev, stored))
                 .map_err(|e| ApiError::from_store(e, target(rt, &name))),
             Err(e) => Err(e),
         };
-        let rev = match created {
-            Ok(rev) => rev,
+        let (rev, stored) = match created {
+            Ok(created) => created,
             Err(e) => {
                 self.release_allocated(allocated).await;
                 return Err(e);
             }
         };
-        set_rv(&mut obj, rev);
+        match (hook, stored) {
+            // The answer is what was stored, read back in the request's version.
+            (Some(hook), Some(mut stored)) => {
+                set_rv(&mut stored, rev);
+                obj = self.served_one(rt, hook, stored).await?;
+            }
+            _ => set_rv(&mut obj, rev),
+        }
         Ok(Written {
             object: obj,
             created: true,

@@ -9,7 +9,10 @@ use bytes::Bytes;
 use konverge_store::KeyValue;
 use serde_json::{Value, json};
 
-use super::{Propagation, Registry, WriteOptions, decode_as, encode, is_namespace, set_rv, target};
+use super::{
+    Propagation, Registry, WriteOptions, conversion, decode, decode_as, encode, is_namespace,
+    set_rv, target,
+};
 use crate::admission::{Operation, Trace};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
@@ -82,7 +85,11 @@ impl Registry {
             let Some(kv) = self.read(rt, ns, name).await? else {
                 return Err(ApiError::not_found(target(rt, name)));
             };
-            let current = decode_as(rt, &kv)?;
+            let hook = conversion::webhook(rt);
+            let current = match hook {
+                None => decode_as(rt, &kv)?,
+                Some(hook) => self.served_one(rt, hook, decode(&kv)?).await?,
+            };
             let before = checked.then(|| current.clone());
             let decided = decide(&kv, current)?;
             let admitting = crate::admission::Attributes {
@@ -119,7 +126,20 @@ impl Registry {
                 }
                 self.check_write(rt, before.as_ref(), &object, opts).await?;
             }
+            // A webhook-converted object is stored in the storage version, and answered as
+            // stored, read back in the request's version (a dry run goes there and back too).
+            let stored = match (hook, outcome) {
+                (Some(hook), Outcome::Stored) => {
+                    Some((hook, self.to_storage(rt, hook, object.clone()).await?))
+                }
+                _ => None,
+            };
             if dry_run {
+                if let Some((hook, mut stored)) = stored {
+                    encode(rt, &stored)?;
+                    set_rv(&mut stored, kv.mod_revision);
+                    object = self.served_one(rt, hook, stored).await?;
+                }
                 set_rv(&mut object, kv.mod_revision);
                 return Ok((object, outcome));
             }
@@ -134,7 +154,10 @@ impl Registry {
                     .await
                     .map(|_| kv.mod_revision),
                 _ => {
-                    let value = encode(rt, &object)?;
+                    let value = match &stored {
+                        Some((_, stored)) => encode(rt, stored)?,
+                        None => encode(rt, &object)?,
+                    };
                     self.timed(
                         "update",
                         rt,
@@ -145,6 +168,10 @@ impl Registry {
             };
             match written {
                 Ok(revision) => {
+                    if let Some((hook, mut stored)) = stored {
+                        set_rv(&mut stored, revision);
+                        object = self.served_one(rt, hook, stored).await?;
+                    }
                     set_rv(&mut object, revision);
                     return Ok((object, outcome));
                 }

@@ -15,10 +15,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::cache::{Cache, CachedEvent, Read};
-use super::list::{ListOptions, ReadAt, selected, too_large};
-use super::{Registry, decode, parse_rv, set_rv, target};
+use super::list::{ListOptions, ReadAt, selected, selects_on_content, too_large};
+use super::{Registry, conversion, decode, parse_rv, set_rv, target};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
+use crate::resources::crd::ConversionWebhook;
 
 /// The options of a watch.
 #[derive(Debug, Clone)]
@@ -150,8 +151,14 @@ impl Registry {
         };
         let (tx, rx) = mpsc::channel(BUFFER);
         let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
+        // Resources converted by a webhook are converted by the feeds, which must wait for
+        // it (and end the watch when it fails).
+        let converting = conversion::webhook(&rt).map(|hook| Converting {
+            registry: self.clone(),
+            hook: hook.clone(),
+        });
         // The feeds select on the stored form; clients get the served form.
-        let served = rt.changes_on_read().then(|| rt.clone());
+        let served = (rt.changes_on_read() && converting.is_none()).then(|| rt.clone());
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (event, rx))
         })
@@ -175,6 +182,7 @@ impl Registry {
                 opts,
                 tx,
                 deadline,
+                converting,
             };
             tokio::spawn(feed.run(initial, cursor));
             return Ok(stream);
@@ -197,6 +205,7 @@ impl Registry {
             opts,
             tx,
             deadline,
+            converting,
         };
         tokio::spawn(feed.run(initial, start_after));
         Ok(stream)
@@ -297,6 +306,8 @@ struct CachedFeed {
     opts: WatchOptions,
     tx: mpsc::Sender<WatchEvent>,
     deadline: Option<tokio::time::Instant>,
+    /// Set for a resource converted by a webhook.
+    converting: Option<Converting>,
 }
 
 impl CachedFeed {
@@ -317,8 +328,22 @@ impl CachedFeed {
     async fn run(self, initial: Option<Vec<Arc<Value>>>, mut cursor: i64) {
         let mut last_sent = cursor;
         if let Some(objects) = initial {
+            let objects = match &self.converting {
+                None => objects,
+                Some(converting) => {
+                    match converting.initial(&self.rt, &self.opts.list, objects).await {
+                        Ok(objects) => objects,
+                        Err(err) => {
+                            self.send(error(&conversion::watch_error(&err))).await;
+                            return;
+                        }
+                    }
+                }
+            };
             for obj in objects {
-                if self.selected(&obj) && !self.send(WatchEvent::Added(obj)).await {
+                if (self.converting.is_some() || self.selected(&obj))
+                    && !self.send(WatchEvent::Added(obj)).await
+                {
                     return;
                 }
             }
@@ -351,7 +376,26 @@ impl CachedFeed {
                         if !event.key.starts_with(&self.prefix) {
                             continue;
                         }
-                        if let Some(out) = self.translate(event) {
+                        let out = match &self.converting {
+                            None => self.translate(event),
+                            Some(converting) => match converting
+                                .translate(
+                                    &self.rt,
+                                    &self.opts.list,
+                                    event.prev.as_ref(),
+                                    &event.object,
+                                    event.deleted,
+                                )
+                                .await
+                            {
+                                Ok(out) => out,
+                                Err(err) => {
+                                    self.send(error(&conversion::watch_error(&err))).await;
+                                    return;
+                                }
+                            },
+                        };
+                        if let Some(out) = out {
                             if !self.send(out).await {
                                 return;
                             }
@@ -410,6 +454,8 @@ struct Feed {
     opts: WatchOptions,
     tx: mpsc::Sender<WatchEvent>,
     deadline: Option<tokio::time::Instant>,
+    /// Set for a resource converted by a webhook.
+    converting: Option<Converting>,
 }
 
 impl Feed {
@@ -419,18 +465,34 @@ impl Feed {
 
     async fn run(self, initial: bool, mut start_after: i64) {
         if initial {
-            let list = ListOptions {
+            let mut list = ListOptions {
                 limit: None,
                 continue_token: None,
                 resource_version: None,
                 resource_version_match: None,
                 ..self.opts.list.clone()
             };
-            match self
+            if self.converting.is_some() && selects_on_content(&list) {
+                // Selected once converted.
+                list.label_selector = None;
+                list.field_selector = None;
+            }
+            let listed = match self
                 .registry
                 .list_store(&self.rt, self.ns.as_deref(), &list, ReadAt::Latest)
                 .await
             {
+                Ok(listed) => match &self.converting {
+                    None => Ok(listed),
+                    Some(converting) => converting
+                        .initial(&self.rt, &self.opts.list, listed.items)
+                        .await
+                        .map(|items| super::ListResult { items, ..listed })
+                        .map_err(|e| conversion::watch_error(&e)),
+                },
+                Err(err) => Err(err),
+            };
+            match listed {
                 Ok(listed) => {
                     start_after = listed.resource_version;
                     for obj in listed.items {
@@ -470,7 +532,11 @@ impl Feed {
                     Some(Ok(WatchResponse::Events(events))) => {
                         for event in events {
                             let revision = event.revision();
-                            match self.translate(event) {
+                            let translated = match &self.converting {
+                                None => self.translate(event),
+                                Some(converting) => self.translate_converted(converting, event).await,
+                            };
+                            match translated {
                                 Ok(Some(out)) => {
                                     if !self.send(out).await {
                                         return;
@@ -513,6 +579,33 @@ impl Feed {
         }
     }
 
+    /// [`Feed::translate`] for a resource converted by a webhook.
+    async fn translate_converted(
+        &self,
+        converting: &Converting,
+        event: Event,
+    ) -> Result<Option<WatchEvent>> {
+        let old = match &event.prev_kv {
+            Some(prev) => Some(Arc::new(decode(prev)?)),
+            None => None,
+        };
+        let (object, deleted) = match event.kind {
+            EventKind::Put => (Arc::new(decode(&event.kv)?), false),
+            EventKind::Delete => {
+                let Some(old) = &old else {
+                    return Ok(None);
+                };
+                let mut gone = Value::clone(old);
+                set_rv(&mut gone, event.kv.mod_revision);
+                (Arc::new(gone), true)
+            }
+        };
+        converting
+            .translate(&self.rt, &self.opts.list, old.as_ref(), &object, deleted)
+            .await
+            .map_err(|e| conversion::watch_error(&e))
+    }
+
     /// One store event as a watch event of this watch, or `None` if the selectors hide it.
     fn translate(&self, event: Event) -> Result<Option<WatchEvent>> {
         let opts = &self.opts.list;
@@ -540,5 +633,89 @@ impl Feed {
                 _ => None,
             }),
         }
+    }
+}
+
+/// How many objects one review of a watch's initial events holds.
+const INITIAL_CHUNK: usize = 500;
+
+/// What a watch of a resource converted by a webhook needs to convert what it sends.
+struct Converting {
+    registry: Registry,
+    hook: Arc<ConversionWebhook>,
+}
+
+impl Converting {
+    /// The initial objects of a watch, converted (in reviews of [`INITIAL_CHUNK`] objects)
+    /// and selected: on their stored form when the selectors look at names only, otherwise
+    /// once converted.
+    async fn initial(
+        &self,
+        rt: &ResourceType,
+        opts: &ListOptions,
+        mut objects: Vec<Arc<Value>>,
+    ) -> Result<Vec<Arc<Value>>> {
+        let filtering = opts.label_selector.is_some() || opts.field_selector.is_some();
+        let content = selects_on_content(opts);
+        if filtering && !content {
+            objects.retain(|o| selected(rt, opts, o));
+        }
+        for chunk in objects.chunks_mut(INITIAL_CHUNK) {
+            self.registry.served_many(rt, &self.hook, chunk).await?;
+        }
+        if content {
+            objects.retain(|o| selected(rt, opts, o));
+        }
+        Ok(objects)
+    }
+
+    /// One change as a watch event, converted, or `None` if the selectors hide it. Selectors
+    /// that look at more than names select on the converted objects (the object before the
+    /// change is converted with it, in one review).
+    async fn translate(
+        &self,
+        rt: &ResourceType,
+        opts: &ListOptions,
+        prev: Option<&Arc<Value>>,
+        object: &Arc<Value>,
+        deleted: bool,
+    ) -> Result<Option<WatchEvent>> {
+        let filtering = opts.label_selector.is_some() || opts.field_selector.is_some();
+        let chosen = |prev: Option<&Value>, object: &Value| {
+            let sel = |o: &Value| !filtering || selected(rt, opts, o);
+            if deleted {
+                return prev
+                    .is_some_and(sel)
+                    .then_some(WatchEvent::Deleted as fn(_) -> _);
+            }
+            let old_selected = prev.is_some_and(sel);
+            match (prev.is_some(), old_selected, sel(object)) {
+                (true, true, true) => Some(WatchEvent::Modified as fn(_) -> _),
+                (_, false, true) => Some(WatchEvent::Added as fn(_) -> _),
+                (true, true, false) => Some(WatchEvent::Deleted as fn(_) -> _),
+                _ => None,
+            }
+        };
+        if !selects_on_content(opts) {
+            let Some(event) = chosen(prev.map(|p| &**p), object) else {
+                return Ok(None);
+            };
+            let converted = self
+                .registry
+                .served_one(rt, &self.hook, Value::clone(object))
+                .await?;
+            return Ok(Some(event(Arc::new(converted))));
+        }
+        let mut items = vec![object.clone()];
+        if !deleted && let Some(prev) = prev {
+            items.push(prev.clone());
+        }
+        self.registry
+            .served_many(rt, &self.hook, &mut items)
+            .await?;
+        let object = items[0].clone();
+        // A deleted object is its last state: it decides whether the watch saw it.
+        let prev = if deleted { Some(&object) } else { items.get(1) };
+        Ok(chosen(prev.map(|p| &**p), &object).map(|event| event(object.clone())))
     }
 }

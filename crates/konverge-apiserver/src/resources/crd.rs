@@ -8,6 +8,7 @@
 //! ([`konverge_apimachinery::ssa`]), `kubectl get` columns and `kubectl explain`.
 //! [`crate::controllers::crd`] establishes definitions and cleans up after deleted ones.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use konverge_apimachinery::cel::Rules;
@@ -46,6 +47,41 @@ pub struct CustomResource {
     pub shape: Arc<Shape>,
     /// Changes whenever the definition does (for caches of derived documents).
     pub fingerprint: String,
+    /// The definition's conversion webhook (`spec.conversion.strategy: Webhook`), shared by
+    /// all its versions; `None` for conversion `None`.
+    pub webhook: Option<Arc<ConversionWebhook>>,
+}
+
+/// What a definition with `spec.conversion.strategy: Webhook` says about converting its
+/// objects between versions ([`crate::registry::conversion`] calls the webhook).
+pub struct ConversionWebhook {
+    /// The definition's name.
+    pub crd_name: String,
+    /// The API group.
+    pub group: String,
+    /// The kind.
+    pub kind: String,
+    /// The version objects are stored in.
+    pub storage_version: String,
+    /// Where the webhook is (`spec.conversion.webhook.clientConfig`).
+    pub client: crate::webhook::ClientConfig,
+    /// `spec.conversion.webhook.conversionReviewVersions`, in order: the first one the
+    /// server speaks (`v1`, `v1beta1`) is the one it sends.
+    pub review_versions: Vec<String>,
+    /// Every version's schema, by version name: an object read from storage is defaulted by
+    /// the schema of the version it is stored in, a converted object is pruned by the schema
+    /// of the version it was converted to.
+    pub schemas: BTreeMap<String, Structural>,
+}
+
+impl std::fmt::Debug for ConversionWebhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConversionWebhook")
+            .field("crd_name", &self.crd_name)
+            .field("client", &self.client)
+            .field("review_versions", &self.review_versions)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for CustomResource {
@@ -181,6 +217,13 @@ pub fn default_definition(crd: &mut Value) {
     if let Some(spec) = crd.get_mut("spec").and_then(Value::as_object_mut) {
         spec.entry("conversion")
             .or_insert_with(|| json!({"strategy": "None"}));
+    }
+    if let Some(service) = crd
+        .pointer_mut("/spec/conversion/webhook/clientConfig/service")
+        .and_then(Value::as_object_mut)
+        && service.get("port").is_none_or(Value::is_null)
+    {
+        service.insert("port".into(), json!(443));
     }
 }
 
@@ -356,17 +399,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             }
         }
     }
-    if let Some(strategy) = crd
-        .pointer("/spec/conversion/strategy")
-        .and_then(Value::as_str)
-        && strategy != "None"
-    {
-        errors.push(FieldError::not_supported(
-            "spec.conversion.strategy",
-            json!(strategy),
-            &["None".into()],
-        ));
-    }
+    errors.extend(validate_conversion(crd, old));
     if let Some(old) = old {
         let established = old
             .pointer("/status/conditions")
@@ -390,6 +423,7 @@ pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
             }
         }
     }
+    errors.extend(validate_preserve_unknown_fields(crd, old));
     errors.iter().map(cause).collect()
 }
 
@@ -480,6 +514,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
             .and_then(Value::as_i64)
             .unwrap_or(0)
     );
+    let webhook = conversion_webhook(crd, &storage);
     let names = &crd["spec"]["names"];
     let list = |field: &str| -> Vec<String> {
         names[field]
@@ -574,6 +609,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                     rules,
                     shape,
                     fingerprint: fingerprint.clone(),
+                    webhook: webhook.clone(),
                 })),
             })
         })
@@ -725,4 +761,678 @@ pub fn definition_columns() -> Vec<Column> {
         }),
         description: String::new(),
     }]
+}
+
+/// The ConversionReview versions the server speaks, as kube-apiserver lists them in its
+/// messages.
+const REVIEW_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+
+/// Whether a definition's condition `type_` is `True`.
+fn condition_true(crd: &Value, type_: &str) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == type_ && c["status"] == "True")
+        })
+}
+
+/// The webhook's client configuration, if the definition has one
+/// (`spec.conversion.webhook.clientConfig`; kube-apiserver's internal
+/// `spec.conversion.webhookClientConfig`).
+fn webhook_client_config(crd: &Value) -> Option<&Value> {
+    crd.pointer("/spec/conversion/webhook/clientConfig")
+        .filter(|c| !c.is_null())
+}
+
+/// `spec.conversion.webhook.conversionReviewVersions` (kube-apiserver's internal
+/// `spec.conversion.conversionReviewVersions`).
+fn review_versions(crd: &Value) -> Vec<String> {
+    crd.pointer("/spec/conversion/webhook/conversionReviewVersions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .map(|v| v.as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `caBundle` of a client configuration, decoded (it is base64 in JSON).
+fn ca_bundle(config: &Value) -> Vec<u8> {
+    use base64::Engine;
+    config
+        .get("caBundle")
+        .and_then(Value::as_str)
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .unwrap_or_default()
+}
+
+/// `spec.conversion`, as kube-apiserver validates it: the strategy, and for `Webhook` the
+/// client configuration and the ConversionReview versions; `None` forbids both. Field paths
+/// are kube-apiserver's internal ones (`spec.conversion.webhookClientConfig`,
+/// `spec.conversion.conversionReviewVersions`), which is what it reports for v1 too.
+fn validate_conversion(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let Some(conversion) = crd.pointer("/spec/conversion").filter(|c| !c.is_null()) else {
+        return errors;
+    };
+    let strategy = conversion
+        .get("strategy")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let preserve_unknown = crd
+        .pointer("/spec/preserveUnknownFields")
+        .and_then(Value::as_bool)
+        == Some(true);
+    if strategy != "None" && preserve_unknown {
+        errors.push(FieldError::invalid(
+            "spec.conversion.strategy",
+            json!(strategy),
+            "must be None if spec.preserveUnknownFields is true",
+        ));
+    }
+    match strategy {
+        "" => errors.push(FieldError::required("spec.conversion.strategy", "")),
+        "None" | "Webhook" => {}
+        other => errors.push(FieldError::not_supported(
+            "spec.conversion.strategy",
+            json!(other),
+            &["None".into(), "Webhook".into()],
+        )),
+    }
+    let client = webhook_client_config(crd);
+    let versions = review_versions(crd);
+    const CLIENT: &str = "spec.conversion.webhookClientConfig";
+    const VERSIONS: &str = "spec.conversion.conversionReviewVersions";
+    if strategy != "Webhook" {
+        if client.is_some() {
+            errors.push(FieldError::forbidden(
+                CLIENT,
+                "should not be set when strategy is not set to Webhook",
+            ));
+        }
+        if !versions.is_empty() {
+            errors.push(FieldError::forbidden(
+                VERSIONS,
+                "should not be set when strategy is not set to Webhook",
+            ));
+        }
+        return errors;
+    }
+    match client {
+        None => errors.push(FieldError::required(
+            CLIENT,
+            "required when strategy is set to Webhook",
+        )),
+        Some(config) => {
+            let url = config.get("url").and_then(Value::as_str);
+            let service = config.get("service").filter(|s| !s.is_null());
+            match (url, service) {
+                (Some(url), None) => {
+                    errors.extend(validate_webhook_url(&format!("{CLIENT}.url"), url))
+                }
+                (None, Some(service)) => errors.extend(validate_webhook_service(
+                    &format!("{CLIENT}.service"),
+                    service,
+                )),
+                _ => errors.push(FieldError::required(
+                    CLIENT,
+                    "exactly one of url or service is required",
+                )),
+            }
+            let bundle = ca_bundle(config);
+            if !bundle.is_empty()
+                && !allow_invalid_ca_bundle(old)
+                && let Err(problem) = check_ca_bundle(&bundle)
+            {
+                errors.push(FieldError::new(
+                    ErrorType::Invalid,
+                    format!("{CLIENT}.caBundle"),
+                    None,
+                    format!(
+                        "{}: unable to load root certificates: {problem}",
+                        go_bytes(&bundle)
+                    ),
+                ));
+            }
+        }
+    }
+    // An update keeps accepting unrecognized versions only if the definition already had
+    // nothing but unrecognized ones (kube-apiserver's ratcheting).
+    let require_recognized = old.is_none_or(|old| {
+        let before = review_versions(old);
+        before.is_empty() || before.iter().any(|v| REVIEW_VERSIONS.contains(&v.as_str()))
+    });
+    errors.extend(validate_review_versions(
+        &versions,
+        require_recognized,
+        VERSIONS,
+    ));
+    errors
+}
+
+/// Whether an update may keep an invalid `caBundle`: always before the definition is
+/// established (and on create), afterwards only if the one it had was invalid too.
+fn allow_invalid_ca_bundle(old: Option<&Value>) -> bool {
+    let Some(old) = old else {
+        return true;
+    };
+    if !condition_true(old, "Established") {
+        return true;
+    }
+    let Some(config) = webhook_client_config(old) else {
+        return false;
+    };
+    let bundle = ca_bundle(config);
+    !bundle.is_empty() && check_ca_bundle(&bundle).is_err()
+}
+
+/// Whether a PEM bundle holds a certificate, and if not why, in the words of client-go's
+/// `rootCertPool` (the first problem met, in order).
+fn check_ca_bundle(pem: &[u8]) -> Result<(), String> {
+    let mut rest = pem;
+    let mut problem = None;
+    while !rest.is_empty() {
+        let Some((label, body, after)) = next_pem_block(rest) else {
+            problem.get_or_insert_with(|| "unable to parse bytes as PEM block".to_string());
+            break;
+        };
+        rest = after;
+        if label != b"CERTIFICATE" {
+            continue;
+        }
+        let text: String = body
+            .iter()
+            .filter(|b| !b.is_ascii_whitespace())
+            .map(|b| char::from(*b))
+            .collect();
+        use base64::Engine;
+        match base64::engine::general_purpose::STANDARD.decode(text) {
+            // A DER certificate is a SEQUENCE.
+            Ok(der) if der.first() == Some(&0x30) => return Ok(()),
+            _ => {
+                problem.get_or_insert_with(|| {
+                    "failed to parse certificate: x509: malformed certificate".to_string()
+                });
+            }
+        }
+    }
+    Err(problem.unwrap_or_else(|| "no valid certificate authority data seen".to_string()))
+}
+
+/// The next PEM block of `data`: its label, its body and what follows it.
+fn next_pem_block(data: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    const BEGIN: &[u8] = b"-----BEGIN ";
+    let start = find(data, BEGIN)? + BEGIN.len();
+    let label_len = find(&data[start..], b"-----")?;
+    let label = &data[start..start + label_len];
+    let body_start = start + label_len + 5;
+    let end_marker = [b"-----END ".as_slice(), label, b"-----"].concat();
+    let body_len = find(&data[body_start..], &end_marker)?;
+    let after = body_start + body_len + end_marker.len();
+    Some((
+        label,
+        &data[body_start..body_start + body_len],
+        &data[after..],
+    ))
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Bytes as Go's `%#v` prints a `[]byte`: `[]byte{0x6e, 0x6f}`.
+fn go_bytes(bytes: &[u8]) -> String {
+    let shown: Vec<String> = bytes.iter().map(|b| format!("0x{b:x}")).collect();
+    format!("[]byte{{{}}}", shown.join(", "))
+}
+
+/// A `[]string` as Go's `%#v` prints it: `[]string{"v2", "v3"}`.
+fn go_strings(values: &[String]) -> String {
+    let shown: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    format!("[]string{{{}}}", shown.join(", "))
+}
+
+/// `conversionReviewVersions`: at least one, no duplicates, each a DNS-1035 label, and (unless
+/// ratcheted) one the server speaks.
+fn validate_review_versions(
+    versions: &[String],
+    require_recognized: bool,
+    path: &str,
+) -> Vec<FieldError> {
+    if versions.is_empty() {
+        return vec![FieldError::required(path, "")];
+    }
+    let mut errors = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut recognized = false;
+    for (i, version) in versions.iter().enumerate() {
+        if !seen.insert(version.as_str()) {
+            errors.push(FieldError::invalid(
+                format!("{path}[{i}]"),
+                json!(version),
+                "duplicate version",
+            ));
+            continue;
+        }
+        for problem in crate::resources::meta::name_problems(NameRule::Rfc1035Label, version) {
+            errors.push(FieldError::invalid(
+                format!("{path}[{i}]"),
+                json!(version),
+                problem,
+            ));
+        }
+        recognized |= REVIEW_VERSIONS.contains(&version.as_str());
+    }
+    if require_recognized && !recognized {
+        // kube-apiserver lists the accepted versions sorted.
+        let mut accepted = REVIEW_VERSIONS;
+        accepted.sort_unstable();
+        errors.push(FieldError::new(
+            ErrorType::Invalid,
+            path,
+            None,
+            format!(
+                "{}: must include at least one of {}",
+                go_strings(versions),
+                accepted.join(", ")
+            ),
+        ));
+    }
+    errors
+}
+
+/// A webhook `url`, as kube-apiserver's `ValidateWebhookURL` checks it (HTTPS only).
+fn validate_webhook_url(path: &str, url: &str) -> Vec<FieldError> {
+    const FORM: &str = "; desired format: https://host[/path]";
+    let parsed = match GoUrl::parse(url) {
+        Ok(parsed) => parsed,
+        Err(problem) => {
+            return vec![FieldError::required(
+                path,
+                format!("url must be a valid URL: {problem}{FORM}"),
+            )];
+        }
+    };
+    let mut errors = Vec::new();
+    if parsed.scheme != "https" {
+        errors.push(FieldError::invalid(
+            path,
+            json!(parsed.scheme),
+            format!("'https' is the only allowed URL scheme{FORM}"),
+        ));
+    }
+    if parsed.host.is_empty() {
+        errors.push(FieldError::invalid(
+            path,
+            json!(parsed.host),
+            format!("host must be specified{FORM}"),
+        ));
+    }
+    if let Some(user) = &parsed.user {
+        errors.push(FieldError::invalid(
+            path,
+            json!(user),
+            "user information is not permitted in the URL",
+        ));
+    }
+    if !parsed.fragment.is_empty() {
+        errors.push(FieldError::invalid(
+            path,
+            json!(parsed.fragment),
+            "fragments are not permitted in the URL",
+        ));
+    }
+    if !parsed.query.is_empty() {
+        errors.push(FieldError::invalid(
+            path,
+            json!(parsed.query),
+            "query parameters are not permitted in the URL",
+        ));
+    }
+    errors
+}
+
+/// A webhook `service`, as kube-apiserver's `ValidateWebhookService` checks it. kube-apiserver
+/// passes the CRD's service name where the function expects the namespace and the other way
+/// round, so a missing namespace is reported at `service.name` (and a missing name at
+/// `service.namespace`); that is reproduced.
+fn validate_webhook_service(path: &str, service: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let name = service.get("name").and_then(Value::as_str).unwrap_or("");
+    let namespace = service
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if namespace.is_empty() {
+        errors.push(FieldError::required(
+            format!("{path}.name"),
+            "service name is required",
+        ));
+    }
+    if name.is_empty() {
+        errors.push(FieldError::required(
+            format!("{path}.namespace"),
+            "service namespace is required",
+        ));
+    }
+    let port = service.get("port").and_then(Value::as_i64).unwrap_or(443);
+    if !(1..=65535).contains(&port) {
+        errors.push(FieldError::invalid(
+            format!("{path}.port"),
+            json!(port),
+            "port is not valid: must be between 1 and 65535, inclusive",
+        ));
+    }
+    let Some(url_path) = service.get("path").and_then(Value::as_str) else {
+        return errors;
+    };
+    if url_path.is_empty() || url_path == "/" {
+        return errors;
+    }
+    let at = format!("{path}.path");
+    if url_path == "//" {
+        errors.push(FieldError::invalid(
+            at,
+            json!(url_path),
+            "segment[0] may not be empty",
+        ));
+        return errors;
+    }
+    if !url_path.starts_with('/') {
+        errors.push(FieldError::invalid(
+            at.clone(),
+            json!(url_path),
+            "must start with a '/'",
+        ));
+    }
+    let mut steps = url_path.get(1..).unwrap_or("");
+    steps = steps.strip_suffix('/').unwrap_or(steps);
+    for (i, step) in steps.split('/').enumerate() {
+        if step.is_empty() {
+            errors.push(FieldError::invalid(
+                at.clone(),
+                json!(url_path),
+                format!("segment[{i}] may not be empty"),
+            ));
+            continue;
+        }
+        for problem in crate::resources::meta::name_problems(NameRule::Subdomain, step) {
+            errors.push(FieldError::invalid(
+                at.clone(),
+                json!(url_path),
+                format!("segment[{i}]: {problem}"),
+            ));
+        }
+    }
+    errors
+}
+
+/// `spec.preserveUnknownFields` may not be set to true (a definition that had it keeps it).
+fn validate_preserve_unknown_fields(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let set = |d: &Value| {
+        d.pointer("/spec/preserveUnknownFields")
+            .and_then(Value::as_bool)
+            == Some(true)
+    };
+    if old.is_some_and(set) || !set(crd) {
+        return Vec::new();
+    }
+    vec![FieldError::invalid(
+        "spec.preserveUnknownFields",
+        json!(true),
+        "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead",
+    )]
+}
+
+/// The parts of a URL `ValidateWebhookURL` looks at, split as Go's `net/url.Parse` splits
+/// them.
+#[derive(Debug, Default, PartialEq)]
+struct GoUrl {
+    scheme: String,
+    user: Option<String>,
+    host: String,
+    query: String,
+    fragment: String,
+}
+
+impl GoUrl {
+    /// Parses `raw`; the error is worded as Go's (`parse "x": missing protocol scheme`).
+    fn parse(raw: &str) -> Result<GoUrl, String> {
+        let fail = |what: &str, why: &str| format!("parse {what:?}: {why}");
+        let (before_fragment, fragment) = match raw.split_once('#') {
+            Some((u, f)) => (u, Some(f)),
+            None => (raw, None),
+        };
+        if before_fragment.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            return Err(fail(
+                before_fragment,
+                "net/url: invalid control character in URL",
+            ));
+        }
+        let mut url = GoUrl::default();
+        let mut rest = before_fragment;
+        if let Some(colon) = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+        {
+            let candidate = &rest[..colon];
+            if rest[colon..].starts_with(':')
+                && candidate
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic())
+            {
+                url.scheme = candidate.to_ascii_lowercase();
+                rest = &rest[colon + 1..];
+            } else if colon == 0 && rest.starts_with(':') {
+                return Err(fail(before_fragment, "missing protocol scheme"));
+            }
+        }
+        if rest.ends_with('?') && rest.matches('?').count() == 1 {
+            rest = &rest[..rest.len() - 1];
+        } else if let Some((r, q)) = rest.split_once('?') {
+            url.query = q.to_string();
+            rest = r;
+        }
+        if !rest.starts_with('/') {
+            if !url.scheme.is_empty() {
+                // An opaque URL (`https:host`): no host.
+                url.fragment = unescape(fragment.unwrap_or("")).map_err(|e| fail(raw, &e))?;
+                return Ok(url);
+            }
+            if rest.split('/').next().is_some_and(|s| s.contains(':')) {
+                return Err(fail(
+                    before_fragment,
+                    "first path segment in URL cannot contain colon",
+                ));
+            }
+        }
+        if (!url.scheme.is_empty() || !rest.starts_with("///")) && rest.starts_with("//") {
+            let authority_and_path = &rest[2..];
+            let authority = authority_and_path
+                .split('/')
+                .next()
+                .unwrap_or(authority_and_path);
+            let host = match authority.rfind('@') {
+                Some(at) => {
+                    let info = &authority[..at];
+                    let user = match info.split_once(':') {
+                        Some((name, password)) => format!(
+                            "{}:{}",
+                            unescape(name).map_err(|e| fail(before_fragment, &e))?,
+                            unescape(password).map_err(|e| fail(before_fragment, &e))?
+                        ),
+                        None => unescape(info).map_err(|e| fail(before_fragment, &e))?,
+                    };
+                    url.user = Some(user);
+                    &authority[at + 1..]
+                }
+                None => authority,
+            };
+            if let Some(port) = port_of(host)
+                && !port.chars().all(|c| c.is_ascii_digit())
+            {
+                return Err(fail(
+                    before_fragment,
+                    &format!("invalid port {:?} after host", format!(":{port}")),
+                ));
+            }
+            url.host = host.to_string();
+        }
+        url.fragment = unescape(fragment.unwrap_or("")).map_err(|e| fail(raw, &e))?;
+        Ok(url)
+    }
+}
+
+/// The port after a host (`example.com:8443`, `[::1]:8443`), if there is a colon for one.
+fn port_of(host: &str) -> Option<&str> {
+    if host.starts_with('[') {
+        return host.rfind("]:").map(|i| &host[i + 2..]);
+    }
+    host.rfind(':').map(|i| &host[i + 1..])
+}
+
+/// Percent-decoding as Go's URL parser does it, with its error for a bad escape.
+fn unescape(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3).filter(|h| h.len() == 2);
+            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                Some(b) => {
+                    out.push(b);
+                    i += 3;
+                    continue;
+                }
+                None => {
+                    let shown: String = s[i..].chars().take(3).collect();
+                    return Err(format!("invalid URL escape {shown:?}"));
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The webhook that converts a definition's objects, when its strategy is `Webhook`.
+fn conversion_webhook(crd: &Value, storage: &str) -> Option<Arc<ConversionWebhook>> {
+    if crd
+        .pointer("/spec/conversion/strategy")
+        .and_then(Value::as_str)
+        != Some("Webhook")
+    {
+        return None;
+    }
+    let config: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig =
+        serde_json::from_value(webhook_client_config(crd)?.clone()).ok()?;
+    let schemas = versions(crd)
+        .iter()
+        .filter_map(|v| {
+            let schema = v.pointer("/schema/openAPIV3Schema")?;
+            Some((
+                v["name"].as_str()?.to_string(),
+                Structural::from_json(schema, "").ok()?,
+            ))
+        })
+        .collect();
+    Some(Arc::new(ConversionWebhook {
+        crd_name: str_at(crd, "/metadata/name").to_string(),
+        group: str_at(crd, "/spec/group").to_string(),
+        kind: str_at(crd, "/spec/names/kind").to_string(),
+        storage_version: storage.to_string(),
+        client: crate::webhook::ClientConfig::conversion(&config),
+        review_versions: review_versions(crd),
+        schemas,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_as_go_splits_them() {
+        let url = GoUrl::parse("https://u:p@example.com:8443/x?a=b#frag").expect("parses");
+        assert_eq!(
+            url,
+            GoUrl {
+                scheme: "https".into(),
+                user: Some("u:p".into()),
+                host: "example.com:8443".into(),
+                query: "a=b".into(),
+                fragment: "frag".into(),
+            }
+        );
+        // An opaque URL has no host.
+        assert_eq!(GoUrl::parse("https:example.com").expect("parses").host, "");
+        assert_eq!(GoUrl::parse("example.com/x").expect("parses").scheme, "");
+        assert_eq!(
+            GoUrl::parse("://x").unwrap_err(),
+            r#"parse "://x": missing protocol scheme"#
+        );
+        assert_eq!(
+            GoUrl::parse("https://example.com:port/").unwrap_err(),
+            r#"parse "https://example.com:port/": invalid port ":port" after host"#
+        );
+        assert_eq!(GoUrl::parse("x:y/z:w").expect("a scheme").scheme, "x");
+        assert_eq!(GoUrl::parse("a/b:c").expect("a path").host, "");
+        assert_eq!(GoUrl::parse("ab:c").expect("a scheme").scheme, "ab");
+        assert_eq!(GoUrl::parse("/a:b").expect("a path").scheme, "");
+        assert_eq!(
+            GoUrl::parse("1a:b").unwrap_err(),
+            r#"parse "1a:b": first path segment in URL cannot contain colon"#
+        );
+        assert_eq!(
+            GoUrl::parse("https://example.com/#%zz").unwrap_err(),
+            r#"parse "https://example.com/#%zz": invalid URL escape "%zz""#
+        );
+    }
+
+    #[test]
+    fn ca_bundles_are_judged_as_client_go_judges_them() {
+        assert_eq!(
+            check_ca_bundle(b"not a pem"),
+            Err("unable to parse bytes as PEM block".into())
+        );
+        assert_eq!(
+            check_ca_bundle(b"-----BEGIN KEY-----\nAAAA\n-----END KEY-----"),
+            Err("no valid certificate authority data seen".into())
+        );
+        assert_eq!(
+            check_ca_bundle(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
+            Err("failed to parse certificate: x509: malformed certificate".into())
+        );
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec!["ca".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("a certificate");
+        assert_eq!(check_ca_bundle(cert.pem().as_bytes()), Ok(()));
+        assert_eq!(go_bytes(b"no"), "[]byte{0x6e, 0x6f}");
+    }
+
+    #[test]
+    fn webhook_services_are_checked_with_kube_apiserver_paths() {
+        let messages = |service: Value| -> Vec<String> {
+            validate_webhook_service("s", &service)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(
+            messages(json!({"name": "n", "namespace": "ns", "path": "//"})),
+            [r#"s.path: Invalid value: "//": segment[0] may not be empty"#]
+        );
+        assert_eq!(
+            messages(json!({"name": "n", "namespace": "ns", "path": "/a/b/", "port": 70000})),
+            [
+                "s.port: Invalid value: 70000: port is not valid: must be between 1 and 65535, inclusive"
+            ]
+        );
+        assert!(messages(json!({"name": "n", "namespace": "ns", "path": "/"})).is_empty());
+    }
 }
