@@ -151,3 +151,162 @@ fn a_resource_quota_refuses_what_would_exceed_it() {
     }
     up.ok_stdin(&["apply", "-n", "small", "-f", "-"], Some(&sized("c", "0")));
 }
+
+/// A tokio runtime serving `router` over HTTPS on 127.0.0.1 with a fresh self-signed
+/// certificate: the runtime (keep it alive), the address, and the certificate (the
+/// `caBundle`).
+fn https_webhook(router: axum::Router) -> (tokio::runtime::Runtime, std::net::SocketAddr, String) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let (cert, key) =
+        konverge_example_bucket_webhook::self_signed(&["127.0.0.1"]).expect("a certificate");
+    let addr = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("an address");
+        konverge_example_bucket_webhook::serve_router(listener, &cert, &key, router)
+            .expect("serving");
+        addr
+    });
+    (runtime, addr, cert)
+}
+
+fn base64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// Converts Widgets between v1 (`spec.color`) and v2 (`spec.colour`).
+async fn convert_widgets(
+    body: axum::body::Bytes,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let request = &review["request"];
+    let desired = request["desiredAPIVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let converted: Vec<serde_json::Value> = request["objects"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut object| {
+            let (from, to) = if desired.ends_with("/v2") {
+                ("color", "colour")
+            } else {
+                ("colour", "color")
+            };
+            if let Some(spec) = object["spec"].as_object_mut()
+                && let Some(value) = spec.remove(from)
+            {
+                spec.insert(to.into(), value);
+            }
+            object["apiVersion"] = serde_json::json!(desired);
+            object
+        })
+        .collect();
+    let review = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "response": {
+            "uid": request["uid"],
+            "convertedObjects": converted,
+            "result": {"status": "Success"},
+        },
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        review.to_string(),
+    )
+}
+
+#[test]
+fn a_two_version_crd_is_served_in_both_versions_through_a_conversion_webhook() {
+    let up = Up::start();
+    let router = axum::Router::new().route("/convert", axum::routing::post(convert_widgets));
+    let (_runtime, addr, ca) = https_webhook(router);
+    let schema = |field: &str| {
+        format!(
+            "openAPIV3Schema: {{type: object, properties: {{spec: {{type: object, properties: {{{field}: {{type: string}}}}}}}}}}"
+        )
+    };
+    let crd = format!(
+        r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: widgets.example.com}}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {{plural: widgets, singular: widget, kind: Widget}}
+  conversion:
+    strategy: Webhook
+    webhook:
+      conversionReviewVersions: [v1]
+      clientConfig:
+        url: https://{addr}/convert
+        caBundle: {}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {{{}}}
+  - name: v2
+    served: true
+    storage: false
+    schema: {{{}}}
+"#,
+        base64(&ca),
+        schema("color"),
+        schema("colour"),
+    );
+    up.ok_stdin(&["apply", "-f", "-"], Some(&crd));
+    up.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=10s",
+    ]);
+    // Written in v2, stored in v1, read in either.
+    up.ok_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {colour: teal}\n"),
+    );
+    let v1 = up.json(&["get", "widgets.v1.example.com", "w"]);
+    assert_eq!(v1["apiVersion"], "example.com/v1");
+    assert_eq!(v1["spec"], serde_json::json!({"color": "teal"}));
+    let v2 = up.json(&["get", "widgets.v2.example.com", "w"]);
+    assert_eq!(v2["apiVersion"], "example.com/v2");
+    assert_eq!(v2["spec"], serde_json::json!({"colour": "teal"}));
+    // Written in v1, listed in v2.
+    up.ok_stdin(
+        &["apply", "-f", "-"],
+        Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x, namespace: default}\nspec: {color: red}\n"),
+    );
+    let listed = up.json(&["get", "widgets.v2.example.com"]);
+    let colours: Vec<&str> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|w| w["spec"]["colour"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(colours, ["teal", "red"]);
+    // A patch through v2 changes the stored v1 object.
+    up.ok(&[
+        "patch",
+        "widgets.v2.example.com",
+        "x",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"colour":"blue"}}"#,
+    ]);
+    assert_eq!(
+        up.json(&["get", "widgets.v1.example.com", "x"])["spec"],
+        serde_json::json!({"color": "blue"})
+    );
+}
