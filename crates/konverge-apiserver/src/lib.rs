@@ -198,6 +198,10 @@ impl ApiServerBuilder {
                 )
             }
         };
+        let webhooks = registry.clone();
+        let registry = registry.with_admission(admission::Chain::builtin().with(Arc::new(
+            admission::ValidatingAdmissionWebhook::new(webhooks),
+        )));
         let server = Arc::new(ApiServer {
             registry,
             metrics,

@@ -1,0 +1,27 @@
+//! Admission webhooks, as kube-apiserver 1.33 calls them: [`ValidatingAdmissionWebhook`].
+//!
+//! Where to start:
+//!
+//! - `config`: the stored MutatingWebhookConfigurations and ValidatingWebhookConfigurations,
+//!   parsed into webhooks once per change of admission configuration
+//!   ([`Registry::admission_generation`](crate::registry::Registry::admission_generation));
+//! - `call`: whether a webhook is called for a request (rules and match policy, object and
+//!   namespace selectors, and the seam where `matchConditions` are to be evaluated), and the
+//!   call itself, through [`Webhooks`](crate::webhook::Webhooks) (`?timeout=10s`, the
+//!   `failurePolicy`, `sideEffects` on dry runs, warnings and audit annotations);
+//! - `review`: the AdmissionReview sent (v1, or v1beta1 for webhooks that only speak it)
+//!   and how the answer is read and checked, with kube-apiserver's words for every way it
+//!   can be wrong;
+//! - `validating`: the dispatcher, calling validating webhooks in parallel.
+//!
+//! Configuration resources themselves are never sent to webhooks
+//! ([`exempt`](crate::admission::matching::exempt)), so a broken webhook can always be
+//! removed.
+
+mod call;
+mod config;
+mod gojson;
+mod review;
+mod validating;
+
+pub use validating::ValidatingAdmissionWebhook;

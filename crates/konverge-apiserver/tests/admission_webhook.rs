@@ -1,0 +1,1060 @@
+//! Admission webhooks through a `kube::Client` on the in-process server: webhooks handled
+//! in-process (`Webhooks::register`) and served over HTTPS by the test (reached by `url`, by
+//! a mapped Service, and by a selectorless Service with an EndpointSlice), with
+//! kube-apiserver's AdmissionReview, decisions and refusals.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::ConfigMap;
+use konverge_apiserver::ApiServer;
+use konverge_apiserver::webhook::{Request, Response};
+use konverge_store::MemStore;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+/// The namespace the webhook Services live in.
+const HOOKS: &str = "webhooks";
+
+/// A server, a client for it, and what its in-process webhooks were sent.
+struct Cluster {
+    server: Arc<ApiServer>,
+    client: kube::Client,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+/// One call an in-process webhook received.
+#[derive(Debug, Clone)]
+struct Seen {
+    service: String,
+    path: String,
+    review: Value,
+}
+
+/// What a test webhook answers: the HTTP status and body.
+type Reply = (u16, Vec<u8>);
+
+impl Cluster {
+    async fn new() -> Cluster {
+        let server = ApiServer::builder(Arc::new(MemStore::new()))
+            .build()
+            .await
+            .expect("server");
+        let client = kube::Client::new(server.router(), "default");
+        Cluster {
+            server,
+            client,
+            seen: Arc::default(),
+        }
+    }
+
+    /// Serves the Service `webhooks/<name>` in-process with `answer`, recording each call.
+    fn serve(&self, name: &str, answer: impl Fn(&Value) -> Reply + Send + Sync + 'static) {
+        let seen = self.seen.clone();
+        let service = name.to_string();
+        let answer = Arc::new(answer);
+        self.server.registry().webhooks().register(
+            HOOKS,
+            name,
+            Arc::new(move |request: Request| {
+                let review: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+                let (status, body) = answer(&review);
+                seen.lock().unwrap().push(Seen {
+                    service: service.clone(),
+                    path: request.path,
+                    review,
+                });
+                Box::pin(async move {
+                    Response {
+                        status,
+                        body: Bytes::from(body),
+                    }
+                })
+            }),
+        );
+    }
+
+    /// The reviews the in-process webhook `name` was sent, in order.
+    fn reviews(&self, name: &str) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.service == name)
+            .cloned()
+            .collect()
+    }
+
+    fn forget(&self) {
+        self.seen.lock().unwrap().clear();
+    }
+
+    async fn validating(&self, name: &str, webhooks: Value) -> anyhow::Result<()> {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        let config = serde_json::from_value(json!({
+            "metadata": {"name": name}, "webhooks": webhooks,
+        }))?;
+        api.create(&PostParams::default(), &config).await?;
+        Ok(())
+    }
+
+    async fn drop_validating(&self, name: &str) -> anyhow::Result<()> {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        api.delete(name, &DeleteParams::default()).await?;
+        Ok(())
+    }
+
+    fn config_maps(&self, namespace: &str) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    /// A request through the router itself, with the `Warning` headers of the answer.
+    async fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value, Vec<String>) {
+        use tower::ServiceExt;
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap();
+        let response = self.server.router().oneshot(req).await.unwrap();
+        let code = response.status().as_u16();
+        let warnings = response
+            .headers()
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            code,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            warnings,
+        )
+    }
+}
+
+/// An AdmissionReview v1 answering `review` with `response` (its uid filled in).
+fn answer(review: &Value, mut response: Value) -> Reply {
+    response["uid"] = review["request"]["uid"].clone();
+    let body = json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response,
+    });
+    (200, serde_json::to_vec(&body).unwrap())
+}
+
+fn allow(review: &Value) -> Reply {
+    answer(review, json!({"allowed": true}))
+}
+
+/// A webhook of a configuration, with the fields validation requires.
+fn webhook(name: &str, client_config: Value, rules: Value) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": client_config,
+        "rules": rules,
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    })
+}
+
+/// The in-process Service `webhooks/<name>`.
+fn service(name: &str) -> Value {
+    json!({"service": {"namespace": HOOKS, "name": name, "path": "/hook"}})
+}
+
+/// Rules for `operations` of ConfigMaps.
+fn config_map_rules(operations: &[&str]) -> Value {
+    json!([{
+        "operations": operations, "apiGroups": [""], "apiVersions": ["v1"],
+        "resources": ["configmaps"],
+    }])
+}
+
+fn config_map(name: &str, labels: Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels}, "data": {"a": "1"},
+    }))
+    .unwrap()
+}
+
+/// The Status a refused request answered with.
+fn refused(e: kube::Error) -> (u16, String, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.reason.clone(), s.message.clone()),
+        other => panic!("expected a Status, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn validating_webhooks_allow_deny_and_see_the_request_as_kube_sends_it() -> anyhow::Result<()>
+{
+    let cluster = Cluster::new().await;
+    cluster.serve("policy", |review| {
+        let labels = &review["request"]["object"]["metadata"]["labels"];
+        match labels["verdict"].as_str() {
+            Some("forbid") => answer(
+                review,
+                json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "no thanks"}}),
+            ),
+            Some("silent") => answer(review, json!({"allowed": false})),
+            Some("reason") => answer(
+                review,
+                json!({"allowed": false, "status": {"reason": "NotAcceptable", "code": 201}}),
+            ),
+            _ => allow(review),
+        }
+    });
+    cluster
+        .validating(
+            "policy",
+            json!([webhook(
+                "policy.example.com",
+                service("policy"),
+                config_map_rules(&["CREATE", "UPDATE"])
+            )]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    cms.create(&PostParams::default(), &config_map("fine", json!({})))
+        .await?;
+    let seen = cluster.reviews("policy");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/hook?timeout=10s");
+    let review = &seen[0].review;
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(review["kind"], "AdmissionReview");
+    let request = &review["request"];
+    assert!(request["uid"].as_str().is_some_and(|u| u.len() == 36));
+    assert_eq!(
+        request["kind"],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+    );
+    assert_eq!(
+        request["resource"],
+        json!({"group": "", "version": "v1", "resource": "configmaps"})
+    );
+    assert_eq!(request["requestKind"], request["kind"]);
+    assert_eq!(request["requestResource"], request["resource"]);
+    assert_eq!(request["name"], "fine");
+    assert_eq!(request["namespace"], "default");
+    assert_eq!(request["operation"], "CREATE");
+    assert_eq!(request["object"]["data"], json!({"a": "1"}));
+    assert_eq!(request["oldObject"], Value::Null);
+    assert_eq!(request["dryRun"], false);
+    assert_eq!(
+        request["options"],
+        json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})
+    );
+    assert_eq!(
+        request["userInfo"],
+        json!({"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]})
+    );
+    assert!(request.get("subResource").is_none());
+
+    let e = cms
+        .create(
+            &PostParams::default(),
+            &config_map("forbidden", json!({"verdict": "forbid"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            403,
+            "Forbidden".into(),
+            r#"admission webhook "policy.example.com" denied the request: no thanks"#.into()
+        )
+    );
+    let e = cms
+        .create(
+            &PostParams::default(),
+            &config_map("silent", json!({"verdict": "silent"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            400,
+            "BadRequest".into(),
+            r#"admission webhook "policy.example.com" denied the request without explanation"#
+                .into()
+        )
+    );
+    // A code under 400 becomes 400; a reason without a message is the message.
+    let e = cms
+        .create(
+            &PostParams::default(),
+            &config_map("reason", json!({"verdict": "reason"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            400,
+            "NotAcceptable".into(),
+            r#"admission webhook "policy.example.com" denied the request: NotAcceptable"#.into()
+        )
+    );
+    assert!(cms.get_opt("forbidden").await?.is_none());
+
+    // An update carries the object before.
+    cluster.forget();
+    let mut fine = cms.get("fine").await?;
+    fine.data = Some([("a".to_string(), "2".to_string())].into());
+    cms.replace("fine", &PostParams::default(), &fine).await?;
+    let request = &cluster.reviews("policy")[0].review["request"];
+    assert_eq!(request["operation"], "UPDATE");
+    assert_eq!(request["oldObject"]["data"], json!({"a": "1"}));
+    assert_eq!(request["object"]["data"], json!({"a": "2"}));
+    assert_eq!(request["options"]["kind"], "UpdateOptions");
+    Ok(())
+}
+
+/// A TLS server configuration for a certificate valid for `names`, signed by a new CA; and
+/// that CA, in PEM.
+fn tls(names: &[&str]) -> (Arc<rustls::ServerConfig>, String) {
+    tls_signed_by("webhook test CA", names)
+}
+
+fn tls_signed_by(ca_name: &str, names: &[&str]) -> (Arc<rustls::ServerConfig>, String) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, ca_name);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let cert = rcgen::CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &*ca)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    (Arc::new(config), ca.pem())
+}
+
+/// A webhook served over HTTPS on a loopback port, with a certificate for `names`: its
+/// address and its CA. `answer` gets the review and the path posted to.
+async fn https_webhook(
+    names: &[&str],
+    answer: impl Fn(&Value, &str) -> Reply + Send + Sync + 'static,
+) -> (SocketAddr, String) {
+    use http_body_util::BodyExt;
+    let (config, ca) = tls(names);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, answer) = (acceptor.clone(), answer.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let answer = answer.clone();
+                        async move {
+                            let path = req.uri().to_string();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let review: Value =
+                                serde_json::from_slice(&body).unwrap_or(Value::Null);
+                            let (status, body) = answer(&review, &path);
+                            let content_type = if serde_json::from_slice::<Value>(&body).is_ok() {
+                                "application/json"
+                            } else {
+                                "text/plain; charset=utf-8"
+                            };
+                            Ok::<_, std::convert::Infallible>(
+                                http::Response::builder()
+                                    .status(status)
+                                    .header("content-type", content_type)
+                                    .body(http_body_util::Full::new(Bytes::from(body)))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, ca)
+}
+
+fn ca_bundle(pem: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(pem)
+}
+
+/// A loopback port nothing listens on.
+async fn closed_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+async fn create_namespace(cluster: &Cluster, name: &str, labels: Value) -> anyhow::Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(cluster.client.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?,
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn webhooks_are_reached_over_https_by_url_mapped_service_and_endpoint_slice()
+-> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let recorded = paths.clone();
+    let (addr, ca) = https_webhook(
+        &["127.0.0.1", "mapped.webhooks.svc", "sliced.webhooks.svc"],
+        move |review, path| {
+            recorded.lock().unwrap().push(path.to_string());
+            if review["request"]["name"] == "refused" {
+                answer(
+                    review,
+                    json!({"allowed": false, "status": {"message": format!("not via {path}")}}),
+                )
+            } else {
+                allow(review)
+            }
+        },
+    )
+    .await;
+    create_namespace(&cluster, HOOKS, json!({})).await?;
+    cluster
+        .server
+        .registry()
+        .webhooks()
+        .map_service(HOOKS, "mapped", 8443, addr);
+    // A Service without a selector, and the EndpointSlice that says where it is.
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(cluster.client.clone(), HOOKS);
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "sliced"},
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": addr.port()}]},
+            }))?,
+        )
+        .await?;
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(cluster.client.clone(), HOOKS);
+    slices
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "sliced-1", "labels": {"kubernetes.io/service-name": "sliced"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": addr.port(), "protocol": "TCP"}],
+            }))?,
+        )
+        .await?;
+    let bundle = ca_bundle(&ca);
+    let rules = config_map_rules(&["CREATE"]);
+    cluster
+        .validating(
+            "https",
+            json!([
+                webhook(
+                    "url.example.com",
+                    json!({"url": format!("https://127.0.0.1:{}/by-url", addr.port()), "caBundle": bundle}),
+                    rules.clone(),
+                ),
+                webhook(
+                    "mapped.example.com",
+                    json!({"service": {"namespace": HOOKS, "name": "mapped", "port": 8443, "path": "/mapped"}, "caBundle": bundle}),
+                    rules.clone(),
+                ),
+                webhook(
+                    "sliced.example.com",
+                    json!({"service": {"namespace": HOOKS, "name": "sliced", "path": "/sliced"}, "caBundle": bundle}),
+                    rules,
+                ),
+            ]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    cms.create(&PostParams::default(), &config_map("fine", json!({})))
+        .await?;
+    let mut called = paths.lock().unwrap().clone();
+    called.sort();
+    assert_eq!(
+        called,
+        [
+            "/by-url?timeout=10s",
+            "/mapped?timeout=10s",
+            "/sliced?timeout=10s"
+        ]
+    );
+    let e = cms
+        .create(&PostParams::default(), &config_map("refused", json!({})))
+        .await
+        .unwrap_err();
+    let (code, _, message) = refused(e);
+    assert_eq!(code, 400);
+    assert!(
+        message.starts_with("admission webhook \"")
+            && message.contains("denied the request: not via /"),
+        "{message}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn unreachable_webhooks_fail_or_are_ignored_as_their_failure_policy_says()
+-> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    let port = closed_port().await;
+    let url = format!("https://127.0.0.1:{port}/");
+    let mut ignored = webhook(
+        "ignored.example.com",
+        json!({"url": url}),
+        config_map_rules(&["CREATE"]),
+    );
+    ignored["failurePolicy"] = json!("Ignore");
+    cluster.validating("ignored", json!([ignored])).await?;
+    let cms = cluster.config_maps("default");
+    cms.create(&PostParams::default(), &config_map("through", json!({})))
+        .await?;
+    let mut failing = webhook(
+        "failing.example.com",
+        json!({"url": url}),
+        config_map_rules(&["CREATE"]),
+    );
+    failing["failurePolicy"] = json!("Fail");
+    cluster.validating("failing", json!([failing])).await?;
+    let e = cms
+        .create(&PostParams::default(), &config_map("stopped", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            500,
+            "InternalError".into(),
+            format!(
+                r#"Internal error occurred: failed calling webhook "failing.example.com": failed to call webhook: Post "https://127.0.0.1:{port}/?timeout=10s": dial tcp 127.0.0.1:{port}: connect: connection refused"#
+            )
+        )
+    );
+    // Removing the configuration lets writes through again.
+    cluster.drop_validating("failing").await?;
+    cms.create(&PostParams::default(), &config_map("again", json!({})))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn certificates_not_signed_by_the_ca_bundle_are_refused() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    let (addr, _) = https_webhook(&["127.0.0.1"], |review, _| allow(review)).await;
+    let (_, other_ca) = tls_signed_by("another CA", &["127.0.0.1"]);
+    cluster
+        .validating(
+            "untrusted",
+            json!([webhook(
+                "untrusted.example.com",
+                json!({"url": format!("https://127.0.0.1:{}/", addr.port()), "caBundle": ca_bundle(&other_ca)}),
+                config_map_rules(&["CREATE"]),
+            )]),
+        )
+        .await?;
+    let e = cluster
+        .config_maps("default")
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        format!(
+            r#"Internal error occurred: failed calling webhook "untrusted.example.com": failed to call webhook: Post "https://127.0.0.1:{}/?timeout=10s": tls: failed to verify certificate: x509: certificate signed by unknown authority"#,
+            addr.port()
+        )
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn answers_that_are_not_admission_reviews_fail_the_call() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("odd", |review| {
+        let name = review["request"]["name"].as_str().unwrap_or("");
+        match name {
+            "garbage" => (200, b"garbage".to_vec()),
+            "empty" => (200, Vec::new()),
+            "uid" => {
+                let (status, body) = answer(review, json!({"allowed": true}));
+                let mut body: Value = serde_json::from_slice(&body).unwrap();
+                body["response"]["uid"] = json!("not-yours");
+                (status, serde_json::to_vec(&body).unwrap())
+            }
+            "beta" => {
+                let (status, body) = answer(review, json!({"allowed": true}));
+                let mut body: Value = serde_json::from_slice(&body).unwrap();
+                body["apiVersion"] = json!("admission.k8s.io/v1beta1");
+                (status, serde_json::to_vec(&body).unwrap())
+            }
+            "kindless" => {
+                let uid = review["request"]["uid"].clone();
+                (
+                    200,
+                    serde_json::to_vec(&json!({"response": {"uid": uid, "allowed": true}}))
+                        .unwrap(),
+                )
+            }
+            "absent" => (
+                200,
+                serde_json::to_vec(
+                    &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+                )
+                .unwrap(),
+            ),
+            "patching" => answer(
+                review,
+                json!({"allowed": true, "patch": "W10=", "patchType": "JSONPatch"}),
+            ),
+            "status" => (
+                503,
+                serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "overloaded", "code": 503})).unwrap(),
+            ),
+            _ => allow(review),
+        }
+    });
+    cluster
+        .validating(
+            "odd",
+            json!([webhook(
+                "odd.example.com",
+                service("odd"),
+                config_map_rules(&["CREATE"])
+            )]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    let prefix = r#"Internal error occurred: failed calling webhook "odd.example.com": "#;
+    let cases = [
+        (
+            "garbage",
+            "failed to call webhook: couldn't get version/kind; json parse error: invalid character 'g' looking for beginning of value",
+        ),
+        (
+            "empty",
+            "failed to call webhook: 0-length response with status code: 200 and content type: ",
+        ),
+        (
+            "beta",
+            "failed to call webhook: converting (v1beta1.AdmissionReview) to (v1.AdmissionReview): unknown conversion",
+        ),
+        (
+            "kindless",
+            "received invalid webhook response: expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got /, Kind=",
+        ),
+        (
+            "absent",
+            "received invalid webhook response: webhook response was absent",
+        ),
+        (
+            "patching",
+            "received invalid webhook response: validating webhook may not return response.patch",
+        ),
+        ("status", "failed to call webhook: overloaded"),
+    ];
+    for (name, want) in cases {
+        let e = cms
+            .create(&PostParams::default(), &config_map(name, json!({})))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused(e),
+            (500, "InternalError".into(), format!("{prefix}{want}")),
+            "{name}"
+        );
+    }
+    let e = cms
+        .create(&PostParams::default(), &config_map("uid", json!({})))
+        .await
+        .unwrap_err();
+    let message = refused(e).2;
+    assert!(
+        message.starts_with(&format!(
+            r#"{prefix}received invalid webhook response: expected response.uid=""#
+        )) && message.ends_with(r#"", got "not-yours""#),
+        "{message}"
+    );
+    // A text error page is quoted back.
+    let (addr, ca) = https_webhook(&["127.0.0.1"], |_, _| (500, b"boom\n".to_vec())).await;
+    cluster
+        .validating(
+            "broken",
+            json!([webhook(
+                "broken.example.com",
+                json!({"url": format!("https://127.0.0.1:{}/", addr.port()), "caBundle": ca_bundle(&ca)}),
+                config_map_rules(&["CREATE"]),
+            )]),
+        )
+        .await?;
+    let e = cms
+        .create(&PostParams::default(), &config_map("fine", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        r#"Internal error occurred: failed calling webhook "broken.example.com": failed to call webhook: an error on the server ("boom") has prevented the request from succeeding"#
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn webhooks_that_do_not_answer_in_time_fail_the_call() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.server.registry().webhooks().register(
+        HOOKS,
+        "slow",
+        Arc::new(|_request: Request| Box::pin(futures::future::pending())),
+    );
+    let mut slow = webhook(
+        "slow.example.com",
+        json!({"service": {"namespace": HOOKS, "name": "slow"}}),
+        config_map_rules(&["CREATE"]),
+    );
+    slow["timeoutSeconds"] = json!(3);
+    cluster.validating("slow", json!([slow])).await?;
+    let e = cluster
+        .config_maps("default")
+        .create(&PostParams::default(), &config_map("late", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        r#"Internal error occurred: failed calling webhook "slow.example.com": failed to call webhook: Post "https://slow.webhooks.svc:443/?timeout=3s": context deadline exceeded"#
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn deletes_are_validated_against_the_object_deleted() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("keeper", |review| {
+        let old = &review["request"]["oldObject"];
+        if old["metadata"]["labels"]["keep"] == "yes" {
+            answer(
+                review,
+                json!({"allowed": false, "status": {"code": 403, "message": "kept"}}),
+            )
+        } else {
+            allow(review)
+        }
+    });
+    cluster
+        .validating(
+            "keeper",
+            json!([webhook(
+                "keeper.example.com",
+                service("keeper"),
+                config_map_rules(&["DELETE"])
+            )]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    cms.create(
+        &PostParams::default(),
+        &config_map("kept", json!({"keep": "yes"})),
+    )
+    .await?;
+    cms.create(&PostParams::default(), &config_map("gone", json!({})))
+        .await?;
+    // Creates do not match the rules.
+    assert!(cluster.reviews("keeper").is_empty());
+    let e = cms
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            403,
+            "Forbidden".into(),
+            r#"admission webhook "keeper.example.com" denied the request: kept"#.into()
+        )
+    );
+    assert!(cms.get_opt("kept").await?.is_some());
+    cms.delete("gone", &DeleteParams::default()).await?;
+    let request = &cluster.reviews("keeper")[0].review["request"];
+    assert_eq!(request["operation"], "DELETE");
+    assert_eq!(request["object"], Value::Null);
+    assert_eq!(request["oldObject"]["metadata"]["name"], "kept");
+    assert_eq!(
+        request["options"],
+        json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"})
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn selectors_choose_the_namespaces_and_objects_webhooks_see() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("picky", allow);
+    let mut by_namespace = webhook(
+        "namespaces.example.com",
+        service("picky"),
+        config_map_rules(&["CREATE"]),
+    );
+    by_namespace["namespaceSelector"] = json!({"matchLabels": {"env": "prod"}});
+    let mut by_object = webhook(
+        "objects.example.com",
+        service("picky"),
+        config_map_rules(&["CREATE"]),
+    );
+    by_object["objectSelector"] =
+        json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]});
+    cluster
+        .validating("picky", json!([by_namespace, by_object]))
+        .await?;
+    create_namespace(&cluster, "prod", json!({"env": "prod"})).await?;
+    create_namespace(&cluster, "dev", json!({"env": "dev"})).await?;
+    let called = |cluster: &Cluster| {
+        let mut names: Vec<String> = cluster
+            .reviews("picky")
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}/{}",
+                    s.review["request"]["namespace"].as_str().unwrap(),
+                    s.review["request"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        names.sort();
+        cluster.forget();
+        names
+    };
+    cluster
+        .config_maps("dev")
+        .create(&PostParams::default(), &config_map("plain", json!({})))
+        .await?;
+    assert!(called(&cluster).is_empty());
+    cluster
+        .config_maps("prod")
+        .create(&PostParams::default(), &config_map("plain", json!({})))
+        .await?;
+    assert_eq!(called(&cluster), ["prod/plain"]);
+    cluster
+        .config_maps("dev")
+        .create(
+            &PostParams::default(),
+            &config_map("web", json!({"tier": "web"})),
+        )
+        .await?;
+    assert_eq!(called(&cluster), ["dev/web"]);
+    cluster
+        .config_maps("prod")
+        .create(
+            &PostParams::default(),
+            &config_map("web", json!({"tier": "web"})),
+        )
+        .await?;
+    assert_eq!(called(&cluster), ["prod/web", "prod/web"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn webhooks_never_see_the_configurations_that_register_them() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("wall", |review| {
+        answer(
+            review,
+            json!({"allowed": false, "status": {"message": "wall"}}),
+        )
+    });
+    cluster
+        .validating(
+            "wall",
+            json!([webhook(
+                "wall.example.com",
+                service("wall"),
+                json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"]}]),
+            )]),
+        )
+        .await?;
+    let e = cluster
+        .config_maps("default")
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        r#"admission webhook "wall.example.com" denied the request: wall"#
+    );
+    // Another configuration, and the removal of this one, go through untouched.
+    cluster
+        .validating(
+            "second",
+            json!([webhook(
+                "second.example.com",
+                service("wall"),
+                config_map_rules(&["CREATE"])
+            )]),
+        )
+        .await?;
+    cluster.drop_validating("wall").await?;
+    cluster.drop_validating("second").await?;
+    assert_eq!(cluster.reviews("wall").len(), 1);
+    cluster
+        .config_maps("default")
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn warnings_reach_the_client_deduplicated_and_sanitised() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("chatty", |review| {
+        answer(
+            review,
+            json!({"allowed": true, "warnings": ["mind the gap", "mind the gap", "", "bell\u{7}"]}),
+        )
+    });
+    cluster
+        .validating(
+            "chatty",
+            json!([webhook(
+                "chatty.example.com",
+                service("chatty"),
+                config_map_rules(&["CREATE"])
+            )]),
+        )
+        .await?;
+    let (code, _, warnings) = cluster
+        .call(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w"}}),
+        )
+        .await;
+    assert_eq!(code, 201);
+    assert_eq!(warnings, [r#"299 - "mind the gap""#]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn dry_runs_reach_only_webhooks_without_side_effects() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("calm", allow);
+    let mut on_dry_run = webhook(
+        "calm.example.com",
+        service("calm"),
+        config_map_rules(&["CREATE"]),
+    );
+    on_dry_run["sideEffects"] = json!("NoneOnDryRun");
+    cluster.validating("calm", json!([on_dry_run])).await?;
+    let cms = cluster.config_maps("default");
+    cms.create(
+        &PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+        &config_map("dry", json!({})),
+    )
+    .await?;
+    let request = &cluster.reviews("calm")[0].review["request"];
+    assert_eq!(request["dryRun"], true);
+    assert_eq!(
+        request["options"],
+        json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", "dryRun": ["All"]})
+    );
+    assert!(cms.get_opt("dry").await?.is_none());
+
+    // A configuration with side effects, stored before validation refused them (written
+    // straight to the store), refuses dry runs.
+    let rt = cluster
+        .server
+        .registry()
+        .catalog()
+        .get(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+        )
+        .unwrap();
+    let mut effects = webhook(
+        "effects.example.com",
+        service("calm"),
+        config_map_rules(&["CREATE"]),
+    );
+    effects["sideEffects"] = json!("Some");
+    let stored = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "effects", "uid": "u-effects", "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "webhooks": [effects],
+    });
+    cluster
+        .server
+        .registry()
+        .store()
+        .create(
+            Bytes::from(rt.key(None, "effects")),
+            Bytes::from(serde_json::to_vec(&stored)?),
+        )
+        .await?;
+    // Any write of admission configuration makes the webhooks be read again.
+    cluster
+        .validating(
+            "nudge",
+            json!([webhook(
+                "nudge.example.com",
+                service("calm"),
+                config_map_rules(&["DELETE"])
+            )]),
+        )
+        .await?;
+    let e = cms
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &config_map("dry", json!({})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            400,
+            "BadRequest".into(),
+            r#"admission webhook "effects.example.com" does not support dry run"#.into()
+        )
+    );
+    // Without dry run, it is called.
+    cms.create(&PostParams::default(), &config_map("wet", json!({})))
+        .await?;
+    Ok(())
+}
