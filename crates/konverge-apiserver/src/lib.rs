@@ -199,9 +199,15 @@ impl ApiServerBuilder {
             }
         };
         let webhooks = registry.clone();
-        let registry = registry.with_admission(admission::Chain::builtin().with(Arc::new(
-            admission::ValidatingAdmissionWebhook::new(webhooks),
-        )));
+        let registry = registry.with_admission(
+            admission::Chain::builtin()
+                .with(Arc::new(admission::MutatingAdmissionWebhook::new(
+                    webhooks.clone(),
+                )))
+                .with(Arc::new(admission::ValidatingAdmissionWebhook::new(
+                    webhooks,
+                ))),
+        );
         let server = Arc::new(ApiServer {
             registry,
             metrics,

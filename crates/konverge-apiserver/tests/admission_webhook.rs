@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use konverge_apiserver::ApiServer;
 use konverge_apiserver::webhook::{Request, Response};
@@ -100,6 +102,15 @@ impl Cluster {
         Ok(())
     }
 
+    async fn mutating(&self, name: &str, webhooks: Value) -> anyhow::Result<()> {
+        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let config = serde_json::from_value(json!({
+            "metadata": {"name": name}, "webhooks": webhooks,
+        }))?;
+        api.create(&PostParams::default(), &config).await?;
+        Ok(())
+    }
+
     async fn drop_validating(&self, name: &str) -> anyhow::Result<()> {
         let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
         api.delete(name, &DeleteParams::default()).await?;
@@ -149,6 +160,17 @@ fn answer(review: &Value, mut response: Value) -> Reply {
 
 fn allow(review: &Value) -> Reply {
     answer(review, json!({"allowed": true}))
+}
+
+/// Allows the request, changing the object with the JSON patch `patch`.
+fn patch(review: &Value, patch: Value) -> Reply {
+    use base64::Engine;
+    let patch =
+        base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&patch).unwrap());
+    answer(
+        review,
+        json!({"allowed": true, "patch": patch, "patchType": "JSONPatch"}),
+    )
 }
 
 /// A webhook of a configuration, with the fields validation requires.
@@ -1056,5 +1078,508 @@ async fn dry_runs_reach_only_webhooks_without_side_effects() -> anyhow::Result<(
     // Without dry run, it is called.
     cms.create(&PostParams::default(), &config_map("wet", json!({})))
         .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn mutating_webhooks_patch_objects_which_are_then_validated() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("labeler", |review| {
+        let name = review["request"]["name"].as_str().unwrap_or("");
+        match name {
+            "bad-key" => patch(
+                review,
+                json!([{"op": "add", "path": "/data/bad key", "value": "x"}]),
+            ),
+            "missing" => patch(
+                review,
+                json!([{"op": "remove", "path": "/metadata/annotations/nope"}]),
+            ),
+            "wrong-type" => patch(
+                review,
+                json!([{"op": "replace", "path": "/data", "value": 5}]),
+            ),
+            "not-a-patch" => patch(review, json!({"op": "add"})),
+            _ => patch(
+                review,
+                json!([
+                    {"op": "add", "path": "/metadata/labels/mutated", "value": "yes"},
+                    {"op": "add", "path": "/data/added", "value": "by webhook"},
+                ]),
+            ),
+        }
+    });
+    cluster.serve("checker", allow);
+    cluster
+        .mutating(
+            "labeler",
+            json!([webhook(
+                "labeler.example.com",
+                service("labeler"),
+                config_map_rules(&["CREATE"])
+            )]),
+        )
+        .await?;
+    cluster
+        .validating(
+            "checker",
+            json!([webhook(
+                "checker.example.com",
+                service("checker"),
+                config_map_rules(&["CREATE"])
+            )]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &config_map("plain", json!({"app": "x"})),
+        )
+        .await?;
+    let labels = created.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("mutated").map(String::as_str), Some("yes"));
+    assert_eq!(
+        created
+            .data
+            .unwrap_or_default()
+            .get("added")
+            .map(String::as_str),
+        Some("by webhook")
+    );
+    assert!(created.metadata.uid.is_some());
+    // The mutating webhook saw the object before the server filled in its uid; the
+    // validating one sees the mutated object.
+    let mutated = &cluster.reviews("labeler")[0].review["request"]["object"];
+    assert_eq!(mutated["metadata"].get("uid"), None);
+    assert_eq!(mutated["metadata"].get("creationTimestamp"), None);
+    let validated = &cluster.reviews("checker")[0].review["request"]["object"];
+    assert_eq!(validated["metadata"]["labels"]["mutated"], "yes");
+    assert_eq!(validated["data"]["added"], "by webhook");
+
+    let e = cms
+        .create(&PostParams::default(), &config_map("bad-key", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            422,
+            "Invalid".into(),
+            r#"ConfigMap "bad-key" is invalid: data[bad key]: Invalid value: "bad key": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"#.into()
+        )
+    );
+    let e = cms
+        .create(&PostParams::default(), &config_map("missing", json!({})))
+        .await
+        .unwrap_err();
+    let (code, reason, message) = refused(e);
+    assert_eq!((code, reason.as_str()), (500, "InternalError"));
+    assert_eq!(
+        message,
+        r#"Internal error occurred: remove operation does not apply: doc is missing path: "/metadata/annotations/nope": missing value"#
+    );
+    let e = cms
+        .create(&PostParams::default(), &config_map("wrong-type", json!({})))
+        .await
+        .unwrap_err();
+    let (code, _, message) = refused(e);
+    assert_eq!(code, 500);
+    assert!(
+        message.starts_with("Internal error occurred: "),
+        "{message}"
+    );
+    let e = cms
+        .create(
+            &PostParams::default(),
+            &config_map("not-a-patch", json!({})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        "Internal error occurred: json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+    );
+    for name in ["bad-key", "missing", "wrong-type", "not-a-patch"] {
+        assert!(cms.get_opt(name).await?.is_none(), "{name}");
+    }
+    // Only the request that got through validation reached the validating webhook.
+    assert_eq!(cluster.reviews("checker").len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failing_webhook_leaves_no_earlier_patch_behind() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("first", |review| {
+        patch(
+            review,
+            json!([{"op": "add", "path": "/metadata/labels/first", "value": "yes"}]),
+        )
+    });
+    cluster.serve("second", |review| {
+        answer(
+            review,
+            json!({"allowed": false, "status": {"message": "second says no"}}),
+        )
+    });
+    cluster
+        .mutating(
+            "chain",
+            json!([
+                webhook(
+                    "first.example.com",
+                    service("first"),
+                    config_map_rules(&["CREATE", "UPDATE"])
+                ),
+                webhook(
+                    "second.example.com",
+                    service("second"),
+                    config_map_rules(&["UPDATE"])
+                ),
+            ]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    cms.create(
+        &PostParams::default(),
+        &config_map("x", json!({"app": "x"})),
+    )
+    .await?;
+    let mut x = cms.get("x").await?;
+    x.metadata.labels = Some([("app".to_string(), "changed".to_string())].into());
+    let e = cms
+        .replace("x", &PostParams::default(), &x)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        r#"admission webhook "second.example.com" denied the request: second says no"#
+    );
+    let stored = cms.get("x").await?.metadata.labels.unwrap_or_default();
+    assert_eq!(stored.get("app").map(String::as_str), Some("x"));
+    assert_eq!(stored.get("first").map(String::as_str), Some("yes"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn if_needed_webhooks_are_called_again_after_later_changes() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    // `early` records whether it saw `late`'s label; `late` adds it.
+    cluster.serve("early", |review| {
+        let labels = &review["request"]["object"]["metadata"]["labels"];
+        let saw = if labels.get("late").is_some() {
+            "yes"
+        } else {
+            "no"
+        };
+        patch(
+            review,
+            json!([{"op": "add", "path": "/metadata/labels/early-saw-late", "value": saw}]),
+        )
+    });
+    cluster.serve("late", |review| {
+        patch(
+            review,
+            json!([{"op": "add", "path": "/metadata/labels/late", "value": "here"}]),
+        )
+    });
+    cluster.serve("never", allow);
+    let mut early = webhook(
+        "early.example.com",
+        service("early"),
+        config_map_rules(&["CREATE"]),
+    );
+    early["reinvocationPolicy"] = json!("IfNeeded");
+    let never = webhook(
+        "never.example.com",
+        service("never"),
+        config_map_rules(&["CREATE"]),
+    );
+    let late = webhook(
+        "late.example.com",
+        service("late"),
+        config_map_rules(&["CREATE"]),
+    );
+    // Configurations are consulted by name: `a-...` before `b-...`.
+    cluster.mutating("a-early", json!([never, early])).await?;
+    cluster.mutating("b-late", json!([late])).await?;
+    let created = cluster
+        .config_maps("default")
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await?;
+    let labels = created.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("early-saw-late").map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(labels.get("late").map(String::as_str), Some("here"));
+    assert_eq!(cluster.reviews("early").len(), 2);
+    assert_eq!(cluster.reviews("late").len(), 1);
+    assert_eq!(cluster.reviews("never").len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn mutating_webhooks_may_not_patch_a_delete() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("eraser", |review| {
+        if review["request"]["name"] == "patched" {
+            patch(
+                review,
+                json!([{"op": "add", "path": "/metadata/labels", "value": {}}]),
+            )
+        } else {
+            allow(review)
+        }
+    });
+    cluster
+        .mutating(
+            "eraser",
+            json!([webhook(
+                "eraser.example.com",
+                service("eraser"),
+                config_map_rules(&["DELETE"])
+            )]),
+        )
+        .await?;
+    let cms = cluster.config_maps("default");
+    cms.create(&PostParams::default(), &config_map("patched", json!({})))
+        .await?;
+    cms.create(&PostParams::default(), &config_map("plain", json!({})))
+        .await?;
+    let e = cms
+        .delete("patched", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e).2,
+        r#"Internal error occurred: admission webhook "eraser.example.com" attempted to modify the object, which is not supported for this operation"#
+    );
+    cms.delete("plain", &DeleteParams::default()).await?;
+    let request = &cluster.reviews("eraser")[1].review["request"];
+    assert_eq!(request["operation"], "DELETE");
+    assert_eq!(request["object"], Value::Null);
+    assert_eq!(request["oldObject"], Value::Null);
+    Ok(())
+}
+
+#[tokio::test]
+async fn equivalent_versions_match_and_are_converted() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("scaler", |review| {
+        patch(
+            review,
+            json!([{"op": "add", "path": "/metadata/labels", "value": {"seen": "v2"}}]),
+        )
+    });
+    let rules = json!([{
+        "operations": ["CREATE"], "apiGroups": ["autoscaling"], "apiVersions": ["v2"],
+        "resources": ["horizontalpodautoscalers"],
+    }]);
+    let mut exact = webhook("exact.example.com", service("scaler"), rules.clone());
+    exact["matchPolicy"] = json!("Exact");
+    let equivalent = webhook("equivalent.example.com", service("scaler"), rules);
+    cluster
+        .mutating("scaler", json!([exact, equivalent]))
+        .await?;
+    let hpas: Api<k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler> =
+        Api::namespaced(cluster.client.clone(), "default");
+    let created = hpas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "web"},
+                "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                    "maxReplicas": 3, "targetCPUUtilizationPercentage": 50},
+            }))?,
+        )
+        .await?;
+    assert_eq!(
+        created
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("seen")
+            .map(String::as_str),
+        Some("v2")
+    );
+    assert_eq!(
+        created.spec.unwrap().target_cpu_utilization_percentage,
+        Some(50)
+    );
+    let seen = cluster.reviews("scaler");
+    assert_eq!(
+        seen.len(),
+        1,
+        "only the Equivalent webhook matches a v1 write"
+    );
+    let request = &seen[0].review["request"];
+    assert_eq!(
+        request["kind"],
+        json!({"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"})
+    );
+    assert_eq!(
+        request["requestKind"],
+        json!({"group": "autoscaling", "version": "v1", "kind": "HorizontalPodAutoscaler"})
+    );
+    assert_eq!(request["resource"]["version"], "v2");
+    assert_eq!(request["requestResource"]["version"], "v1");
+    assert_eq!(request["object"]["apiVersion"], "autoscaling/v2");
+    assert_eq!(
+        request["object"]["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+        50
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn v1beta1_webhooks_get_and_answer_v1beta1_reviews() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("old", |review| {
+        use base64::Engine;
+        let patch = base64::engine::general_purpose::STANDARD
+            .encode(br#"[{"op": "add", "path": "/metadata/labels", "value": {"old": "style"}}]"#);
+        // A v1beta1 answer needs neither the uid nor a patch type.
+        let body = json!({"response": {"allowed": true, "patch": patch}});
+        assert_eq!(review["apiVersion"], "admission.k8s.io/v1beta1");
+        (200, serde_json::to_vec(&body).unwrap())
+    });
+    let mut old = webhook(
+        "old.example.com",
+        service("old"),
+        config_map_rules(&["CREATE"]),
+    );
+    old["admissionReviewVersions"] = json!(["v1beta2", "v1beta1"]);
+    cluster.mutating("old", json!([old])).await?;
+    let created = cluster
+        .config_maps("default")
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await?;
+    assert_eq!(
+        created
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("old")
+            .map(String::as_str),
+        Some("style")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn namespace_selectors_need_the_namespace() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("scoped", allow);
+    let mut scoped = webhook(
+        "scoped.example.com",
+        service("scoped"),
+        config_map_rules(&["CREATE"]),
+    );
+    scoped["namespaceSelector"] = json!({"matchLabels": {"env": "prod"}});
+    cluster.mutating("scoped", json!([scoped])).await?;
+    let e = cluster
+        .config_maps("ghost")
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            404,
+            "NotFound".into(),
+            r#"namespaces "ghost" not found"#.into()
+        )
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn audit_annotations_record_what_webhooks_did() -> anyhow::Result<()> {
+    use konverge_apiserver::admission::{Attributes, Decision, Operation, Trace};
+    let cluster = Cluster::new().await;
+    cluster.serve("noted", |review| {
+        let (status, body) = patch(
+            review,
+            json!([{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]),
+        );
+        let mut body: Value = serde_json::from_slice(&body).unwrap();
+        body["response"]["auditAnnotations"] =
+            json!({"decision": "patched", "bad key!": "dropped"});
+        (status, serde_json::to_vec(&body).unwrap())
+    });
+    cluster
+        .mutating(
+            "noted",
+            json!([webhook(
+                "noted.example.com",
+                service("noted"),
+                config_map_rules(&["CREATE"])
+            )]),
+        )
+        .await?;
+    let mut ignored = webhook(
+        "ignored.example.com",
+        json!({"url": format!("https://127.0.0.1:{}/", closed_port().await)}),
+        config_map_rules(&["CREATE"]),
+    );
+    ignored["failurePolicy"] = json!("Ignore");
+    cluster.validating("ignored", json!([ignored])).await?;
+    let registry = cluster.server.registry();
+    let rt = registry.catalog().get("", "v1", "configmaps").unwrap();
+    let trace = Trace::default();
+    let attributes = Attributes {
+        operation: Operation::Create,
+        rt: &rt,
+        namespace: "default",
+        name: "x",
+        subresource: None,
+        old: None,
+        user: None,
+        dry_run: false,
+        trace: &trace,
+    };
+    let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}});
+    let chain = registry.admission();
+    assert!(chain.admit(&attributes, &mut object, registry).await?);
+    assert_eq!(object["metadata"]["labels"], json!({"a": "b"}));
+    chain.validate(&attributes, &object, registry).await?;
+    let annotations: std::collections::BTreeMap<String, String> =
+        trace.annotations().into_iter().collect();
+    assert_eq!(
+        annotations,
+        [
+            ("failed-open.validating.webhook.admission.k8s.io/round_0_index_0", "ignored.example.com"),
+            ("mutation.webhook.admission.k8s.io/round_0_index_0", r#"{"configuration":"noted","webhook":"noted.example.com","mutated":true}"#),
+            ("noted.example.com/decision", "patched"),
+            ("patch.webhook.admission.k8s.io/round_0_index_0", r#"{"configuration":"noted","webhook":"noted.example.com","patch":[{"op":"add","path":"/metadata/labels","value":{"a":"b"}}],"patchType":"JSONPatch"}"#),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    );
+    let decisions: Vec<(String, Decision)> = trace
+        .admissions()
+        .into_iter()
+        .map(|r| (r.name.to_string(), r.decision))
+        .filter(|(name, _)| name.contains("Webhook"))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            (
+                "MutatingWebhook/noted.example.com".to_string(),
+                Decision::Mutated
+            ),
+            ("MutatingAdmissionWebhook".to_string(), Decision::Mutated),
+            // The chain records every plugin's mutating phase, this one's too.
+            ("ValidatingAdmissionWebhook".to_string(), Decision::Allowed),
+            (
+                "ValidatingWebhook/ignored.example.com".to_string(),
+                Decision::Allowed
+            ),
+        ]
+    );
     Ok(())
 }

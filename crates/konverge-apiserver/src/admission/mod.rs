@@ -39,7 +39,7 @@ use crate::resources::ResourceType;
 pub use limits::LimitRanger;
 pub use plugins::{DefaultClass, Priority};
 pub use pods::{DefaultTolerationSeconds, ServiceAccount};
-pub use webhook::ValidatingAdmissionWebhook;
+pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// What a request does, as admission sees it (kube's `admission.Operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -18,7 +18,6 @@ use crate::resources::ResourceType;
 use crate::webhook::ClientConfig;
 
 /// Which configurations a [`Source`] reads.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `validatingwebhookconfigurations`.
@@ -46,7 +45,6 @@ pub(crate) enum FailurePolicy {
 }
 
 /// One webhook of a configuration, ready to match and call.
-#[allow(dead_code)]
 #[derive(Debug)]
 pub(crate) struct Hook {
     /// `<configuration>/<webhook>/<n>`: which webhook this is, even when a configuration

@@ -1,4 +1,5 @@
-//! Admission webhooks, as kube-apiserver 1.33 calls them: [`ValidatingAdmissionWebhook`].
+//! Admission webhooks, as kube-apiserver 1.33 calls them: [`MutatingAdmissionWebhook`] and
+//! [`ValidatingAdmissionWebhook`].
 //!
 //! Where to start:
 //!
@@ -12,7 +13,9 @@
 //! - `review`: the AdmissionReview sent (v1, or v1beta1 for webhooks that only speak it)
 //!   and how the answer is read and checked, with kube-apiserver's words for every way it
 //!   can be wrong;
-//! - `validating`: the dispatcher, calling validating webhooks in parallel.
+//! - `mutating` and `validating`: the two dispatchers — mutating webhooks one after the
+//!   other, their JSON patches applied and `IfNeeded` ones reinvoked; validating webhooks in
+//!   parallel.
 //!
 //! Configuration resources themselves are never sent to webhooks
 //! ([`exempt`](crate::admission::matching::exempt)), so a broken webhook can always be
@@ -21,7 +24,9 @@
 mod call;
 mod config;
 mod gojson;
+mod mutating;
 mod review;
 mod validating;
 
+pub use mutating::MutatingAdmissionWebhook;
 pub use validating::ValidatingAdmissionWebhook;
