@@ -1583,3 +1583,66 @@ async fn audit_annotations_record_what_webhooks_did() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn configurations_get_kube_apiservers_defaults_and_validation() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    let path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    let (code, body, _) = cluster
+        .call(
+            "POST",
+            path,
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "bad"},
+                "webhooks": [
+                    {"name": "bad.example.com", "clientConfig": {"url": "http://example.com/x"},
+                     "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]},
+                    {"name": "bad.example.com", "clientConfig": {"service": {"namespace": "ns", "name": "svc"}},
+                     "sideEffects": "Some", "admissionReviewVersions": ["v1"], "timeoutSeconds": 0},
+                ],
+            }),
+        )
+        .await;
+    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(
+        body["message"],
+        concat!(
+            r#"ValidatingWebhookConfiguration.admissionregistration.k8s.io "bad" is invalid: ["#,
+            "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun, ",
+            r#"webhooks[0].clientConfig.url: Invalid value: "http": 'https' is the only allowed URL scheme; desired format: https://host[/path], "#,
+            "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1, ",
+            r#"webhooks[1].sideEffects: Unsupported value: "Some": supported values: "None", "NoneOnDryRun", "#,
+            "webhooks[1].timeoutSeconds: Invalid value: 0: the timeout value must be between 1 and 30 seconds, ",
+            r#"webhooks[1].name: Duplicate value: "bad.example.com"]"#,
+        )
+    );
+    assert_eq!(
+        body["details"]["causes"][0],
+        json!({"reason": "FieldValueRequired", "message": "Required value: must specify one of None, NoneOnDryRun", "field": "webhooks[0].sideEffects"})
+    );
+    let (code, body, _) = cluster
+        .call(
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+                "metadata": {"name": "defaulted"},
+                "webhooks": [{"name": "defaulted.example.com", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"service": {"namespace": "ns", "name": "svc"}},
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}],
+            }),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let hook = &body["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(hook["matchPolicy"], "Equivalent");
+    assert_eq!(hook["namespaceSelector"], json!({}));
+    assert_eq!(hook["objectSelector"], json!({}));
+    assert_eq!(hook["timeoutSeconds"], 10);
+    assert_eq!(hook["reinvocationPolicy"], "Never");
+    assert_eq!(hook["rules"][0]["scope"], "*");
+    assert_eq!(hook["clientConfig"]["service"]["port"], 443);
+    Ok(())
+}
