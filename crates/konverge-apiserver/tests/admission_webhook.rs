@@ -1646,3 +1646,46 @@ async fn configurations_get_kube_apiservers_defaults_and_validation() -> anyhow:
     assert_eq!(hook["clientConfig"]["service"]["port"], 443);
     Ok(())
 }
+
+/// `matchConditions` are not evaluated by webhooks themselves (the CEL environment of
+/// admission policies is to evaluate them): until then a webhook with conditions fails
+/// closed as its failure policy says.
+#[tokio::test]
+async fn webhooks_with_match_conditions_fail_closed_as_their_policy_says() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("conditional", allow);
+    let conditions = json!([{"name": "labelled", "expression": "has(object.metadata.labels)"}]);
+    let mut ignored = webhook(
+        "ignored.example.com",
+        service("conditional"),
+        config_map_rules(&["CREATE"]),
+    );
+    ignored["matchConditions"] = conditions.clone();
+    ignored["failurePolicy"] = json!("Ignore");
+    cluster.validating("ignored", json!([ignored])).await?;
+    let cms = cluster.config_maps("default");
+    cms.create(&PostParams::default(), &config_map("skipped", json!({})))
+        .await?;
+    assert!(cluster.reviews("conditional").is_empty());
+    let mut failing = webhook(
+        "failing.example.com",
+        service("conditional"),
+        config_map_rules(&["CREATE"]),
+    );
+    failing["matchConditions"] = conditions;
+    cluster.validating("failing", json!([failing])).await?;
+    let e = cms
+        .create(&PostParams::default(), &config_map("refused", json!({})))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            403,
+            "Forbidden".into(),
+            r#"configmaps "refused" is forbidden: failed evaluating match conditions of webhook "failing.example.com": this server has no CEL evaluator for webhook matchConditions"#.into()
+        )
+    );
+    assert!(cluster.reviews("conditional").is_empty());
+    Ok(())
+}

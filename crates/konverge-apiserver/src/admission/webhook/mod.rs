@@ -30,3 +30,35 @@ mod validating;
 
 pub use mutating::MutatingAdmissionWebhook;
 pub use validating::ValidatingAdmissionWebhook;
+
+#[cfg(test)]
+mod tests {
+    use crate::admission::Trace;
+
+    #[test]
+    fn warnings_are_limited_as_kube_apiservers_recorder_limits_them() {
+        let trace = Trace::default();
+        trace.warn_as_recorded("first");
+        trace.warn_as_recorded("first");
+        trace.warn_as_recorded("");
+        trace.warn_as_recorded("tab\there");
+        assert_eq!(trace.warnings(), ["first"]);
+        // Past 4096 characters in all, every warning is cut to 256 characters.
+        let long = "x".repeat(4000);
+        trace.warn_as_recorded(&long);
+        assert_eq!(trace.warnings(), ["first".to_string(), long.clone()]);
+        let longer = "y".repeat(300);
+        trace.warn_as_recorded(&longer);
+        assert_eq!(
+            trace.warnings(),
+            ["first".to_string(), "x".repeat(256), "y".repeat(256)]
+        );
+        // Once truncating, warnings are added until 4096 characters are written.
+        for i in 0..20 {
+            trace.warn_as_recorded(&format!("{i:02}{}", "z".repeat(298)));
+        }
+        let total: usize = trace.warnings().iter().map(|w| w.chars().count()).sum();
+        assert_eq!(trace.warnings().len(), 3 + 14);
+        assert_eq!(total, 5 + 256 * 16);
+    }
+}
