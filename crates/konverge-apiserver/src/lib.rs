@@ -218,7 +218,18 @@ impl ApiServerBuilder {
                 )
             }
         };
-        let mut chain = registry.admission().as_ref().clone();
+        // The dynamic admission plugins run after the built-in ones and before
+        // ResourceQuota, in kube-apiserver's order.
+        let webhooks = registry.clone();
+        let mut chain = admission::Chain::builtin()
+            .with_before(
+                "ResourceQuota",
+                Arc::new(admission::MutatingAdmissionWebhook::new(webhooks.clone())),
+            )
+            .with_before(
+                "ResourceQuota",
+                Arc::new(admission::ValidatingAdmissionWebhook::new(webhooks)),
+            );
         if !self.disabled_admission.is_empty() {
             let known = chain.names();
             if let Some(unknown) = self

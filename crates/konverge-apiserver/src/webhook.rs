@@ -196,6 +196,21 @@ impl Webhooks {
         timeout: Duration,
         registry: &Registry,
     ) -> Result<Response, CallError> {
+        self.call_typed(config, query, body, timeout, registry)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`Webhooks::call`], with the answer's `Content-Type` when it has one (in-process
+    /// handlers have none): Kubernetes' client quotes a `text/*` error body back.
+    pub(crate) async fn call_typed(
+        &self,
+        config: &ClientConfig,
+        query: Option<&str>,
+        body: Bytes,
+        timeout: Duration,
+        registry: &Registry,
+    ) -> Result<(Response, Option<String>), CallError> {
         match tokio::time::timeout(timeout, self.call_now(config, query, body, registry)).await {
             Ok(answer) => answer,
             Err(_) => Err(CallError::Timeout),
@@ -208,7 +223,7 @@ impl Webhooks {
         query: Option<&str>,
         body: Bytes,
         registry: &Registry,
-    ) -> Result<Response, CallError> {
+    ) -> Result<(Response, Option<String>), CallError> {
         let (addr, server_name, path) = match (&config.url, &config.service) {
             (Some(url), _) => {
                 let (host, port, path) = split_url(url)?;
@@ -231,7 +246,7 @@ impl Webhooks {
                     .cloned();
                 if let Some(handler) = handler {
                     let path = with_query(path, query);
-                    return Ok(handler(Request { path, body }).await);
+                    return Ok((handler(Request { path, body }).await, None));
                 }
                 let addr = self.resolve(service, registry).await?;
                 let host = format!("{}.{}.svc", service.name, service.namespace);
@@ -424,7 +439,7 @@ async fn post(
     path: &str,
     body: Bytes,
     tls: Arc<rustls::ClientConfig>,
-) -> Result<Response, CallError> {
+) -> Result<(Response, Option<String>), CallError> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| CallError::Connect {
@@ -457,13 +472,18 @@ async fn post(
         .await
         .map_err(|e| CallError::Http(e.to_string()))?;
     let status = answer.status().as_u16();
+    let content_type = answer
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
     let body = answer
         .into_body()
         .collect()
         .await
         .map_err(|e| CallError::Http(e.to_string()))?
         .to_bytes();
-    Ok(Response { status, body })
+    Ok((Response { status, body }, content_type))
 }
 
 fn tls_error(error: &std::io::Error, server_name: &str) -> CallError {
@@ -474,9 +494,11 @@ fn tls_error(error: &std::io::Error, server_name: &str) -> CallError {
         return CallError::Tls(error.to_string());
     };
     match tls {
-        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
-            CallError::Certificate("certificate signed by unknown authority".into())
-        }
+        // A CA of the same name that did not sign the certificate is, to Go, an unknown
+        // authority too.
+        rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature,
+        ) => CallError::Certificate("certificate signed by unknown authority".into()),
         rustls::Error::InvalidCertificate(
             rustls::CertificateError::NotValidForName
             | rustls::CertificateError::NotValidForNameContext { .. },

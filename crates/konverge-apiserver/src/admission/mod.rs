@@ -38,6 +38,7 @@ mod pods;
 mod podsecurity;
 pub(crate) mod quota;
 mod runtimeclass;
+pub mod webhook;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -56,6 +57,7 @@ pub use pods::{DefaultTolerationSeconds, ServiceAccount};
 pub use podsecurity::PodSecurity;
 pub use quota::ResourceQuota;
 pub use runtimeclass::RuntimeClass;
+pub use webhook::{MutatingAdmissionWebhook, ValidatingAdmissionWebhook};
 
 /// What a request does, as admission sees it (kube's `admission.Operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,7 +104,25 @@ struct TraceInner {
     warnings: Vec<String>,
     annotations: Vec<(String, String)>,
     ran: Vec<Ran>,
+    recorder: Recorder,
 }
+
+/// The state of kube-apiserver's warning recorder ([`Trace::warn_as_recorded`]).
+#[derive(Debug, Default, Clone)]
+struct Recorder {
+    /// Every text offered, in order, whole.
+    recorded: Vec<String>,
+    /// What of them went into `warnings` (truncated, once truncating).
+    shown: Vec<String>,
+    /// Runes written.
+    written: usize,
+    /// Whether the total went over the limit once.
+    truncating: bool,
+}
+
+/// kube-apiserver's warning limits: 4096 runes in all; past that, each warning cut to 256.
+const WARNING_TOTAL_RUNES: usize = 4 * 1024;
+const WARNING_ITEM_RUNES: usize = 256;
 
 /// One admission that acted on a request, and what it decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +151,60 @@ impl Trace {
     /// Adds a warning for the client (a `Warning: 299 - "…"` header).
     pub fn warn(&self, warning: impl Into<String>) {
         self.lock().warnings.push(warning.into());
+    }
+
+    /// Adds a warning as kube-apiserver's warning recorder does with warnings from
+    /// admission webhooks and policies: empty and repeated texts are dropped, as are texts
+    /// with control characters (no `Warning` header can carry them); once the warnings
+    /// add up to more than 4096 characters, each (those already given too) is cut to 256,
+    /// and none is added past 4096 more.
+    pub fn warn_as_recorded(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        let TraceInner {
+            warnings, recorder, ..
+        } = &mut *inner;
+        if recorder.written >= WARNING_TOTAL_RUNES && recorder.truncating {
+            return;
+        }
+        if recorder.recorded.iter().any(|r| r == text) {
+            return;
+        }
+        recorder.recorded.push(text.to_string());
+        let cut = |t: &str| -> String { t.chars().take(WARNING_ITEM_RUNES).collect() };
+        let shown = if recorder.truncating {
+            cut(text)
+        } else {
+            text.to_string()
+        };
+        if shown.chars().any(char::is_control) {
+            return;
+        }
+        let runes = shown.chars().count();
+        if recorder.written + runes <= WARNING_TOTAL_RUNES || recorder.truncating {
+            recorder.written += runes;
+            recorder.shown.push(shown.clone());
+            warnings.push(shown);
+            return;
+        }
+        recorder.truncating = true;
+        recorder.written = 0;
+        for earlier in recorder.shown.drain(..) {
+            if let Some(at) = warnings.iter().position(|w| *w == earlier) {
+                warnings.remove(at);
+            }
+        }
+        for text in &recorder.recorded {
+            let shown = cut(text);
+            if shown.chars().any(char::is_control) {
+                continue;
+            }
+            recorder.written += shown.chars().count();
+            recorder.shown.push(shown.clone());
+            warnings.push(shown);
+        }
     }
 
     /// Adds an audit annotation.

@@ -378,6 +378,8 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<admissionregistration::v1::MutatingWebhookConfiguration>()
             .in_api_extensions()
             .with_generation()
+            .defaults(validation::default_mutating_webhook_configuration)
+            .validate(validation::mutating_webhook_configuration)
             .columns(columns::webhook_configurations()),
         declare::<admissionregistration::v1::ValidatingAdmissionPolicy>()
             .status_resets(STATUS_RESETS_ALL)
@@ -392,6 +394,8 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<admissionregistration::v1::ValidatingWebhookConfiguration>()
             .in_api_extensions()
             .with_generation()
+            .defaults(validation::default_validating_webhook_configuration)
+            .validate(validation::validating_webhook_configuration)
             .columns(columns::webhook_configurations()),
         // apiextensions.k8s.io/v1
         declare::<CustomResourceDefinition>()

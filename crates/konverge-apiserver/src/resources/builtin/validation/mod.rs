@@ -15,7 +15,8 @@
 //! - `service`: Service types and ports, and cluster IPs on update;
 //! - `storage`: what updates of PersistentVolumeClaims, PersistentVolumes, StorageClasses
 //!   and CSIDrivers may change;
-//! - `cluster`: what updates of PriorityClasses, IngressClasses and role bindings may change.
+//! - `cluster`: what updates of PriorityClasses, IngressClasses and role bindings may change;
+//! - `admission_webhook`: the defaults and validation of webhook configurations.
 //!
 //! This file holds the words every family shares (`Required value`, `Unsupported value` ...).
 
@@ -106,6 +107,7 @@ fn non_negative(obj: &Value, at: &str, path: &str, fields: &[&str], causes: &mut
     }
 }
 
+mod admission_webhook;
 mod affinity;
 mod cluster;
 mod config;
@@ -119,6 +121,10 @@ mod storage;
 mod volumes;
 mod workloads;
 
+pub(super) use admission_webhook::{
+    default_mutating_webhook_configuration, default_validating_webhook_configuration,
+    mutating_webhook_configuration, validating_webhook_configuration,
+};
 pub(super) use cluster::{ingress_class, priority_class, role_binding};
 pub(super) use config::{config_map, secret};
 pub(super) use cron::cron_job;

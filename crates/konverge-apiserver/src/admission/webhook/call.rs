@@ -1,0 +1,230 @@
+//! What both kinds of webhook share: deciding whether a webhook is called for a request,
+//! converting the object to the version it asked for, calling it, and recording what it
+//! answered (warnings, audit annotations) on the request's trace.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::config::{FailurePolicy, Hook};
+use super::review::{self, Answer, Gvk, ReadError};
+use crate::admission::matching::matching_resource;
+use crate::admission::plugins::forbidden;
+use crate::admission::{Attributes, Trace};
+use crate::error::{ApiError, Result};
+use crate::registry::Registry;
+use crate::resources::ResourceType;
+
+/// A webhook that is to be called for a request, and how: the resource its rules matched
+/// (the request's own, or an equivalent version of it) and that resource's kind.
+#[derive(Debug)]
+pub(crate) struct Invocation {
+    /// The webhook.
+    pub(crate) hook: Arc<Hook>,
+    /// The resource the rules matched.
+    pub(crate) rt: Arc<ResourceType>,
+    /// Its kind.
+    pub(crate) kind: Gvk,
+}
+
+/// Whether `hook` is called for the request — its rules, object selector, namespace
+/// selector and match conditions, in kube-apiserver's order of precedence — and how.
+/// Fails when the namespace selector cannot be answered (the namespace does not exist)
+/// or the match conditions refuse the request.
+pub(crate) async fn should_call(
+    hook: &Arc<Hook>,
+    attributes: &Attributes<'_>,
+    object: &Value,
+    registry: &Registry,
+) -> Result<Option<Invocation>> {
+    let Some(rt) = matching_resource(&hook.rules, hook.match_policy, attributes, registry) else {
+        return Ok(None);
+    };
+    let selectors = hook
+        .selectors
+        .as_ref()
+        .map_err(|e| ApiError::internal(e.clone()))?;
+    if !selectors.object_matches(attributes, object) {
+        return Ok(None);
+    }
+    if !selectors
+        .namespace_matches(attributes, object, registry)
+        .await?
+    {
+        return Ok(None);
+    }
+    if !conditions_match(hook, attributes)? {
+        return Ok(None);
+    }
+    let kind = Gvk::of(&rt, attributes.subresource);
+    Ok(Some(Invocation {
+        hook: hook.clone(),
+        rt,
+        kind,
+    }))
+}
+
+/// The one place a webhook's `matchConditions` are evaluated: whether they all hold for the
+/// request.
+///
+/// konverge's admission webhooks do not evaluate CEL themselves: the CEL environment that
+/// evaluates `matchConditions` belongs to ValidatingAdmissionPolicy, and is to be called
+/// from here. Until it is, a webhook with no conditions matches, and a webhook with
+/// conditions fails closed as its failure policy says — as kube-apiserver treats conditions
+/// it cannot evaluate: `Fail` refuses the request (403, naming the webhook), `Ignore` skips
+/// the webhook.
+pub(crate) fn conditions_match(hook: &Hook, attributes: &Attributes<'_>) -> Result<bool> {
+    if hook.match_conditions.is_empty() {
+        return Ok(true);
+    }
+    match hook.failure_policy {
+        FailurePolicy::Ignore => Ok(false),
+        FailurePolicy::Fail => Err(forbidden(
+            attributes,
+            format!(
+                "failed evaluating match conditions of webhook {}: this server has no CEL evaluator for webhook matchConditions",
+                review::go_quote(&hook.name)
+            ),
+        )),
+    }
+}
+
+/// `object`, served as `from`, converted to the version `to` serves.
+pub(crate) fn convert(object: &Value, from: &ResourceType, to: &ResourceType) -> Value {
+    if object.is_null() || (from.group == to.group && from.version == to.version) {
+        return object.clone();
+    }
+    let mut converted = object.clone();
+    if let Some(conversion) = from.conversion {
+        (conversion.to_storage)(&mut converted);
+    }
+    if to.conversion.is_some() || to.custom.is_some() {
+        to.to_served(&mut converted);
+    } else if let Some(map) = converted.as_object_mut() {
+        map.insert("apiVersion".into(), Value::String(to.api_version()));
+    }
+    converted
+}
+
+/// Why a call did not end in the webhook allowing the request.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The webhook could not be called, or its answer not used (kube-apiserver's
+    /// `ErrCallingWebhook`): the failure policy decides. The text follows
+    /// `failed calling webhook "<name>": `.
+    Calling(String),
+    /// The request is refused, whatever the failure policy says.
+    Refused(ApiError),
+}
+
+impl Failure {
+    /// The error the request fails with when the failure policy is `Fail`.
+    pub(crate) fn into_error(self, hook: &Hook) -> ApiError {
+        match self {
+            Failure::Calling(why) => ApiError::internal(format!(
+                "failed calling webhook {}: {why}",
+                review::go_quote(&hook.name)
+            )),
+            Failure::Refused(e) => e,
+        }
+    }
+}
+
+/// Calls the webhook of `invocation` about the request, `object` and `old` already in its
+/// version; records its warnings and audit annotations; answers what it said when it
+/// allowed the request.
+pub(crate) async fn call(
+    invocation: &Invocation,
+    attributes: &Attributes<'_>,
+    object: &Value,
+    old: &Value,
+    registry: &Registry,
+    mutating: bool,
+) -> std::result::Result<Answer, Failure> {
+    let hook = &invocation.hook;
+    if attributes.dry_run {
+        match hook.side_effects.as_str() {
+            "None" | "NoneOnDryRun" => {}
+            "" => return Err(Failure::Calling("Webhook SideEffects is nil".into())),
+            _ => {
+                return Err(Failure::Refused(ApiError::bad_request(format!(
+                    "admission webhook {} does not support dry run",
+                    review::go_quote(&hook.name)
+                ))));
+            }
+        }
+    }
+    let Some(version) = hook
+        .review_versions
+        .iter()
+        .find(|v| review::VERSIONS.contains(&v.as_str()))
+    else {
+        return Err(Failure::Calling(
+            "could not create admission objects: webhook does not accept known AdmissionReview versions (v1, v1beta1)".into(),
+        ));
+    };
+    let uid = uuid::Uuid::new_v4().to_string();
+    let body = review::Request {
+        uid: &uid,
+        version,
+        resource: &invocation.rt,
+        kind: &invocation.kind,
+        attributes,
+        object,
+        old,
+    }
+    .to_json();
+    let body = serde_json::to_vec(&body)
+        .map_err(|e| Failure::Calling(format!("could not create admission objects: {e}")))?;
+    let query = format!("timeout={}s", hook.timeout.as_secs());
+    let answered = registry
+        .webhooks()
+        .call_typed(
+            &hook.client,
+            Some(&query),
+            body.into(),
+            hook.timeout,
+            registry,
+        )
+        .await;
+    let (response, content_type) = answered.map_err(|e| {
+        Failure::Calling(format!(
+            "failed to call webhook: Post {}: {e}",
+            review::go_quote(&hook.client.target(Some(&query)))
+        ))
+    })?;
+    let answer = review::read(&response, content_type.as_deref(), &uid, version, mutating)
+        .map_err(|e| match e {
+            ReadError::Client(why) => Failure::Calling(format!("failed to call webhook: {why}")),
+            ReadError::Invalid(why) => {
+                Failure::Calling(format!("received invalid webhook response: {why}"))
+            }
+        })?;
+    for (key, value) in &answer.audit_annotations {
+        annotate(attributes.trace, &format!("{}/{key}", hook.name), value);
+    }
+    for warning in &answer.warnings {
+        attributes.trace.warn_as_recorded(warning);
+    }
+    if !answer.allowed {
+        return Err(Failure::Refused(review::denied(
+            &hook.name,
+            answer.status.as_ref(),
+        )));
+    }
+    Ok(answer)
+}
+
+/// Adds an audit annotation as kube-apiserver's admission attributes do: the key must be a
+/// qualified name with a prefix, and an annotation once set keeps its value.
+pub(crate) fn annotate(trace: &Trace, key: &str, value: &str) {
+    if key.split('/').count() != 2
+        || !konverge_apimachinery::selector::label_key_errors(key).is_empty()
+    {
+        return;
+    }
+    if trace.annotations().iter().any(|(k, _)| k == key) {
+        return;
+    }
+    trace.annotate(key, value);
+}

@@ -1,0 +1,989 @@
+//! ValidatingWebhookConfigurations and MutatingWebhookConfigurations: kube-apiserver's
+//! defaults (`admissionregistration/v1`) and validation, with its field paths and words.
+//!
+//! An update is held to the rules its object already met: a configuration stored with side
+//! effects, unknown AdmissionReview versions, repeated webhook names or invalid selector
+//! values may keep them, as kube-apiserver allows.
+
+use std::collections::BTreeSet;
+
+use konverge_apimachinery::names::{dns1035_label_errors, dns1123_subdomain_errors};
+use konverge_apimachinery::selector::{label_key_errors, label_value_errors};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::error::Cause;
+
+/// The AdmissionReview versions kube-apiserver 1.33 accepts.
+const REVIEW_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+/// The most match conditions a webhook may have.
+const MAX_MATCH_CONDITIONS: usize = 64;
+
+/// Which kind of configuration.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Validating,
+    Mutating,
+}
+
+/// Defaults of a ValidatingWebhookConfiguration's webhooks.
+pub(crate) fn default_validating_webhook_configuration(obj: &mut Value) {
+    default_webhooks(obj, Kind::Validating);
+}
+
+/// Defaults of a MutatingWebhookConfiguration's webhooks.
+pub(crate) fn default_mutating_webhook_configuration(obj: &mut Value) {
+    default_webhooks(obj, Kind::Mutating);
+}
+
+fn default_webhooks(obj: &mut Value, kind: Kind) {
+    let Some(webhooks) = obj.get_mut("webhooks").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for webhook in webhooks.iter_mut().filter_map(Value::as_object_mut) {
+        let mut default = |field: &str, value: Value| {
+            if webhook.get(field).is_none_or(Value::is_null) {
+                webhook.insert(field.into(), value);
+            }
+        };
+        default("failurePolicy", json!("Fail"));
+        default("matchPolicy", json!("Equivalent"));
+        default("namespaceSelector", json!({}));
+        default("objectSelector", json!({}));
+        default("timeoutSeconds", json!(10));
+        if kind == Kind::Mutating {
+            default("reinvocationPolicy", json!("Never"));
+        }
+        for rule in webhook
+            .get_mut("rules")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            if rule.get("scope").is_none_or(Value::is_null) {
+                rule.insert("scope".into(), json!("*"));
+            }
+        }
+        if let Some(service) = webhook
+            .get_mut("clientConfig")
+            .and_then(|c| c.get_mut("service"))
+            .and_then(Value::as_object_mut)
+            && service.get("port").is_none_or(Value::is_null)
+        {
+            service.insert("port".into(), json!(443));
+        }
+    }
+}
+
+/// `ValidateValidatingWebhookConfiguration` (and its update form).
+pub(crate) fn validating_webhook_configuration(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+    configuration(obj, old, Kind::Validating)
+}
+
+/// `ValidateMutatingWebhookConfiguration` (and its update form).
+pub(crate) fn mutating_webhook_configuration(obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+    configuration(obj, old, Kind::Mutating)
+}
+
+/// What validation asks of a configuration; an update relaxes what the stored object did
+/// not meet.
+struct Options {
+    require_no_side_effects: bool,
+    require_recognized_review_version: bool,
+    require_unique_names: bool,
+    allow_invalid_label_values: bool,
+    ignore_match_conditions: bool,
+}
+
+fn webhooks(obj: &Value) -> &[Value] {
+    obj.get("webhooks")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn text<'a>(value: &'a Value, field: &str) -> &'a str {
+    value.get(field).and_then(Value::as_str).unwrap_or("")
+}
+
+fn strings(value: &Value, field: &str) -> Vec<String> {
+    value
+        .get(field)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+impl Options {
+    fn for_update(old: Option<&Value>, new: &Value) -> Options {
+        let Some(old) = old else {
+            return Options {
+                require_no_side_effects: true,
+                require_recognized_review_version: true,
+                require_unique_names: true,
+                allow_invalid_label_values: false,
+                ignore_match_conditions: false,
+            };
+        };
+        let before = webhooks(old);
+        let mut names = BTreeSet::new();
+        Options {
+            require_no_side_effects: before
+                .iter()
+                .all(|w| matches!(text(w, "sideEffects"), "None" | "NoneOnDryRun")),
+            require_recognized_review_version: before.iter().all(|w| {
+                let versions = strings(w, "admissionReviewVersions");
+                versions.is_empty()
+                    || versions
+                        .iter()
+                        .any(|v| REVIEW_VERSIONS.contains(&v.as_str()))
+            }),
+            require_unique_names: before.iter().all(|w| names.insert(text(w, "name"))),
+            allow_invalid_label_values: before.iter().any(|w| {
+                ["namespaceSelector", "objectSelector"].iter().any(|s| {
+                    w.get(*s).is_some_and(|selector| {
+                        let mut causes = Vec::new();
+                        label_selector(selector, "", false, &mut causes);
+                        !causes.is_empty()
+                    })
+                })
+            }),
+            ignore_match_conditions: {
+                let after = webhooks(new);
+                after.len() == before.len()
+                    && after
+                        .iter()
+                        .zip(before)
+                        .all(|(a, b)| a.get("matchConditions") == b.get("matchConditions"))
+            },
+        }
+    }
+}
+
+fn configuration(obj: &Value, old: Option<&Value>, kind: Kind) -> Vec<Cause> {
+    let options = Options::for_update(old, obj);
+    let mut causes = Vec::new();
+    let mut names = BTreeSet::new();
+    for (i, hook) in webhooks(obj).iter().enumerate() {
+        let at = format!("webhooks[{i}]");
+        webhook(hook, &at, kind, &options, &mut causes);
+        review_versions(
+            hook,
+            &format!("{at}.admissionReviewVersions"),
+            options.require_recognized_review_version,
+            &mut causes,
+        );
+        let name = text(hook, "name");
+        if options.require_unique_names && !name.is_empty() && !names.insert(name) {
+            causes.push(duplicate(format!("{at}.name"), &json!(name)));
+        }
+    }
+    causes
+}
+
+/// `validateValidatingWebhook` / `validateMutatingWebhook`.
+fn webhook(hook: &Value, at: &str, kind: Kind, options: &Options, causes: &mut Vec<Cause>) {
+    fully_qualified_name(text(hook, "name"), &format!("{at}.name"), causes);
+    for (j, rule) in items(hook, "rules") {
+        rule_with_operations(rule, &format!("{at}.rules[{j}]"), causes);
+    }
+    let mut supported = |field: &str, allowed: &[&str]| {
+        if let Some(value) = hook.get(field).and_then(Value::as_str)
+            && !allowed.contains(&value)
+        {
+            causes.push(not_supported(format!("{at}.{field}"), value, allowed));
+        }
+    };
+    supported("failurePolicy", &["Fail", "Ignore"]);
+    supported("matchPolicy", &["Equivalent", "Exact"]);
+    let side_effects: &[&str] = if options.require_no_side_effects {
+        &["None", "NoneOnDryRun"]
+    } else {
+        &["None", "NoneOnDryRun", "Some", "Unknown"]
+    };
+    // The typed decoding leaves an absent sideEffects empty.
+    match text(hook, "sideEffects") {
+        "" => causes.push(required_because(
+            format!("{at}.sideEffects"),
+            &format!("must specify one of {}", side_effects.join(", ")),
+        )),
+        value if !side_effects.contains(&value) => {
+            causes.push(not_supported(
+                format!("{at}.sideEffects"),
+                value,
+                side_effects,
+            ));
+        }
+        _ => {}
+    }
+    if let Some(timeout) = hook.get("timeoutSeconds").and_then(Value::as_i64)
+        && !(1..=30).contains(&timeout)
+    {
+        causes.push(Cause::invalid(
+            format!("{at}.timeoutSeconds"),
+            &json!(timeout),
+            "the timeout value must be between 1 and 30 seconds",
+        ));
+    }
+    for field in ["namespaceSelector", "objectSelector"] {
+        if let Some(selector) = hook.get(field).filter(|s| !s.is_null()) {
+            label_selector(
+                selector,
+                &format!("{at}.{field}"),
+                options.allow_invalid_label_values,
+                causes,
+            );
+        }
+    }
+    if kind == Kind::Mutating
+        && let Some(policy) = hook.get("reinvocationPolicy").and_then(Value::as_str)
+        && !["IfNeeded", "Never"].contains(&policy)
+    {
+        causes.push(not_supported(
+            format!("{at}.reinvocationPolicy"),
+            policy,
+            &["IfNeeded", "Never"],
+        ));
+    }
+    client_config(
+        hook.get("clientConfig"),
+        &format!("{at}.clientConfig"),
+        causes,
+    );
+    if !options.ignore_match_conditions {
+        match_conditions(hook, &format!("{at}.matchConditions"), causes);
+    }
+}
+
+/// `IsFullyQualifiedName`: a DNS subdomain of at least three segments.
+fn fully_qualified_name(name: &str, at: &str, causes: &mut Vec<Cause>) {
+    if name.is_empty() {
+        causes.push(required(at));
+        return;
+    }
+    let problems = dns1123_subdomain_errors(name);
+    if !problems.is_empty() {
+        causes.push(Cause::invalid(at, &json!(name), problems.join(",")));
+        return;
+    }
+    if name.split('.').count() < 3 {
+        causes.push(Cause::invalid(
+            at,
+            &json!(name),
+            "should be a domain with at least three segments separated by dots",
+        ));
+    }
+}
+
+/// `validateRuleWithOperations`, then `validateRule` (subresources allowed).
+fn rule_with_operations(rule: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let operations = strings(rule, "operations");
+    if operations.is_empty() {
+        causes.push(required(format!("{at}.operations")));
+    }
+    if operations.len() > 1 && operations.iter().any(|o| o == "*") {
+        causes.push(invalid_shown(
+            format!("{at}.operations"),
+            &go_strings(
+                "admissionregistration.OperationType",
+                rule.get("operations"),
+            ),
+            "if '*' is present, must not specify other operations",
+        ));
+    }
+    const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
+    for (k, operation) in operations.iter().enumerate() {
+        if !OPERATIONS.contains(&operation.as_str()) {
+            causes.push(not_supported(
+                format!("{at}.operations[{k}]"),
+                operation,
+                &OPERATIONS,
+            ));
+        }
+    }
+    let groups = strings(rule, "apiGroups");
+    if groups.is_empty() {
+        causes.push(required(format!("{at}.apiGroups")));
+    }
+    if groups.len() > 1 && groups.iter().any(|g| g == "*") {
+        causes.push(Cause::invalid(
+            format!("{at}.apiGroups"),
+            &json!(groups),
+            "if '*' is present, must not specify other API groups",
+        ));
+    }
+    let versions = strings(rule, "apiVersions");
+    if versions.is_empty() {
+        causes.push(required(format!("{at}.apiVersions")));
+    }
+    if versions.len() > 1 && versions.iter().any(|v| v == "*") {
+        causes.push(Cause::invalid(
+            format!("{at}.apiVersions"),
+            &json!(versions),
+            "if '*' is present, must not specify other API versions",
+        ));
+    }
+    for (k, version) in versions.iter().enumerate() {
+        if version.is_empty() {
+            causes.push(required(format!("{at}.apiVersions[{k}]")));
+        }
+    }
+    resources(
+        &strings(rule, "resources"),
+        &format!("{at}.resources"),
+        causes,
+    );
+    if let Some(scope) = rule.get("scope").and_then(Value::as_str)
+        && !["*", "Cluster", "Namespaced"].contains(&scope)
+    {
+        causes.push(not_supported(
+            format!("{at}.scope"),
+            scope,
+            &["*", "Cluster", "Namespaced"],
+        ));
+    }
+}
+
+/// `validateResources`: resources and `resource/subresource` pairs, with wildcards that do
+/// not overlap.
+fn resources(resources: &[String], at: &str, causes: &mut Vec<Cause>) {
+    if resources.is_empty() {
+        causes.push(required(at));
+    }
+    let mut wildcard_subresources = BTreeSet::new();
+    let mut wildcard_resources = BTreeSet::new();
+    let mut double_wildcard = false;
+    let mut single_wildcard = false;
+    let mut plain = false;
+    for (i, entry) in resources.iter().enumerate() {
+        if entry.is_empty() {
+            causes.push(required(format!("{at}[{i}]")));
+            continue;
+        }
+        if entry == "*/*" {
+            double_wildcard = true;
+        }
+        if entry == "*" {
+            single_wildcard = true;
+        }
+        let Some((resource, subresource)) = entry.split_once('/') else {
+            plain = entry != "*";
+            continue;
+        };
+        if wildcard_subresources.contains(resource) {
+            causes.push(Cause::invalid(
+                format!("{at}[{i}]"),
+                &json!(entry),
+                format!("if '{resource}/*' is present, must not specify {entry}"),
+            ));
+        }
+        if wildcard_resources.contains(subresource) {
+            causes.push(Cause::invalid(
+                format!("{at}[{i}]"),
+                &json!(entry),
+                format!("if '*/{subresource}' is present, must not specify {entry}"),
+            ));
+        }
+        if subresource == "*" {
+            wildcard_subresources.insert(resource);
+        }
+        if resource == "*" {
+            wildcard_resources.insert(subresource);
+        }
+    }
+    if resources.len() > 1 && double_wildcard {
+        causes.push(Cause::invalid(
+            at,
+            &json!(resources),
+            "if '*/*' is present, must not specify other resources",
+        ));
+    }
+    if single_wildcard && plain {
+        causes.push(Cause::invalid(
+            at,
+            &json!(resources),
+            "if '*' is present, must not specify other resources without subresources",
+        ));
+    }
+}
+
+/// `ValidateLabelSelector`.
+fn label_selector(selector: &Value, at: &str, allow_invalid_values: bool, causes: &mut Vec<Cause>) {
+    let labels_at = format!("{at}.matchLabels");
+    for (key, value) in selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        for problem in label_key_errors(key) {
+            causes.push(Cause::invalid(&labels_at, &json!(key), problem));
+        }
+        let value = value.as_str().unwrap_or("");
+        for problem in label_value_errors(value) {
+            causes.push(Cause::invalid(&labels_at, &json!(value), problem));
+        }
+    }
+    for (i, requirement) in items(selector, "matchExpressions") {
+        let at = format!("{at}.matchExpressions[{i}]");
+        let values = strings(requirement, "values");
+        match text(requirement, "operator") {
+            "In" | "NotIn" if values.is_empty() => causes.push(required_because(
+                format!("{at}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => causes.push(forbidden(
+                format!("{at}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => causes.push(Cause::invalid(
+                format!("{at}.operator"),
+                &json!(other),
+                "not a valid selector operator",
+            )),
+        }
+        let key = text(requirement, "key");
+        for problem in label_key_errors(key) {
+            causes.push(Cause::invalid(format!("{at}.key"), &json!(key), problem));
+        }
+        if !allow_invalid_values {
+            for (k, value) in values.iter().enumerate() {
+                for problem in label_value_errors(value) {
+                    causes.push(Cause::invalid(
+                        format!("{at}.values[{k}]"),
+                        &json!(value),
+                        problem,
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Exactly one of `url` (`ValidateWebhookURL`, https only) and `service`
+/// (`ValidateWebhookService`).
+fn client_config(config: Option<&Value>, at: &str, causes: &mut Vec<Cause>) {
+    let null = Value::Null;
+    let config = config.unwrap_or(&null);
+    let url = config.get("url").and_then(Value::as_str);
+    let service = config.get("service").filter(|s| !s.is_null());
+    match (url, service) {
+        (Some(url), None) => webhook_url(url, &format!("{at}.url"), causes),
+        (None, Some(service)) => webhook_service(service, &format!("{at}.service"), causes),
+        _ => causes.push(required_because(
+            at,
+            "exactly one of url or service is required",
+        )),
+    }
+}
+
+fn webhook_url(url: &str, at: &str, causes: &mut Vec<Cause>) {
+    const FORM: &str = "; desired format: https://host[/path]";
+    let parsed = match GoUrl::parse(url) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            causes.push(required_because(
+                at,
+                &format!("url must be a valid URL: {e}{FORM}"),
+            ));
+            return;
+        }
+    };
+    if parsed.scheme != "https" {
+        causes.push(Cause::invalid(
+            at,
+            &json!(parsed.scheme),
+            format!("'https' is the only allowed URL scheme{FORM}"),
+        ));
+    }
+    if parsed.host.is_empty() {
+        causes.push(Cause::invalid(
+            at,
+            &json!(parsed.host),
+            format!("host must be specified{FORM}"),
+        ));
+    }
+    if let Some(user) = &parsed.user {
+        causes.push(Cause::invalid(
+            at,
+            &json!(user),
+            "user information is not permitted in the URL",
+        ));
+    }
+    if !parsed.fragment.is_empty() {
+        causes.push(Cause::invalid(
+            at,
+            &json!(parsed.fragment),
+            "fragments are not permitted in the URL",
+        ));
+    }
+    if !parsed.query.is_empty() {
+        causes.push(Cause::invalid(
+            at,
+            &json!(parsed.query),
+            "query parameters are not permitted in the URL",
+        ));
+    }
+}
+
+fn webhook_service(service: &Value, at: &str, causes: &mut Vec<Cause>) {
+    if text(service, "name").is_empty() {
+        causes.push(required_because(
+            format!("{at}.name"),
+            "service name is required",
+        ));
+    }
+    if text(service, "namespace").is_empty() {
+        causes.push(required_because(
+            format!("{at}.namespace"),
+            "service namespace is required",
+        ));
+    }
+    let port = service.get("port").and_then(Value::as_i64).unwrap_or(443);
+    if !(1..=65535).contains(&port) {
+        causes.push(Cause::invalid(
+            format!("{at}.port"),
+            &json!(port),
+            "port is not valid: must be between 1 and 65535, inclusive",
+        ));
+    }
+    let Some(path) = service.get("path").and_then(Value::as_str) else {
+        return;
+    };
+    let path_at = format!("{at}.path");
+    if path.is_empty() || path == "/" {
+        return;
+    }
+    if path == "//" {
+        causes.push(Cause::invalid(
+            &path_at,
+            &json!(path),
+            "segment[0] may not be empty",
+        ));
+        return;
+    }
+    if !path.starts_with('/') {
+        causes.push(Cause::invalid(
+            &path_at,
+            &json!(path),
+            "must start with a '/'",
+        ));
+    }
+    // Go slices off the first byte whatever it is.
+    let rest = path.get(1..).unwrap_or("");
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    for (i, step) in rest.split('/').enumerate() {
+        if step.is_empty() {
+            causes.push(Cause::invalid(
+                &path_at,
+                &json!(path),
+                format!("segment[{i}] may not be empty"),
+            ));
+            continue;
+        }
+        for problem in dns1123_subdomain_errors(step) {
+            causes.push(Cause::invalid(
+                &path_at,
+                &json!(path),
+                format!("segment[{i}]: {problem}"),
+            ));
+        }
+    }
+}
+
+/// `validateMatchConditions`: at most 64, each named (a qualified name, once) and with an
+/// expression. Expressions are compiled by the CEL environment of admission policies, which
+/// these configurations do not use yet; they are only required here.
+fn match_conditions(hook: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let conditions: Vec<(usize, &Value)> = items(hook, "matchConditions").collect();
+    if conditions.len() > MAX_MATCH_CONDITIONS {
+        causes.push(cause(
+            "FieldValueTooMany",
+            at,
+            format!(
+                "Too many: {}: must have at most {MAX_MATCH_CONDITIONS} items",
+                conditions.len()
+            ),
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for (i, condition) in conditions {
+        let at = format!("{at}[{i}]");
+        if text(condition, "expression").trim().is_empty() {
+            causes.push(required(format!("{at}.expression")));
+        }
+        let name = text(condition, "name");
+        if name.is_empty() {
+            causes.push(required(format!("{at}.name")));
+        } else {
+            for problem in label_key_errors(name) {
+                causes.push(Cause::invalid(format!("{at}.name"), &json!(name), problem));
+            }
+        }
+        if !name.is_empty() && !names.insert(name) {
+            causes.push(duplicate(format!("{at}.name"), &json!(name)));
+        }
+    }
+}
+
+/// `validateAdmissionReviewVersions`.
+fn review_versions(hook: &Value, at: &str, require_recognized: bool, causes: &mut Vec<Cause>) {
+    let versions = strings(hook, "admissionReviewVersions");
+    if versions.is_empty() {
+        causes.push(required_because(
+            at,
+            &format!("must specify one of {}", REVIEW_VERSIONS.join(", ")),
+        ));
+        return;
+    }
+    let mut seen = BTreeSet::new();
+    let mut recognized = false;
+    for (i, version) in versions.iter().enumerate() {
+        if !seen.insert(version.as_str()) {
+            causes.push(Cause::invalid(
+                format!("{at}[{i}]"),
+                &json!(version),
+                "duplicate version",
+            ));
+            continue;
+        }
+        for problem in dns1035_label_errors(version) {
+            causes.push(Cause::invalid(
+                format!("{at}[{i}]"),
+                &json!(version),
+                problem,
+            ));
+        }
+        recognized |= REVIEW_VERSIONS.contains(&version.as_str());
+    }
+    if require_recognized && !recognized {
+        causes.push(Cause::invalid(
+            at,
+            &json!(versions),
+            format!(
+                "must include at least one of {}",
+                REVIEW_VERSIONS.join(", ")
+            ),
+        ));
+    }
+}
+
+/// What Go's `url.Parse` makes of a URL: the parts webhook validation looks at.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct GoUrl {
+    scheme: String,
+    user: Option<String>,
+    host: String,
+    query: String,
+    fragment: String,
+}
+
+impl GoUrl {
+    /// Parses `raw` as Go's `net/url` does; the error is worded as Go's
+    /// (`parse "::x": missing protocol scheme`).
+    fn parse(raw: &str) -> Result<GoUrl, String> {
+        let (rest, fragment) = match raw.split_once('#') {
+            Some((rest, fragment)) => (rest, Some(fragment)),
+            None => (raw, None),
+        };
+        let fail = |url: &str, why: &str| format!("parse {}: {why}", go_quoted(url));
+        let mut url = GoUrl::parse_without_fragment(rest).map_err(|e| fail(rest, &e))?;
+        if let Some(fragment) = fragment {
+            url.fragment = unescape(fragment, false).map_err(|e| fail(raw, &e))?;
+        }
+        Ok(url)
+    }
+
+    fn parse_without_fragment(raw: &str) -> Result<GoUrl, String> {
+        if raw.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            return Err("net/url: invalid control character in URL".into());
+        }
+        let mut url = GoUrl::default();
+        let mut rest = raw;
+        // The scheme: letters first, then letters, digits, `+`, `-`, `.`, up to a colon.
+        for (i, c) in raw.char_indices() {
+            match c {
+                'a'..='z' | 'A'..='Z' => {}
+                '0'..='9' | '+' | '-' | '.' if i > 0 => {}
+                ':' if i == 0 => return Err("missing protocol scheme".into()),
+                ':' => {
+                    url.scheme = raw[..i].to_ascii_lowercase();
+                    rest = &raw[i + 1..];
+                    break;
+                }
+                _ => break,
+            }
+        }
+        if rest.ends_with('?') && rest.matches('?').count() == 1 {
+            rest = &rest[..rest.len() - 1];
+        } else if let Some((before, query)) = rest.split_once('?') {
+            url.query = query.to_string();
+            rest = before;
+        }
+        if !rest.starts_with('/') {
+            if !url.scheme.is_empty() {
+                // An opaque URL (`https:host`): no host.
+                return Ok(url);
+            }
+            let first_segment = rest.split('/').next().unwrap_or("");
+            if first_segment.contains(':') {
+                return Err("first path segment in URL cannot contain colon".into());
+            }
+        }
+        if (!url.scheme.is_empty() || !rest.starts_with("///")) && rest.starts_with("//") {
+            let authority = &rest[2..];
+            let authority = authority.split('/').next().unwrap_or(authority);
+            let host = match authority.rfind('@') {
+                Some(at) => {
+                    url.user = Some(authority[..at].to_string());
+                    &authority[at + 1..]
+                }
+                None => authority,
+            };
+            url.host = parse_host(host)?;
+        }
+        Ok(url)
+    }
+}
+
+/// Go's `parseHost`: a port, when there is one, must be digits; `[` opens an IPv6 literal.
+fn parse_host(host: &str) -> Result<String, String> {
+    let invalid_port = |port: &str| format!("invalid port {} after host", go_quoted(port));
+    let port_ok = |port: &str| port.is_empty() || port[1..].bytes().all(|b| b.is_ascii_digit());
+    if host.starts_with('[') {
+        let Some(close) = host.rfind(']') else {
+            return Err("missing ']' in host".into());
+        };
+        let port = &host[close + 1..];
+        if !port.is_empty() && (!port.starts_with(':') || !port_ok(port)) {
+            return Err(invalid_port(port));
+        }
+    } else if let Some(colon) = host.rfind(':') {
+        let port = &host[colon..];
+        if !port_ok(port) {
+            return Err(invalid_port(port));
+        }
+    }
+    unescape(host, true)
+}
+
+/// Go's `unescape` of a host (`in_host`) or fragment: `%XX` escapes, and in a host only
+/// the characters a host may hold.
+fn unescape(text: &str, in_host: bool) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let escape = text.get(i..(i + 3).min(text.len())).unwrap_or(&text[i..]);
+                let valid = escape.len() == 3 && escape[1..].bytes().all(|b| b.is_ascii_hexdigit());
+                if !valid {
+                    return Err(format!("invalid URL escape {}", go_quoted(escape)));
+                }
+                i += 3;
+            }
+            c if in_host
+                && c < 0x80
+                && !c.is_ascii_alphanumeric()
+                && !b"-_.~!$&'()*+,;=:[]<>\"".contains(&c) =>
+            {
+                return Err(format!(
+                    "invalid character {} in host name",
+                    go_quoted(&char::from(c).to_string())
+                ));
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(text.to_string())
+}
+
+/// Go's `%q` of a string (ASCII printable as is, the rest escaped).
+fn go_quoted(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn messages(causes: &[Cause]) -> Vec<String> {
+        causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect()
+    }
+
+    fn hook(extra: Value) -> Value {
+        let mut hook = json!({
+            "name": "hook.example.com",
+            "clientConfig": {"service": {"namespace": "ns", "name": "svc"}},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        });
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            hook[k] = v;
+        }
+        hook
+    }
+
+    fn validate(hooks: Value) -> Vec<String> {
+        let mut obj = json!({"webhooks": hooks});
+        default_mutating_webhook_configuration(&mut obj);
+        messages(&mutating_webhook_configuration(&obj, None))
+    }
+
+    #[test]
+    fn defaults_are_kube_apiservers() {
+        let mut obj = json!({"webhooks": [hook(json!({}))]});
+        default_mutating_webhook_configuration(&mut obj);
+        let hook = &obj["webhooks"][0];
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(hook["matchPolicy"], "Equivalent");
+        assert_eq!(hook["namespaceSelector"], json!({}));
+        assert_eq!(hook["objectSelector"], json!({}));
+        assert_eq!(hook["timeoutSeconds"], 10);
+        assert_eq!(hook["reinvocationPolicy"], "Never");
+        assert_eq!(hook["rules"][0]["scope"], "*");
+        assert_eq!(hook["clientConfig"]["service"]["port"], 443);
+        let mut obj = json!({"webhooks": [hook.clone()]});
+        default_validating_webhook_configuration(&mut obj);
+        assert!(validate(json!([hook])).is_empty());
+    }
+
+    #[test]
+    fn webhooks_are_validated_with_kube_apiservers_words() {
+        assert_eq!(
+            validate(json!([hook(json!({
+                "name": "hook",
+                "sideEffects": "",
+                "admissionReviewVersions": [],
+                "timeoutSeconds": 31,
+                "failurePolicy": "Maybe",
+                "reinvocationPolicy": "Always",
+            }))])),
+            [
+                r#"webhooks[0].name: Invalid value: "hook": should be a domain with at least three segments separated by dots"#,
+                r#"webhooks[0].failurePolicy: Unsupported value: "Maybe": supported values: "Fail", "Ignore""#,
+                "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun",
+                "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
+                r#"webhooks[0].reinvocationPolicy: Unsupported value: "Always": supported values: "IfNeeded", "Never""#,
+                "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1",
+            ]
+        );
+        assert_eq!(
+            validate(json!([hook(json!({
+                "rules": [{"operations": ["*", "CREATE", "PATCH"], "apiGroups": [], "apiVersions": ["v1", ""],
+                    "resources": ["*", "pods", "pods/*", "pods/status"], "scope": "Everywhere"}],
+                "admissionReviewVersions": ["v2", "v2"],
+            }))])),
+            [
+                r#"webhooks[0].rules[0].operations: Invalid value: []admissionregistration.OperationType{"*", "CREATE", "PATCH"}: if '*' is present, must not specify other operations"#,
+                r#"webhooks[0].rules[0].operations[2]: Unsupported value: "PATCH": supported values: "*", "CONNECT", "CREATE", "DELETE", "UPDATE""#,
+                "webhooks[0].rules[0].apiGroups: Required value",
+                "webhooks[0].rules[0].apiVersions[1]: Required value",
+                r#"webhooks[0].rules[0].resources[3]: Invalid value: "pods/status": if 'pods/*' is present, must not specify pods/status"#,
+                r#"webhooks[0].rules[0].resources: Invalid value: []string{"*", "pods", "pods/*", "pods/status"}: if '*' is present, must not specify other resources without subresources"#,
+                r#"webhooks[0].rules[0].scope: Unsupported value: "Everywhere": supported values: "*", "Cluster", "Namespaced""#,
+                r#"webhooks[0].admissionReviewVersions[1]: Invalid value: "v2": duplicate version"#,
+                r#"webhooks[0].admissionReviewVersions: Invalid value: []string{"v2", "v2"}: must include at least one of v1, v1beta1"#,
+            ]
+        );
+        assert_eq!(
+            validate(json!([
+                hook(json!({"clientConfig": {"url": "http://user@example.com/x?a=b#c"}})),
+                hook(json!({"clientConfig": {}})),
+            ])),
+            [
+                r#"webhooks[0].clientConfig.url: Invalid value: "http": 'https' is the only allowed URL scheme; desired format: https://host[/path]"#,
+                r#"webhooks[0].clientConfig.url: Invalid value: "user": user information is not permitted in the URL"#,
+                r#"webhooks[0].clientConfig.url: Invalid value: "c": fragments are not permitted in the URL"#,
+                r#"webhooks[0].clientConfig.url: Invalid value: "a=b": query parameters are not permitted in the URL"#,
+                "webhooks[1].clientConfig: Required value: exactly one of url or service is required",
+                r#"webhooks[1].name: Duplicate value: "hook.example.com""#,
+            ]
+        );
+        assert_eq!(
+            validate(json!([hook(json!({
+                "clientConfig": {"service": {"namespace": "", "name": "svc", "port": 0, "path": "validate//Bad"}},
+                "namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "In"}]},
+                "matchConditions": [{"name": "a", "expression": " "}, {"name": "a", "expression": "true"}],
+            }))])),
+            [
+                "webhooks[0].namespaceSelector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
+                "webhooks[0].clientConfig.service.namespace: Required value: service namespace is required",
+                "webhooks[0].clientConfig.service.port: Invalid value: 0: port is not valid: must be between 1 and 65535, inclusive",
+                r#"webhooks[0].clientConfig.service.path: Invalid value: "validate//Bad": must start with a '/'"#,
+                r#"webhooks[0].clientConfig.service.path: Invalid value: "validate//Bad": segment[1] may not be empty"#,
+                r#"webhooks[0].clientConfig.service.path: Invalid value: "validate//Bad": segment[2]: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"#,
+                "webhooks[0].matchConditions[0].expression: Required value",
+                r#"webhooks[0].matchConditions[1].name: Duplicate value: "a""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn updates_keep_what_the_stored_configuration_had() {
+        let mut old = json!({"webhooks": [
+            hook(json!({"sideEffects": "Unknown", "admissionReviewVersions": ["v2"]})),
+            hook(json!({})),
+        ]});
+        default_mutating_webhook_configuration(&mut old);
+        let new = old.clone();
+        assert!(mutating_webhook_configuration(&new, Some(&old)).is_empty());
+        assert_eq!(
+            messages(&mutating_webhook_configuration(&new, None)),
+            [
+                r#"webhooks[0].sideEffects: Unsupported value: "Unknown": supported values: "None", "NoneOnDryRun""#,
+                r#"webhooks[0].admissionReviewVersions: Invalid value: []string{"v2"}: must include at least one of v1, v1beta1"#,
+                r#"webhooks[1].name: Duplicate value: "hook.example.com""#,
+            ]
+        );
+    }
+
+    #[test]
+    fn urls_are_parsed_as_go_parses_them() {
+        let parse = GoUrl::parse;
+        assert_eq!(
+            parse("https://127.0.0.1:9443/x"),
+            Ok(GoUrl {
+                scheme: "https".into(),
+                host: "127.0.0.1:9443".into(),
+                ..GoUrl::default()
+            })
+        );
+        assert_eq!(
+            parse("://x").map(|_| ()),
+            Err(r#"parse "://x": missing protocol scheme"#.into())
+        );
+        assert_eq!(
+            parse("https://host:port/").map(|_| ()),
+            Err(r#"parse "https://host:port/": invalid port ":port" after host"#.into())
+        );
+        assert_eq!(
+            parse("https://ho st/").map(|_| ()),
+            Err(r#"parse "https://ho st/": invalid character " " in host name"#.into())
+        );
+        assert_eq!(parse("example.com/x").map(|u| u.host), Ok(String::new()));
+    }
+}
