@@ -363,7 +363,9 @@ fn check_types(review: &Value) -> Result<(), String> {
     check("uid", "types.UID", Value::is_string)?;
     check("allowed", "bool", Value::is_boolean)?;
     check("status", "v1.Status", Value::is_object)?;
-    check("patch", "[]uint8", Value::is_string)?;
+    // Go decodes a []byte from base64 text, or from an array of numbers (what kube-rs's
+    // AdmissionResponse sends).
+    check("patch", "[]uint8", |v| v.is_string() || v.is_array())?;
     check("patchType", "v1.PatchType", Value::is_string)?;
     check("auditAnnotations", "map[string]string", Value::is_object)?;
     check("warnings", "[]string", Value::is_array)?;
@@ -419,10 +421,35 @@ fn check_types(review: &Value) -> Result<(), String> {
             }
         }
     }
-    if let Some(patch) = response.get("patch").and_then(Value::as_str) {
-        base64_decode(patch)?;
+    if let Some(patch) = response.get("patch").filter(|p| !p.is_null()) {
+        patch_bytes(patch)?;
     }
     Ok(())
+}
+
+/// `response.patch` as Go decodes a `[]byte`: base64 text, or an array of numbers 0–255.
+fn patch_bytes(patch: &Value) -> Result<Vec<u8>, String> {
+    match patch {
+        Value::String(text) => base64_decode(text),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| {
+                item.as_u64()
+                    .and_then(|n| u8::try_from(n).ok())
+                    .ok_or_else(|| {
+                        let shown = if item.is_number() {
+                            format!("number {item}")
+                        } else {
+                            gojson::kind(item).to_string()
+                        };
+                        format!(
+                            "json: cannot unmarshal {shown} into Go struct field AdmissionResponse.response.patch of type uint8"
+                        )
+                    })
+            })
+            .collect(),
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// Go's `base64.StdEncoding` decoding, with its error.
@@ -448,8 +475,8 @@ fn verify(review: &Value, uid: &str, version: &str, mutating: bool) -> Result<An
         return Err("webhook response was absent".into());
     };
     let text = |field: &str| response.get(field).and_then(Value::as_str);
-    let patch = match text("patch") {
-        Some(p) => base64_decode(p)?,
+    let patch = match response.get("patch").filter(|p| !p.is_null()) {
+        Some(p) => patch_bytes(p)?,
         None => Vec::new(),
     };
     let patch_type = text("patchType").map(String::from);
@@ -719,6 +746,22 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(ok.patch, b"[]");
+        // kube-rs sends the patch as an array of numbers; Go decodes that into []byte too.
+        let array = verify(
+            &serde_json::from_str(
+                r#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u-1", "allowed": true, "patch": [91, 93], "patchType": "JSONPatch"}}"#,
+            )
+            .expect("json"),
+            "u-1",
+            "admission.k8s.io/v1",
+            true,
+        )
+        .expect("an answer");
+        assert_eq!(array.patch, b"[]");
+        assert_eq!(
+            check_types(&serde_json::json!({"response": {"patch": [91, 300]}})),
+            Err("json: cannot unmarshal number 300 into Go struct field AdmissionResponse.response.patch of type uint8".into())
+        );
         assert_eq!(ok.warnings, ["w"]);
         assert_eq!(
             read_v1(
