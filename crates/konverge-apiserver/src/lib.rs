@@ -79,6 +79,7 @@ pub struct ApiServerBuilder {
     authorization: AuthorizationMode,
     observer: Option<auth::authz::Observer>,
     webhooks: webhook::Webhooks,
+    admission_log: Option<usize>,
 }
 
 /// How the server decides whether a request may be done (`--authorization-mode`).
@@ -109,6 +110,13 @@ impl ApiServerBuilder {
     /// Service addresses registered on `webhooks` (which may also be registered later).
     pub fn webhooks(mut self, webhooks: webhook::Webhooks) -> Self {
         self.webhooks = webhooks;
+        self
+    }
+
+    /// Keeps a record of the last `capacity` requests that went through admission (see
+    /// [`admission::Chain::log`]), for tests and tools that look at what admission did.
+    pub fn admission_log(mut self, capacity: usize) -> Self {
+        self.admission_log = Some(capacity);
         self
     }
 
@@ -198,6 +206,17 @@ impl ApiServerBuilder {
                 )
             }
         };
+        // The policy plugin reads through a registry whose chain does not hold it.
+        let policies = admission::policy::ValidatingAdmissionPolicy::new(
+            registry.clone(),
+            authorization.clone(),
+        );
+        let chain = admission::Chain::builtin().with(Arc::new(policies));
+        let chain = match self.admission_log {
+            Some(capacity) => chain.logged(capacity),
+            None => chain,
+        };
+        let registry = registry.with_admission(chain);
         let server = Arc::new(ApiServer {
             registry,
             metrics,
@@ -273,6 +292,7 @@ impl ApiServer {
             authorization: AuthorizationMode::AlwaysAllow,
             observer: None,
             webhooks: webhook::Webhooks::default(),
+            admission_log: None,
         }
     }
 

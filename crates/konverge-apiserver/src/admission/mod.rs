@@ -18,11 +18,15 @@
 //!   class gets the default StorageClass;
 //! - [`DefaultClass::ingress`] (`DefaultIngressClass`): an Ingress that names no class gets
 //!   the default IngressClass.
+//!
+//! [`policy::ValidatingAdmissionPolicy`] (`ValidatingAdmissionPolicy`) needs the server's
+//! authorization, so the server adds it to the chain when it is built.
 
 mod limits;
 pub mod matching;
 mod plugins;
 mod pods;
+pub mod policy;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -362,6 +366,7 @@ impl Chain {
             dry_run: attributes.dry_run,
             admissions: attributes.trace.admissions(),
             warnings: attributes.trace.warnings(),
+            annotations: attributes.trace.annotations(),
         });
     }
 }
@@ -389,6 +394,8 @@ pub struct Record {
     pub admissions: Vec<Ran>,
     /// The warnings sent back.
     pub warnings: Vec<String>,
+    /// The audit annotations admission added.
+    pub annotations: Vec<(String, String)>,
 }
 
 impl Record {
