@@ -14,7 +14,9 @@
 //! - `service`: Service types and ports, and cluster IPs on update;
 //! - `storage`: what updates of PersistentVolumeClaims, PersistentVolumes, StorageClasses
 //!   and CSIDrivers may change;
-//! - `cluster`: what updates of PriorityClasses, IngressClasses and role bindings may change.
+//! - `cluster`: what updates of PriorityClasses, IngressClasses and role bindings may change;
+//! - `admission_policy`: ValidatingAdmissionPolicies and their bindings (defaults too), their
+//!   CEL expressions compiled as they are written.
 //!
 //! This file holds the words every family shares (`Required value`, `Unsupported value` ...).
 
@@ -105,6 +107,7 @@ fn non_negative(obj: &Value, at: &str, path: &str, fields: &[&str], causes: &mut
     }
 }
 
+mod admission_policy;
 mod affinity;
 mod cluster;
 mod config;
@@ -117,6 +120,10 @@ mod storage;
 mod volumes;
 mod workloads;
 
+pub(super) use admission_policy::{
+    default_validating_admission_policy, default_validating_admission_policy_binding,
+    validating_admission_policy, validating_admission_policy_binding,
+};
 pub(super) use cluster::{ingress_class, priority_class, role_binding};
 pub(super) use config::{config_map, secret};
 pub(super) use cron::cron_job;
