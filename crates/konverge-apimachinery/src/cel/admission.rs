@@ -595,6 +595,9 @@ struct Shared {
     memo: Mutex<HashMap<String, Result<CelValue, String>>>,
     /// What the variables evaluated since the last expression cost.
     variables_cost: AtomicU64,
+    /// How large any value computed from the inputs can be, about: their characters and
+    /// elements together.
+    inputs_size: u64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -643,6 +646,17 @@ impl Activation {
                 }),
             ));
         }
+        let inputs_size = [
+            Some(input.object),
+            Some(input.old_object),
+            input.params,
+            Some(input.request),
+            input.namespace,
+        ]
+        .into_iter()
+        .flatten()
+        .map(json_size)
+        .sum();
         Activation {
             shared: Arc::new(Shared {
                 env: library::env(),
@@ -650,6 +664,7 @@ impl Activation {
                 composition: composition.cloned(),
                 memo: Mutex::new(HashMap::new()),
                 variables_cost: AtomicU64::new(0),
+                inputs_size,
             }),
         }
     }
@@ -837,7 +852,30 @@ struct RuntimeSizes<'a> {
     shared: &'a Arc<Shared>,
 }
 
+/// The characters and elements of a JSON value, all together.
+fn json_size(value: &Value) -> u64 {
+    match value {
+        Value::String(s) => s.chars().count() as u64,
+        Value::Array(items) => items.iter().map(json_size).sum::<u64>() + items.len() as u64,
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| k.chars().count() as u64 + json_size(v))
+            .sum::<u64>()
+            .saturating_add(map.len() as u64),
+        // Numbers print in at most 24 characters.
+        Value::Number(_) => 24,
+        _ => 5,
+    }
+}
+
 impl Sizes for RuntimeSizes<'_> {
+    fn unknown(&self) -> Range {
+        Range {
+            min: 0,
+            max: self.shared.inputs_size,
+        }
+    }
+
     fn size(&self, path: &[String]) -> Option<Range> {
         let (root, rest) = match path.first().map(String::as_str)? {
             "variables" => {
@@ -957,6 +995,15 @@ mod tests {
                 &i
             ),
             Evaluation::Value(Output::Bool(true))
+        );
+        // A computed string is as large as the inputs at most: concatenating it is cheap.
+        assert_eq!(
+            eval(
+                Compiler::new(),
+                "'replicas: ' + string(object.spec.replicas)",
+                &i
+            ),
+            Evaluation::Value(Output::String("replicas: 3".into()))
         );
         assert_eq!(
             eval(Compiler::new(), "object.spec.missing == 1", &i),
