@@ -134,7 +134,7 @@ where
 
 #[tokio::test]
 async fn refusals_carry_kube_messages_reasons_and_codes() -> anyhow::Result<()> {
-    let (_server, client) = client().await;
+    let (server, client) = client().await;
     let only = |name: &str| {
         json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
             "operations": ["CREATE"], "resources": ["configmaps"], "resourceNames": [name]}]})
@@ -214,6 +214,11 @@ async fn refusals_carry_kube_messages_reasons_and_codes() -> anyhow::Result<()> 
     create(&client, "default", configmap("plain", json!({"x": "ok"}))).await?;
     // Objects the policies do not match are not looked at.
     create(&client, "default", configmap("other", json!({"x": "no"}))).await?;
+    // Writes of resources no binding could match skip the plugin.
+    let catalog = server.registry().catalog();
+    let chain = server.registry().admission();
+    assert!(chain.handles(&catalog.get("", "v1", "configmaps").expect("served")));
+    assert!(!chain.handles(&catalog.get("", "v1", "secrets").expect("served")));
     Ok(())
 }
 

@@ -195,6 +195,8 @@ impl ParamKind {
 #[derive(Debug)]
 pub(crate) struct Policy {
     pub(crate) name: String,
+    /// The uid and generation it was compiled at.
+    version: (String, i64),
     pub(crate) failure: FailurePolicy,
     pub(crate) param_kind: Option<ParamKind>,
     /// `None` when the policy has no `matchConstraints` (a configuration error).
@@ -267,6 +269,7 @@ impl Policy {
         let composition = compiler.composition();
         let policy = Policy {
             name,
+            version: version(policy),
             failure: FailurePolicy::parse(spec.failure_policy.as_deref()),
             param_kind,
             constraints: spec.match_constraints.as_ref().map(Matcher::new),
@@ -344,9 +347,21 @@ impl Binding {
     }
 }
 
+/// A bound policy: the policy, compiled, and its bindings.
+pub(crate) type Hook = (Arc<Policy>, Vec<Binding>);
+
+/// What a policy was compiled from: its uid and generation (its spec changes the generation).
+fn version(policy: &ValidatingAdmissionPolicy) -> (String, i64) {
+    (
+        policy.metadata.uid.clone().unwrap_or_default(),
+        policy.metadata.generation.unwrap_or_default(),
+    )
+}
+
 /// Reads the stored policies and bindings: every policy that has bindings, with them, in
-/// name order.
-pub(crate) async fn load(registry: &Registry) -> Result<Vec<(Policy, Vec<Binding>)>> {
+/// name order. A policy `previous` compiled at the same uid and generation is not compiled
+/// again.
+pub(crate) async fn load(registry: &Registry, previous: &[Hook]) -> Result<Vec<Hook>> {
     let group = "admissionregistration.k8s.io";
     let (Some(policies), Some(bindings)) = (
         registry
@@ -383,7 +398,12 @@ pub(crate) async fn load(registry: &Registry) -> Result<Vec<(Policy, Vec<Binding
         let Some(bound) = by_policy.remove(&name) else {
             continue;
         };
-        if let Some(compiled) = Policy::compile(&policy) {
+        let version = version(&policy);
+        let known = previous
+            .iter()
+            .find(|(p, _)| p.name == name && p.version == version)
+            .map(|(p, _)| p.clone());
+        if let Some(compiled) = known.or_else(|| Policy::compile(&policy).map(Arc::new)) {
             hooks.push((compiled, bound));
         }
     }

@@ -183,3 +183,95 @@ pub(crate) fn aggregate(errors: Vec<String>) -> String {
         format!("[{}]", seen.join(", "))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::admission::{Attributes, Operation, Trace};
+    use crate::auth::authz::{AlwaysAllow, Authorization};
+    use crate::resources::Catalog;
+
+    fn conditions(list: &[(&str, &str)]) -> Conditions {
+        let list: Vec<MatchCondition> = list
+            .iter()
+            .map(|(name, expression)| MatchCondition {
+                name: name.to_string(),
+                expression: expression.to_string(),
+            })
+            .collect();
+        Conditions::compile(&list)
+    }
+
+    #[tokio::test]
+    async fn conditions_match_as_kube_matches_them() {
+        let catalog = Catalog::builtin();
+        let pods = catalog.get("", "v1", "pods").expect("pods");
+        let trace = Trace::default();
+        let attributes = Attributes {
+            operation: Operation::Create,
+            rt: &pods,
+            namespace: "default",
+            name: "web",
+            subresource: None,
+            old: None,
+            user: None,
+            dry_run: false,
+            trace: &trace,
+        };
+        let authorization = Authorization::new(Arc::new(AlwaysAllow), None);
+        let object = json!({"metadata": {"name": "web", "labels": {"app": "web"}}});
+        let request = Request::new(&attributes, &object, &pods, &authorization);
+        let fail = FailurePolicy::Fail;
+        let evaluate = |c: Conditions, failure: FailurePolicy| {
+            let request = &request;
+            async move { c.evaluate(request, None, failure).await }
+        };
+        assert_eq!(evaluate(conditions(&[]), fail).await, Ok(true));
+        let matching = conditions(&[
+            ("web", "object.metadata.labels.app == 'web'"),
+            (
+                "create",
+                "request.operation == 'CREATE' && request.kind.kind == 'Pod'",
+            ),
+            (
+                "allowed",
+                "authorizer.group('').resource('pods').check('get').allowed()",
+            ),
+        ]);
+        assert_eq!(evaluate(matching, fail).await, Ok(true));
+        // A false condition decides, even when another failed.
+        let failing = || {
+            conditions(&[
+                ("missing", "object.spec.x == 1"),
+                ("params", "params.x == 1"),
+                ("other", "object.metadata.name == 'other'"),
+            ])
+        };
+        assert_eq!(evaluate(failing(), fail).await, Ok(false));
+        let errors = || {
+            conditions(&[
+                ("missing", "object.spec.x == 1"),
+                ("also", "object.spec.y == 1"),
+            ])
+        };
+        assert_eq!(
+            evaluate(errors(), fail).await,
+            Err(ConditionError(
+                "[expression 'object.spec.x == 1' resulted in error: no such key: spec, expression 'object.spec.y == 1' resulted in error: no such key: spec]".into()
+            ))
+        );
+        assert_eq!(evaluate(errors(), FailurePolicy::Ignore).await, Ok(false));
+        let uncompiled = conditions(&[("params", "params.x == 1")]);
+        assert_eq!(uncompiled.compile_errors().len(), 1);
+        assert_eq!(
+            evaluate(uncompiled, fail).await,
+            Err(ConditionError(
+                "compilation error: compilation failed: ERROR: <input>:1:1: undeclared reference to 'params' (in container '')\n | params.x == 1\n | ^".into()
+            ))
+        );
+    }
+}

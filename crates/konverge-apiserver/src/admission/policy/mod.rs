@@ -56,7 +56,7 @@ struct State {
     /// The generation it was read at (`None`: never read).
     generation: Option<u64>,
     /// Every policy that has bindings, with them, by name.
-    hooks: Vec<(Policy, Vec<Binding>)>,
+    hooks: Vec<compile::Hook>,
 }
 
 /// The `ValidatingAdmissionPolicy` admission plugin.
@@ -106,7 +106,7 @@ impl ValidatingAdmissionPolicy {
         }
         // Read the generation first: a write committed while listing moves it again.
         let generation = registry.admission_generation();
-        let hooks = compile::load(registry).await?;
+        let hooks = compile::load(registry, &state.hooks).await?;
         let state = Arc::new(State {
             generation: Some(generation),
             hooks,
