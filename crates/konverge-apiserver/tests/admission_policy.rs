@@ -665,6 +665,31 @@ async fn failure_policies_decide_about_errors() -> anyhow::Result<()> {
         (422, "Invalid".into(), r#"configmaps "strict" is forbidden: ValidatingAdmissionPolicy 'strict' with binding 'strict' denied request: expression 'object.data.missing == 'x'' resulted in error: no such key: missing"#.into())
     );
     create(&client, "default", configmap("lenient", json!({}))).await?;
+    // An expression that would cost more than one call may is stopped.
+    let costly = "object.data.all(a, object.data.all(b, a != '' && b != ''))";
+    policy(&client, "costly", json!({
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+            "operations": ["CREATE"], "resources": ["configmaps"], "resourceNames": ["costly"]}]},
+        "validations": [{"expression": costly}],
+    })).await?;
+    binding(
+        &client,
+        "costly",
+        json!({"policyName": "costly", "validationActions": ["Deny"]}),
+    )
+    .await?;
+    let many: serde_json::Map<String, Value> =
+        (0..2000).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let e = create(&client, "default", configmap("costly", Value::Object(many)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(e).2,
+        format!(
+            "configmaps \"costly\" is forbidden: ValidatingAdmissionPolicy 'costly' with binding 'costly' denied request: expression '{costly}' resulted in error: operation cancelled: actual cost limit exceeded"
+        )
+    );
+    create(&client, "default", configmap("costly", json!({"a": "1"}))).await?;
     // A paramKind nothing serves is a configuration error, under the same rule.
     policy(
         &client,

@@ -128,22 +128,19 @@ pub(crate) async fn validate(
     }
     let mut decisions = Vec::with_capacity(results.len());
     for (i, (validation, result)) in policy.validations.iter().zip(results).enumerate() {
-        let decision = match result {
-            Err(e) => error_decision(failure, e),
-            Ok(_) if messages_failed.is_some() => error_decision(
-                failure,
-                format!(
-                    "failed messageExpression: {}",
-                    messages_failed.unwrap_or(konverge_apimachinery::cel::admission::OutOfBudget)
-                ),
-            ),
-            Ok(Output::Bool(true)) => Decision {
+        let decision = match (result, messages_failed) {
+            (Err(e), _) => error_decision(failure, e),
+            // Messages that ran out of budget fail every validation that did not fail itself.
+            (Ok(_), Some(out)) => {
+                error_decision(failure, format!("failed messageExpression: {out}"))
+            }
+            (Ok(Output::Bool(true)), None) => Decision {
                 deny: false,
                 error: false,
                 message: String::new(),
                 reason: None,
             },
-            Ok(_) => {
+            (Ok(_), None) => {
                 let from_expression = match messages.get(i) {
                     Some(Some(Ok(Output::String(s)))) => {
                         let s = s.trim();
