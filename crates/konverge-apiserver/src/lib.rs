@@ -219,16 +219,30 @@ impl ApiServerBuilder {
             }
         };
         // The dynamic admission plugins run after the built-in ones and before
-        // ResourceQuota, in kube-apiserver's order.
-        let webhooks = registry.clone();
+        // ResourceQuota, in kube-apiserver's order. They read through a registry whose chain
+        // does not hold them.
+        let dynamic = registry.clone();
         let mut chain = admission::Chain::builtin()
             .with_before(
                 "ResourceQuota",
-                Arc::new(admission::MutatingAdmissionWebhook::new(webhooks.clone())),
+                Arc::new(admission::MutatingAdmissionWebhook::new(
+                    dynamic.clone(),
+                    authorization.clone(),
+                )),
             )
             .with_before(
                 "ResourceQuota",
-                Arc::new(admission::ValidatingAdmissionWebhook::new(webhooks)),
+                Arc::new(admission::policy::ValidatingAdmissionPolicy::new(
+                    dynamic.clone(),
+                    authorization.clone(),
+                )),
+            )
+            .with_before(
+                "ResourceQuota",
+                Arc::new(admission::ValidatingAdmissionWebhook::new(
+                    dynamic,
+                    authorization.clone(),
+                )),
             );
         if !self.disabled_admission.is_empty() {
             let known = chain.names();

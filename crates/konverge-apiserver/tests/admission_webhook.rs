@@ -1647,35 +1647,60 @@ async fn configurations_get_kube_apiservers_defaults_and_validation() -> anyhow:
     Ok(())
 }
 
-/// `matchConditions` are not evaluated by webhooks themselves (the CEL environment of
-/// admission policies is to evaluate them): until then a webhook with conditions fails
-/// closed as its failure policy says.
+/// `matchConditions` choose which requests a webhook sees (CEL, on the object in the version
+/// the webhook matched); conditions that cannot be evaluated refuse the request under
+/// `failurePolicy: Fail` and skip the webhook under `Ignore`.
 #[tokio::test]
-async fn webhooks_with_match_conditions_fail_closed_as_their_policy_says() -> anyhow::Result<()> {
+async fn match_conditions_choose_the_requests_webhooks_see() -> anyhow::Result<()> {
     let cluster = Cluster::new().await;
     cluster.serve("conditional", allow);
-    let conditions = json!([{"name": "labelled", "expression": "has(object.metadata.labels)"}]);
-    let mut ignored = webhook(
-        "ignored.example.com",
+    let mut labelled = webhook(
+        "labelled.example.com",
         service("conditional"),
         config_map_rules(&["CREATE"]),
     );
-    ignored["matchConditions"] = conditions.clone();
-    ignored["failurePolicy"] = json!("Ignore");
-    cluster.validating("ignored", json!([ignored])).await?;
+    labelled["matchConditions"] = json!([
+        {"name": "labelled", "expression": "has(object.metadata.labels) && 'tier' in object.metadata.labels"},
+        {"name": "not-kube-system", "expression": "request.namespace != 'kube-system'"},
+    ]);
+    cluster.validating("labelled", json!([labelled])).await?;
     let cms = cluster.config_maps("default");
-    cms.create(&PostParams::default(), &config_map("skipped", json!({})))
+    cms.create(&PostParams::default(), &config_map("plain", json!({})))
         .await?;
     assert!(cluster.reviews("conditional").is_empty());
-    let mut failing = webhook(
-        "failing.example.com",
-        service("conditional"),
-        config_map_rules(&["CREATE"]),
-    );
-    failing["matchConditions"] = conditions;
-    cluster.validating("failing", json!([failing])).await?;
+    cms.create(
+        &PostParams::default(),
+        &config_map("web", json!({"tier": "web"})),
+    )
+    .await?;
+    assert_eq!(cluster.reviews("conditional").len(), 1);
+
+    // A condition that errors: Fail refuses the request, Ignore skips the webhook.
+    cluster.serve("erring", allow);
+    let erring = |name: &str, policy: &str| {
+        let mut hook = webhook(name, service("erring"), config_map_rules(&["CREATE"]));
+        hook["failurePolicy"] = json!(policy);
+        hook["matchConditions"] =
+            json!([{"name": "missing", "expression": "object.metadata.labels['missing'] == 'x'"}]);
+        hook
+    };
+    cluster
+        .validating("ignored", json!([erring("ignored.example.com", "Ignore")]))
+        .await?;
+    cms.create(
+        &PostParams::default(),
+        &config_map("skipped", json!({"tier": "db"})),
+    )
+    .await?;
+    assert!(cluster.reviews("erring").is_empty());
+    cluster
+        .validating("failing", json!([erring("failing.example.com", "Fail")]))
+        .await?;
     let e = cms
-        .create(&PostParams::default(), &config_map("refused", json!({})))
+        .create(
+            &PostParams::default(),
+            &config_map("refused", json!({"tier": "db"})),
+        )
         .await
         .unwrap_err();
     assert_eq!(
@@ -1683,9 +1708,10 @@ async fn webhooks_with_match_conditions_fail_closed_as_their_policy_says() -> an
         (
             403,
             "Forbidden".into(),
-            r#"configmaps "refused" is forbidden: failed evaluating match conditions of webhook "failing.example.com": this server has no CEL evaluator for webhook matchConditions"#.into()
+            r#"configmaps "refused" is forbidden: expression 'object.metadata.labels['missing'] == 'x'' resulted in error: no such key: missing"#.into()
         )
     );
-    assert!(cluster.reviews("conditional").is_empty());
+    assert!(cluster.reviews("erring").is_empty());
+    assert!(cms.get_opt("refused").await?.is_none());
     Ok(())
 }

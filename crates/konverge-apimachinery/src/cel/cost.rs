@@ -86,6 +86,12 @@ impl Range {
 /// How large the values at a path are (`["self", "spec", "items", "@items"]`).
 pub(crate) trait Sizes {
     fn size(&self, path: &[String]) -> Option<Range>;
+
+    /// How large a value nothing says more about can be (a computed string, say): unbounded
+    /// when costs are estimated ahead, at most what the inputs hold when they are known.
+    fn unknown(&self) -> Range {
+        Range::UNKNOWN
+    }
 }
 
 /// Sizes as the schema bounds them: kube-apiserver's `sizeEstimator` over the rule's `self`.
@@ -236,7 +242,7 @@ impl Coster<'_> {
         {
             return size;
         }
-        Range::UNKNOWN
+        self.sizes.unknown()
     }
 
     fn cost(&mut self, e: &IdedExpr) -> Range {
@@ -381,7 +387,7 @@ impl Coster<'_> {
         costs: &[Range],
     ) -> Range {
         let args_cost = costs.iter().fold(Range::default(), |s, c| s.add(*c));
-        let size = |i: usize| args.get(i).map_or(Range::UNKNOWN, |a| self.size(a));
+        let size = |i: usize| args.get(i).map_or(self.sizes.unknown(), |a| self.size(a));
         let one = Range::exactly(1);
         let string_like = |i: usize| {
             args.get(i)
@@ -401,6 +407,8 @@ impl Coster<'_> {
                 return cost;
             }
             "dyn" => return one.add(args_cost),
+            // An authorization check costs as much as two may together in one call.
+            "check" if member => (Range::exactly(350_000), None),
             "sets.contains" | "sets.intersects" => (size(0).mul(size(1)).add(one), None),
             "sets.equivalent" => (size(0).mul(size(1)).factor(2.0).add(one), None),
             "isSorted" | "sum" | "max" | "min" | "indexOf" | "lastIndexOf"
@@ -411,7 +419,7 @@ impl Coster<'_> {
                         let item = self
                             .path_with(args[0], "@items")
                             .and_then(|p| self.sizes.size(&p))
-                            .unwrap_or(Range::UNKNOWN);
+                            .unwrap_or(self.sizes.unknown());
                         one.add(item.factor(STRING_FACTOR))
                     }
                     _ => one,
@@ -436,7 +444,7 @@ impl Coster<'_> {
                 let item = self
                     .path_with(args[0], "@items")
                     .and_then(|p| self.sizes.size(&p))
-                    .unwrap_or(Range::UNKNOWN);
+                    .unwrap_or(self.sizes.unknown());
                 let separators = match args.get(1) {
                     Some(_) => size(1).mul(Range {
                         min: size(0).min.saturating_sub(1),

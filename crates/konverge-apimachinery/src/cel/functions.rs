@@ -1,8 +1,8 @@
 //! The functions a CRD rule may call, with their overloads, as kube-apiserver 1.33 declares
 //! them for new expressions (its environment at compatibility version 1.32): CEL's standard
 //! library and optionals, the strings extension (version 2), sets, two-variable
-//! comprehensions, and Kubernetes' lists, regex, URL, IP, CIDR, quantity and format
-//! libraries.
+//! comprehensions, and Kubernetes' lists, regex, URL, IP, CIDR, quantity, format and
+//! authorization libraries (the last only has values in admission expressions).
 //!
 //! Signatures are written as CEL prints them, one a line: `name(T, T) -> R` for a global
 //! function, `Recv :: name(T) -> R` for a member function. `A`, `B`, `K` and `V` are type
@@ -246,6 +246,21 @@ format.date() -> kubernetes.NamedFormat
 format.datetime() -> kubernetes.NamedFormat
 format.named(string) -> optional(kubernetes.NamedFormat)
 kubernetes.NamedFormat :: validate(string) -> optional(list(string))
+kubernetes.authorization.Authorizer :: path(string) -> kubernetes.authorization.PathCheck
+kubernetes.authorization.Authorizer :: group(string) -> kubernetes.authorization.GroupCheck
+kubernetes.authorization.Authorizer :: serviceAccount(string, string) -> kubernetes.authorization.Authorizer
+kubernetes.authorization.GroupCheck :: resource(string) -> kubernetes.authorization.ResourceCheck
+kubernetes.authorization.ResourceCheck :: subresource(string) -> kubernetes.authorization.ResourceCheck
+kubernetes.authorization.ResourceCheck :: namespace(string) -> kubernetes.authorization.ResourceCheck
+kubernetes.authorization.ResourceCheck :: name(string) -> kubernetes.authorization.ResourceCheck
+kubernetes.authorization.ResourceCheck :: fieldSelector(string) -> kubernetes.authorization.ResourceCheck
+kubernetes.authorization.ResourceCheck :: labelSelector(string) -> kubernetes.authorization.ResourceCheck
+kubernetes.authorization.PathCheck :: check(string) -> kubernetes.authorization.Decision
+kubernetes.authorization.ResourceCheck :: check(string) -> kubernetes.authorization.Decision
+kubernetes.authorization.Decision :: errored() -> bool
+kubernetes.authorization.Decision :: error() -> string
+kubernetes.authorization.Decision :: allowed() -> bool
+kubernetes.authorization.Decision :: reason() -> string
 ";
 
 /// Ordering comparisons: every type with an order, and int, uint and double mixed
@@ -368,6 +383,11 @@ fn parse_type(s: &str) -> Option<Type> {
         "kubernetes.URL" => Type::Opaque("kubernetes.URL"),
         "kubernetes.Quantity" => Type::Opaque("kubernetes.Quantity"),
         "kubernetes.NamedFormat" => Type::Opaque("kubernetes.NamedFormat"),
+        "kubernetes.authorization.Authorizer" => Type::Opaque(super::authz::AUTHORIZER),
+        "kubernetes.authorization.PathCheck" => Type::Opaque(super::authz::PATH_CHECK),
+        "kubernetes.authorization.GroupCheck" => Type::Opaque(super::authz::GROUP_CHECK),
+        "kubernetes.authorization.ResourceCheck" => Type::Opaque(super::authz::RESOURCE_CHECK),
+        "kubernetes.authorization.Decision" => Type::Opaque(super::authz::DECISION),
         _ => return None,
     })
 }

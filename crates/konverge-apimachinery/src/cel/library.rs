@@ -1,7 +1,8 @@
 //! The CEL environment rules are compiled and evaluated in: the standard library, the strings
 //! extension (`lowerAscii`, `upperAscii`, `trim`, `split`, `replace`, `indexOf`, ...), and the
 //! cheap parts of Kubernetes' own libraries: the list functions `isSorted`, `sum`, `min`, `max`,
-//! `indexOf` and `lastIndexOf`, and `sets.contains`, `sets.equivalent`, `sets.intersects`.
+//! `indexOf` and `lastIndexOf`, `sets.contains`, `sets.equivalent`, `sets.intersects`, and
+//! the authorization library's functions (see `authz`).
 
 use std::cmp::Ordering;
 use std::sync::{Arc, LazyLock};
@@ -55,6 +56,7 @@ fn build() -> Result<Env, cel::DeclarationError> {
         vec![LIST_TYPE, LIST_TYPE],
         sets_intersects,
     )?;
+    super::authz::register(&mut env)?;
     Ok(env)
 }
 

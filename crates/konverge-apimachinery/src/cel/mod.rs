@@ -14,13 +14,17 @@
 //! - `check`: rendering issues with the source line and a caret.
 //! - `convert`: JSON values as the CEL values a rule sees as `self`, typed by the schema.
 //! - `library`: the CEL run-time environment (standard library, strings extension,
-//!   Kubernetes' list and set functions).
+//!   Kubernetes' list and set functions, and the authorization library of `authz`).
+//! - [`admission`]: the environment of admission expressions (ValidatingAdmissionPolicies,
+//!   webhooks' match conditions), built on the same checker, costs and library.
 //!
 //! Expressions are parsed and evaluated by the `cel` crate, which counts no cost while it
 //! evaluates: before a rule runs, its cost is computed with the estimator over the sizes of
 //! the object being validated, and held to kube-apiserver's per-call limit and per-object
 //! budget (see [`Rules::validate`]).
 
+pub mod admission;
+mod authz;
 mod check;
 mod checker;
 mod convert;

@@ -30,12 +30,18 @@
 //! [`LimitRanger`] also holds each container and each pod's total to the LimitRanges'
 //! `min`, `max` and `maxLimitRequestRatio`, and a PersistentVolumeClaim's storage to their
 //! `min` and `max`.
+//!
+//! [`policy::ValidatingAdmissionPolicy`] (`ValidatingAdmissionPolicy`) and the admission
+//! webhooks ([`MutatingAdmissionWebhook`], [`ValidatingAdmissionWebhook`]) need the server
+//! (its authorization, its webhook client), so the server adds them to the chain when it is
+//! built, before ResourceQuota, in kube-apiserver's order.
 
 mod limits;
 pub mod matching;
 mod plugins;
 mod pods;
 mod podsecurity;
+pub mod policy;
 pub(crate) mod quota;
 mod runtimeclass;
 pub mod webhook;
@@ -485,6 +491,7 @@ impl Chain {
             dry_run: attributes.dry_run,
             admissions: attributes.trace.admissions(),
             warnings: attributes.trace.warnings(),
+            annotations: attributes.trace.annotations(),
         });
     }
 }
@@ -512,6 +519,8 @@ pub struct Record {
     pub admissions: Vec<Ran>,
     /// The warnings sent back.
     pub warnings: Vec<String>,
+    /// The audit annotations admission added.
+    pub annotations: Vec<(String, String)>,
 }
 
 impl Record {

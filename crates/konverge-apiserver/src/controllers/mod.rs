@@ -1,9 +1,10 @@
 //! The control loops a cluster has even without nodes: ownerReference garbage collection
 //! ([`gc`]), namespace finalization ([`namespaces`]), what every namespace holds
 //! ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]), ResourceQuota usage
-//! ([`quota`], with its own watch) and store compaction ([`compaction`]); the definition
-//! controller ([`crd`]), which serves custom resources; and the objects a new cluster starts
-//! with ([`bootstrap`]).
+//! ([`quota`], with its own watch), the type checking of ValidatingAdmissionPolicies
+//! ([`policy_status`]) and store compaction ([`compaction`]); the definition controller
+//! ([`crd`]), which serves custom resources; and the objects a new cluster starts with
+//! ([`bootstrap`]).
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the
@@ -17,6 +18,7 @@ pub mod crd;
 pub mod gc;
 pub mod namespace_defaults;
 pub mod namespaces;
+pub mod policy_status;
 pub mod quota;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -241,6 +243,7 @@ async fn pass(registry: &Registry, index: &ClusterIndex, settings: &Settings) {
     namespaces::pass(registry, index).await;
     namespace_defaults::pass(registry, index, settings.root_ca.as_deref()).await;
     aggregation::pass(registry).await;
+    policy_status::pass(registry).await;
 }
 
 async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {

@@ -11,6 +11,7 @@ use super::review::{self, Answer, Gvk, ReadError};
 use crate::admission::matching::matching_resource;
 use crate::admission::plugins::forbidden;
 use crate::admission::{Attributes, Trace};
+use crate::auth::authz::Authorization;
 use crate::error::{ApiError, Result};
 use crate::registry::Registry;
 use crate::resources::ResourceType;
@@ -36,6 +37,7 @@ pub(crate) async fn should_call(
     attributes: &Attributes<'_>,
     object: &Value,
     registry: &Registry,
+    authorization: &Authorization,
 ) -> Result<Option<Invocation>> {
     let Some(rt) = matching_resource(&hook.rules, hook.match_policy, attributes, registry) else {
         return Ok(None);
@@ -53,7 +55,7 @@ pub(crate) async fn should_call(
     {
         return Ok(None);
     }
-    if !conditions_match(hook, attributes)? {
+    if !conditions_match(hook, attributes, object, &rt, authorization).await? {
         return Ok(None);
     }
     let kind = Gvk::of(&rt, attributes.subresource);
@@ -64,29 +66,30 @@ pub(crate) async fn should_call(
     }))
 }
 
-/// The one place a webhook's `matchConditions` are evaluated: whether they all hold for the
-/// request.
-///
-/// konverge's admission webhooks do not evaluate CEL themselves: the CEL environment that
-/// evaluates `matchConditions` belongs to ValidatingAdmissionPolicy, and is to be called
-/// from here. Until it is, a webhook with no conditions matches, and a webhook with
-/// conditions fails closed as its failure policy says — as kube-apiserver treats conditions
-/// it cannot evaluate: `Fail` refuses the request (403, naming the webhook), `Ignore` skips
-/// the webhook.
-pub(crate) fn conditions_match(hook: &Hook, attributes: &Attributes<'_>) -> Result<bool> {
-    if hook.match_conditions.is_empty() {
+/// Whether a webhook's `matchConditions` all hold for the request, evaluated on the object
+/// in the version the webhook matched (`rt`), with ValidatingAdmissionPolicy's CEL
+/// environment: any false condition skips the webhook; conditions that cannot be evaluated
+/// refuse the request under `failurePolicy: Fail` (403, with kube-apiserver's words for the
+/// errors) and skip the webhook under `Ignore`.
+pub(crate) async fn conditions_match(
+    hook: &Hook,
+    attributes: &Attributes<'_>,
+    object: &Value,
+    rt: &ResourceType,
+    authorization: &Authorization,
+) -> Result<bool> {
+    if hook.conditions.is_empty() {
         return Ok(true);
     }
-    match hook.failure_policy {
-        FailurePolicy::Ignore => Ok(false),
-        FailurePolicy::Fail => Err(forbidden(
-            attributes,
-            format!(
-                "failed evaluating match conditions of webhook {}: this server has no CEL evaluator for webhook matchConditions",
-                review::go_quote(&hook.name)
-            ),
-        )),
-    }
+    let request = crate::admission::policy::Request::new(attributes, object, rt, authorization);
+    let failure = match hook.failure_policy {
+        FailurePolicy::Ignore => crate::admission::policy::FailurePolicy::Ignore,
+        FailurePolicy::Fail => crate::admission::policy::FailurePolicy::Fail,
+    };
+    hook.conditions
+        .evaluate(&request, None, failure)
+        .await
+        .map_err(|e| forbidden(attributes, e.to_string()))
 }
 
 /// `object`, served as `from`, converted to the version `to` serves.

@@ -12,6 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::admission::matching::{MatchPolicy, Rule, Selectors, exempt};
+use crate::auth::authz::Authorization;
 use crate::error::Result;
 use crate::registry::{ListOptions, Registry};
 use crate::resources::ResourceType;
@@ -70,8 +71,8 @@ pub(crate) struct Hook {
     pub(crate) timeout: Duration,
     /// The AdmissionReview versions it understands, in its order of preference.
     pub(crate) review_versions: Vec<String>,
-    /// Its `matchConditions` (see [`super::call::conditions_match`]).
-    pub(crate) match_conditions: Vec<MatchCondition>,
+    /// Its `matchConditions`, compiled (see [`super::call::conditions_match`]).
+    pub(crate) conditions: crate::admission::policy::Conditions,
     /// Mutating webhooks only: `reinvocationPolicy: IfNeeded`.
     pub(crate) reinvoke_if_needed: bool,
 }
@@ -117,7 +118,9 @@ impl Hook {
                 u64::try_from(fields.timeout_seconds.unwrap_or(10).clamp(1, 30)).unwrap_or(10),
             ),
             review_versions: fields.review_versions.to_vec(),
-            match_conditions: fields.match_conditions.cloned().unwrap_or_default(),
+            conditions: crate::admission::policy::Conditions::compile(
+                fields.match_conditions.map_or(&[][..], Vec::as_slice),
+            ),
             reinvoke_if_needed: fields.reinvocation_policy == Some("IfNeeded"),
         }
     }
@@ -152,17 +155,25 @@ pub(crate) struct Snapshot {
 pub(crate) struct Source {
     kind: Kind,
     registry: Registry,
+    authorization: Authorization,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
 }
 
 impl Source {
-    /// The webhooks of `kind` configurations stored in `registry`.
-    pub(crate) fn new(kind: Kind, registry: Registry) -> Source {
+    /// The webhooks of `kind` configurations stored in `registry`; their `matchConditions`
+    /// ask `authorization` what their `authorizer` checks.
+    pub(crate) fn new(kind: Kind, registry: Registry, authorization: Authorization) -> Source {
         Source {
             kind,
             registry,
+            authorization,
             snapshot: RwLock::new(None),
         }
+    }
+
+    /// What `matchConditions` ask their authorization checks of.
+    pub(crate) fn authorization(&self) -> &Authorization {
+        &self.authorization
     }
 
     /// The parsed webhooks, if no configuration changed since they were read.

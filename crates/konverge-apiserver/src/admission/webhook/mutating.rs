@@ -12,6 +12,7 @@ use super::config::{FailurePolicy, Hook, Kind, Source};
 use super::gojson;
 use super::review::{Answer, go_quote};
 use crate::admission::{Attributes, Decision, Operation, Plugin};
+use crate::auth::authz::Authorization;
 use crate::error::{ApiError, Result};
 use crate::registry::Registry;
 use crate::resources::ResourceType;
@@ -35,10 +36,11 @@ pub struct MutatingAdmissionWebhook {
 
 impl MutatingAdmissionWebhook {
     /// The plugin, reading configurations from `registry` (re-read whenever admission
-    /// configuration changes).
-    pub fn new(registry: Registry) -> MutatingAdmissionWebhook {
+    /// configuration changes); `matchConditions` ask `authorization` what their
+    /// `authorizer` checks.
+    pub fn new(registry: Registry, authorization: Authorization) -> MutatingAdmissionWebhook {
         MutatingAdmissionWebhook {
-            source: Source::new(Kind::Mutating, registry),
+            source: Source::new(Kind::Mutating, registry, authorization),
         }
     }
 }
@@ -71,7 +73,9 @@ impl Plugin for MutatingAdmissionWebhook {
             return Ok(false);
         }
         let mut mutation = Mutation::new(attributes, object);
-        let outcome = mutation.run(&snapshot.hooks, registry).await;
+        let outcome = mutation
+            .run(&snapshot.hooks, registry, self.source.authorization())
+            .await;
         let changed = mutation.finish(object);
         outcome.map(|()| changed)
     }
@@ -194,15 +198,26 @@ impl<'a> Mutation<'a> {
         self.version = Some(rt.clone());
     }
 
-    async fn run(&mut self, hooks: &[Arc<Hook>], registry: &Registry) -> Result<()> {
+    async fn run(
+        &mut self,
+        hooks: &[Arc<Hook>],
+        registry: &Registry,
+        authorization: &Authorization,
+    ) -> Result<()> {
         let mut reinvocation = Reinvocation::default();
         for round in 0..2 {
             if round == 1 && !reinvocation.needed {
                 break;
             }
             for (index, hook) in hooks.iter().enumerate() {
-                let Some(invocation) =
-                    call::should_call(hook, self.attributes, &self.current, registry).await?
+                let Some(invocation) = call::should_call(
+                    hook,
+                    self.attributes,
+                    &self.current,
+                    registry,
+                    authorization,
+                )
+                .await?
                 else {
                     continue;
                 };

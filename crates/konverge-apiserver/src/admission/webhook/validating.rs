@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::call::{self, Failure, Invocation};
 use super::config::{FailurePolicy, Kind, Source};
 use crate::admission::{Attributes, Decision, Operation, Plugin};
+use crate::auth::authz::Authorization;
 use crate::error::Result;
 use crate::registry::Registry;
 use crate::resources::ResourceType;
@@ -26,10 +27,11 @@ pub struct ValidatingAdmissionWebhook {
 
 impl ValidatingAdmissionWebhook {
     /// The plugin, reading configurations from `registry` (re-read whenever admission
-    /// configuration changes).
-    pub fn new(registry: Registry) -> ValidatingAdmissionWebhook {
+    /// configuration changes); `matchConditions` ask `authorization` what their
+    /// `authorizer` checks.
+    pub fn new(registry: Registry, authorization: Authorization) -> ValidatingAdmissionWebhook {
         ValidatingAdmissionWebhook {
-            source: Source::new(Kind::Validating, registry),
+            source: Source::new(Kind::Validating, registry, authorization),
         }
     }
 }
@@ -60,7 +62,15 @@ impl Plugin for ValidatingAdmissionWebhook {
         let snapshot = self.source.hooks().await?;
         let mut relevant: Vec<Invocation> = Vec::new();
         for hook in &snapshot.hooks {
-            if let Some(invocation) = call::should_call(hook, attributes, object, registry).await? {
+            if let Some(invocation) = call::should_call(
+                hook,
+                attributes,
+                object,
+                registry,
+                self.source.authorization(),
+            )
+            .await?
+            {
                 relevant.push(invocation);
             }
         }

@@ -382,12 +382,16 @@ pub fn catalog() -> Vec<ResourceType> {
             .validate(validation::mutating_webhook_configuration)
             .columns(columns::webhook_configurations()),
         declare::<admissionregistration::v1::ValidatingAdmissionPolicy>()
+            .defaults(validation::default_validating_admission_policy)
+            .validate(validation::validating_admission_policy)
             .status_resets(STATUS_RESETS_ALL)
             .in_api_extensions()
             .with_status()
             .with_generation()
             .columns(columns::validating_admission_policies()),
         declare::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
+            .defaults(validation::default_validating_admission_policy_binding)
+            .validate(validation::validating_admission_policy_binding)
             .in_api_extensions()
             .with_generation()
             .columns(columns::validating_admission_policy_bindings()),

@@ -175,7 +175,7 @@ fn requirement(req: &Value, at: &str, node: bool, check_values: bool, causes: &m
 }
 
 /// `ValidateLabelSelector`: labels (reported on the map) and expressions.
-fn label_selector(selector: &Value, at: &str, causes: &mut Vec<Cause>) {
+pub(super) fn label_selector(selector: &Value, at: &str, causes: &mut Vec<Cause>) {
     let labels = format!("{at}.matchLabels");
     for (key, value) in selector
         .get("matchLabels")

@@ -17,6 +17,8 @@
 //!   and CSIDrivers may change;
 //! - `cluster`: what updates of PriorityClasses, IngressClasses and role bindings may change;
 //! - `admission_webhook`: the defaults and validation of webhook configurations.
+//! - `admission_policy`: ValidatingAdmissionPolicies and their bindings (defaults too), their
+//!   CEL expressions compiled as they are written.
 //!
 //! This file holds the words every family shares (`Required value`, `Unsupported value` ...).
 
@@ -107,6 +109,7 @@ fn non_negative(obj: &Value, at: &str, path: &str, fields: &[&str], causes: &mut
     }
 }
 
+mod admission_policy;
 mod admission_webhook;
 mod affinity;
 mod cluster;
@@ -121,6 +124,10 @@ mod storage;
 mod volumes;
 mod workloads;
 
+pub(super) use admission_policy::{
+    default_validating_admission_policy, default_validating_admission_policy_binding,
+    validating_admission_policy, validating_admission_policy_binding,
+};
 pub(super) use admission_webhook::{
     default_mutating_webhook_configuration, default_validating_webhook_configuration,
     mutating_webhook_configuration, validating_webhook_configuration,
