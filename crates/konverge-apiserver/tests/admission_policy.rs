@@ -218,7 +218,13 @@ async fn refusals_carry_kube_messages_reasons_and_codes() -> anyhow::Result<()> 
     let catalog = server.registry().catalog();
     let chain = server.registry().admission();
     assert!(chain.handles(&catalog.get("", "v1", "configmaps").expect("served")));
-    assert!(!chain.handles(&catalog.get("", "v1", "secrets").expect("served")));
+    assert!(
+        !chain.handles(
+            &catalog
+                .get("rbac.authorization.k8s.io", "v1", "clusterroles")
+                .expect("served")
+        )
+    );
     Ok(())
 }
 
