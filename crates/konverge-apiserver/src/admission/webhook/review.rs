@@ -634,9 +634,13 @@ pub(crate) fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
     }
 }
 
-/// The reason a webhook gave, as konverge names reasons; one konverge does not know is
-/// named after the code.
+/// The reason a webhook gave, as konverge names reasons: none stays none (kube-apiserver
+/// passes the webhook's reason on as it is, so kubectl prints `Error from server: ...`);
+/// one konverge does not know is named after the code.
 fn reason_of(reason: &str, code: http::StatusCode) -> Reason {
+    if reason.is_empty() {
+        return Reason::Unknown;
+    }
     let known = [
         Reason::BadRequest,
         Reason::Unauthorized,
