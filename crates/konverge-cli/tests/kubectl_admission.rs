@@ -310,3 +310,301 @@ spec:
         serde_json::json!({"color": "blue"})
     );
 }
+
+/// An answer to an AdmissionReview: the request's uid, `allowed`, and the rest of `extra`.
+fn admission_answer(
+    body: &[u8],
+    allowed: bool,
+    extra: serde_json::Value,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    let review: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let mut response = serde_json::json!({"uid": review["request"]["uid"], "allowed": allowed});
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        response[k] = v;
+    }
+    let answer = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": response,
+    });
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        answer.to_string(),
+    )
+}
+
+/// The test's webhooks: `/validate` refuses ConfigMaps labelled `verdict=deny` and warns
+/// about `verdict=warn`; `/mutate` annotates them; `/slow` answers after two seconds.
+fn webhook_router() -> axum::Router {
+    use axum::routing::post;
+    axum::Router::new()
+        .route(
+            "/validate",
+            post(|body: axum::body::Bytes| async move {
+                let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                match review["request"]["object"]["metadata"]["labels"]["verdict"].as_str() {
+                    Some("deny") => admission_answer(
+                        &body,
+                        false,
+                        serde_json::json!({"status": {"code": 403, "reason": "Forbidden", "message": "verdict=deny"}}),
+                    ),
+                    Some("warn") => admission_answer(
+                        &body,
+                        true,
+                        serde_json::json!({"warnings": ["verdict=warn is deprecated"]}),
+                    ),
+                    _ => admission_answer(&body, true, serde_json::json!({})),
+                }
+            }),
+        )
+        .route(
+            "/mutate",
+            post(|body: axum::body::Bytes| async move {
+                let patch = serde_json::json!([
+                    {"op": "add", "path": "/metadata/annotations", "value": {"mutated-by": "test-webhook"}}
+                ]);
+                admission_answer(
+                    &body,
+                    true,
+                    serde_json::json!({"patchType": "JSONPatch", "patch": base64(&patch.to_string())}),
+                )
+            }),
+        )
+        .route(
+            "/slow",
+            post(|body: axum::body::Bytes| async move {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                admission_answer(&body, true, serde_json::json!({}))
+            }),
+        )
+}
+
+/// A webhook on ConfigMap creates in namespaces labelled `hooked=yes`, at `url`.
+fn hook(name: &str, url: &str, ca: &str, extra: &str) -> String {
+    format!(
+        r#"
+  - name: {name}
+    clientConfig: {{url: "{url}", caBundle: {ca}}}
+    rules: [{{operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [configmaps]}}]
+    namespaceSelector: {{matchLabels: {{hooked: "yes"}}}}
+    admissionReviewVersions: [v1]
+    {extra}"#,
+        ca = base64(ca),
+    )
+}
+
+#[test]
+fn webhooks_allow_deny_warn_mutate_and_fail_as_configured() {
+    let up = Up::start();
+    let (_runtime, addr, ca) = https_webhook(webhook_router());
+    let url = |path: &str| format!("https://{addr}{path}");
+    up.ok(&["create", "namespace", "hooked"]);
+    up.ok(&["label", "namespace", "hooked", "hooked=yes"]);
+    up.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: annotate}}\nwebhooks:{}\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: verdicts}}\nwebhooks:{}\n",
+            hook("annotate.konverge.test", &url("/mutate"), &ca, "sideEffects: None"),
+            hook("verdicts.konverge.test", &url("/validate"), &ca, "sideEffects: NoneOnDryRun"),
+        )),
+    );
+    let cm = |name: &str, verdict: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: hooked, labels: {{verdict: {verdict}}}}}\n"
+        )
+    };
+
+    // Allowed, and mutated.
+    up.ok_stdin(&["apply", "-f", "-"], Some(&cm("fine", "ok")));
+    assert_eq!(
+        up.ok(&[
+            "get",
+            "configmap",
+            "fine",
+            "-n",
+            "hooked",
+            "-o",
+            "jsonpath={.metadata.annotations.mutated-by}",
+        ]),
+        "test-webhook"
+    );
+    // Denied.
+    let err = up.fails(&["apply", "-f", "-"], Some(&cm("refused", "deny")));
+    assert_eq!(
+        err.trim(),
+        r#"Error from server (Forbidden): error when creating "STDIN": admission webhook "verdicts.konverge.test" denied the request: verdict=deny"#
+    );
+    // Warned.
+    let (code, _, err) = up.run(&["apply", "-f", "-"], Some(&cm("warned", "warn")));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err.trim(), "Warning: verdict=warn is deprecated");
+    // A server-side dry run reaches the webhooks without side effects, and stores nothing.
+    let err = up.fails(
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&cm("dry", "deny")),
+    );
+    assert!(
+        err.contains(
+            r#"admission webhook "verdicts.konverge.test" denied the request: verdict=deny"#
+        ),
+        "{err}"
+    );
+    up.ok_stdin(
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&cm("dry", "ok")),
+    );
+    let (code, _, _) = up.run(&["get", "configmap", "dry", "-n", "hooked"], None);
+    assert_ne!(code, Some(0), "a dry run stores nothing");
+
+    // Unreachable: Fail refuses, Ignore lets the write through.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        listener.local_addr().expect("an address").port()
+    };
+    let down = format!("https://127.0.0.1:{closed}/validate");
+    up.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: down}}\nwebhooks:{}{}\n",
+            hook("ignored.konverge.test", &down, &ca, "sideEffects: None\n    failurePolicy: Ignore"),
+            hook("failing.konverge.test", &down, &ca, "sideEffects: None\n    failurePolicy: Fail"),
+        )),
+    );
+    let err = up.fails(&["apply", "-f", "-"], Some(&cm("unreachable", "ok")));
+    assert_eq!(
+        err.trim(),
+        format!(
+            r#"Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling webhook "failing.konverge.test": failed to call webhook: Post "https://127.0.0.1:{closed}/validate?timeout=10s": dial tcp 127.0.0.1:{closed}: connect: connection refused"#
+        )
+    );
+    up.ok(&["delete", "validatingwebhookconfiguration", "down"]);
+
+    // Too slow: the call times out.
+    up.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: slow}}\nwebhooks:{}\n",
+            hook("slow.konverge.test", &url("/slow"), &ca, "sideEffects: None\n    timeoutSeconds: 1"),
+        )),
+    );
+    let err = up.fails(&["apply", "-f", "-"], Some(&cm("late", "ok")));
+    assert_eq!(
+        err.trim(),
+        format!(
+            r#"Error from server (InternalError): error when creating "STDIN": Internal error occurred: failed calling webhook "slow.konverge.test": failed to call webhook: Post "https://{addr}/slow?timeout=1s": context deadline exceeded"#
+        )
+    );
+}
+
+#[test]
+fn a_validating_admission_policy_denies_and_warns() {
+    let up = Up::start();
+    up.ok_stdin(
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: small-configmaps}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+  validations:
+  - expression: "!has(object.data) || object.data.size() <= 2"
+    message: at most two keys
+  - expression: "!has(object.data) || !('password' in object.data)"
+    messageExpression: "'configmap ' + object.metadata.name + ' holds a password: use a Secret'"
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: small-configmaps-deny}
+spec:
+  policyName: small-configmaps
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector: {matchLabels: {strict: "yes"}}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: small-configmaps-warn}
+spec:
+  policyName: small-configmaps
+  validationActions: [Warn]
+  matchResources:
+    namespaceSelector: {matchLabels: {strict: "no"}}
+"#,
+        ),
+    );
+    for (ns, strict) in [("strict", "yes"), ("lenient", "no")] {
+        up.ok(&["create", "namespace", ns]);
+        up.ok(&["label", "namespace", ns, &format!("strict={strict}")]);
+    }
+    let err = up.fails(
+        &[
+            "create",
+            "configmap",
+            "big",
+            "-n",
+            "strict",
+            "--from-literal=a=1",
+            "--from-literal=b=2",
+            "--from-literal=c=3",
+        ],
+        None,
+    );
+    assert_eq!(
+        err.trim(),
+        // 422 Invalid (the validation's default reason), worded as a 403 is: as kube-apiserver.
+        r#"error: failed to create configmap: configmaps "big" is forbidden: ValidatingAdmissionPolicy 'small-configmaps' with binding 'small-configmaps-deny' denied request: at most two keys"#
+    );
+    let err = up.fails(
+        &[
+            "create",
+            "configmap",
+            "secret",
+            "-n",
+            "strict",
+            "--from-literal=password=hunter2",
+        ],
+        None,
+    );
+    assert_eq!(
+        err.trim(),
+        r#"error: failed to create configmap: configmaps "secret" is forbidden: ValidatingAdmissionPolicy 'small-configmaps' with binding 'small-configmaps-deny' denied request: configmap secret holds a password: use a Secret"#
+    );
+    let (code, _, err) = up.run(
+        &[
+            "create",
+            "configmap",
+            "big",
+            "-n",
+            "lenient",
+            "--from-literal=a=1",
+            "--from-literal=b=2",
+            "--from-literal=c=3",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        err.trim(),
+        "Warning: Validation failed for ValidatingAdmissionPolicy 'small-configmaps' with binding 'small-configmaps-warn': at most two keys"
+    );
+    // The policy's expressions were checked against the ConfigMap schema: nothing to warn of.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let status =
+            up.json(&["get", "validatingadmissionpolicy", "small-configmaps"])["status"].clone();
+        if status["observedGeneration"] == 1 {
+            assert_eq!(status["typeChecking"], serde_json::json!({}), "{status}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no type checking: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
