@@ -20,8 +20,15 @@
 //! - [`resources`]: what is served: the [`resources::Catalog`], every built-in kind
 //!   ([`resources::builtin`]), custom resources ([`resources::crd`]), object metadata rules
 //!   ([`resources::meta`]) and the review resources.
+//! - [`admission`]: what the registry runs between decoding a write and storing it: the
+//!   built-in admission plugins, ValidatingAdmissionPolicy ([`admission::policy`]) and the
+//!   admission webhooks ([`admission::webhook`]), with the rule and selector matching they
+//!   share ([`admission::matching`]).
+//! - [`webhook`]: calling admission and CRD conversion webhooks over HTTPS (by URL or
+//!   Service), or in-process.
 //! - [`controllers`]: what runs without a request: bootstrap objects, garbage collection,
-//!   namespaces, ClusterRole aggregation, definitions, compaction.
+//!   namespaces, ClusterRole aggregation, ResourceQuota usage, policy type checking,
+//!   definitions, compaction.
 //! - [`metrics`]: `GET /metrics`, kube-apiserver's Prometheus metrics (requests, latencies,
 //!   in-flight and long-running requests, watch events, stored objects, store latency) under
 //!   kube's names, labels and buckets, recorded once per request by the dispatcher.
