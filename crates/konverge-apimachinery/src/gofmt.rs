@@ -7,7 +7,7 @@
 use serde_json::{Number, Value};
 
 /// `%q` of a Go string: double-quoted, with Go's escapes for non-printable characters.
-pub(crate) fn quote(s: &str) -> String {
+pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -185,7 +185,7 @@ pub(crate) fn s(value: &Value) -> String {
 }
 
 /// Go's `reflect.TypeOf(x).String()` for a decoded JSON value.
-pub(crate) fn type_name(value: &Value) -> &'static str {
+pub fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "<nil>",
         Value::Bool(_) => "bool",
@@ -198,7 +198,7 @@ pub(crate) fn type_name(value: &Value) -> &'static str {
 }
 
 /// The name `encoding/json` uses for a JSON value's kind in "cannot unmarshal X" errors.
-pub(crate) fn json_kind(value: &Value) -> &'static str {
+pub fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "bool",

@@ -27,7 +27,7 @@ pub mod cel;
 pub mod decoding;
 pub mod duration;
 pub mod field;
-mod gofmt;
+pub mod gofmt;
 pub mod names;
 pub mod patch;
 pub mod quantity;

@@ -35,6 +35,16 @@ const RESERVED: &[&str] = &[
     "while",
 ];
 
+/// Whether `name` is a CEL identifier that is not a reserved word (`isCELIdentifier`: what a
+/// policy's variable may be named).
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic());
+    first_ok && chars.all(|c| c == '_' || c.is_ascii_alphanumeric()) && !RESERVED.contains(&name)
+}
+
 /// A property name as CEL sees it (`foo-bar` → `foo__dash__bar`), or `None` when it has
 /// characters CEL cannot spell (such a property is left out).
 pub(crate) fn escape(name: &str) -> Option<String> {

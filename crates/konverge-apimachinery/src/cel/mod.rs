@@ -33,6 +33,8 @@ mod functions;
 mod library;
 mod types;
 
+pub use convert::is_identifier;
+
 use std::sync::Arc;
 
 use cel::{Context, Env, ExecutionError, Program, Value as CelValue};

@@ -213,32 +213,6 @@ fn gvk_string(api_version: &str, kind: &str) -> String {
     format!("{group}/{version}, Kind={kind}")
 }
 
-/// Go's `%T` of a value decoded from JSON into `interface{}` (integers decode as `int64`, as
-/// Kubernetes' JSON decoder decodes them).
-fn go_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "<nil>",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "int64",
-        Value::Number(_) => "float64",
-        Value::String(_) => "string",
-        Value::Array(_) => "[]interface {}",
-        Value::Object(_) => "map[string]interface {}",
-    }
-}
-
-/// Go's JSON word for a value's kind, as its unmarshal errors use it.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 impl Registry {
     /// A stored object as `rt` serves it.
     pub(crate) async fn served_one(
@@ -466,7 +440,7 @@ fn decode_body(body: &[u8]) -> Result<Value, String> {
         Value::Null => Ok(Value::Object(Map::new())),
         other => Err(format!(
             "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type {FIND_KIND}",
-            json_kind(&other)
+            konverge_apimachinery::gofmt::json_kind(&other)
         )),
     }
 }
@@ -543,7 +517,7 @@ fn check_types(version: ReviewVersion, review: &Value) -> Result<(), String> {
     let wrong = |value: &Value, owner: &str, field: &str, go_type: &str| {
         format!(
             "json: cannot unmarshal {} into Go struct field {owner}.{field} of type {go_type}",
-            json_kind(value)
+            konverge_apimachinery::gofmt::json_kind(value)
         )
     };
     let Some(response) = review.get("response").filter(|r| !r.is_null()) else {
@@ -646,7 +620,7 @@ fn decode_converted(raw: &Value) -> Result<(), String> {
         Value::Null => Err("unexpected end of JSON input".into()),
         other => Err(format!(
             "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-            json_kind(other)
+            konverge_apimachinery::gofmt::json_kind(other)
         )),
     }
 }
@@ -792,7 +766,7 @@ fn restore_metadata(original: &Value, converted: &mut Value) -> Result<(), Strin
         Some(other) => {
             return Err(format!(
                 "invalid metadata of type {} in converted object",
-                go_type(other)
+                konverge_apimachinery::gofmt::type_name(other)
             ));
         }
     };
@@ -801,7 +775,7 @@ fn restore_metadata(original: &Value, converted: &mut Value) -> Result<(), Strin
         Some(other) => {
             return Err(format!(
                 "invalid metadata of type {} in input object",
-                go_type(other)
+                konverge_apimachinery::gofmt::type_name(other)
             ));
         }
         None => Map::new(),
@@ -816,7 +790,7 @@ fn restore_metadata(original: &Value, converted: &mut Value) -> Result<(), Strin
             Some(other) => {
                 return Err(format!(
                     "invalid metadata.{field} of type {} in converted object",
-                    go_type(other)
+                    konverge_apimachinery::gofmt::type_name(other)
                 ));
             }
         };
@@ -826,7 +800,7 @@ fn restore_metadata(original: &Value, converted: &mut Value) -> Result<(), Strin
             Some(other) => {
                 return Err(format!(
                     "invalid metadata.{field} of type {} in original object",
-                    go_type(other)
+                    konverge_apimachinery::gofmt::type_name(other)
                 ));
             }
         };
@@ -835,7 +809,7 @@ fn restore_metadata(original: &Value, converted: &mut Value) -> Result<(), Strin
             if !value.is_string() {
                 return Err(format!(
                     "metadata.{field}[{key}] must be a string, but is {} in converted object",
-                    go_type(value)
+                    konverge_apimachinery::gofmt::type_name(value)
                 ));
             }
             changed |= before.and_then(|b| b.get(key)) != Some(value);

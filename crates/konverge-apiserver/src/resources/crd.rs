@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use crate::error::Cause;
 use crate::resources::jsonpath::JsonPath;
+use crate::resources::webhook_config;
 use crate::resources::{Cell, Column, NameRule, ResourceType, ScalePaths};
 
 /// The API group of definitions.
@@ -870,11 +871,12 @@ fn validate_conversion(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
             let service = config.get("service").filter(|s| !s.is_null());
             match (url, service) {
                 (Some(url), None) => {
-                    errors.extend(validate_webhook_url(&format!("{CLIENT}.url"), url))
+                    errors.extend(webhook_config::validate_url(&format!("{CLIENT}.url"), url))
                 }
-                (None, Some(service)) => errors.extend(validate_webhook_service(
+                (None, Some(service)) => errors.extend(webhook_config::validate_service(
                     &format!("{CLIENT}.service"),
                     service,
+                    true,
                 )),
                 _ => errors.push(FieldError::required(
                     CLIENT,
@@ -1043,132 +1045,6 @@ fn validate_review_versions(
     errors
 }
 
-/// A webhook `url`, as kube-apiserver's `ValidateWebhookURL` checks it (HTTPS only).
-fn validate_webhook_url(path: &str, url: &str) -> Vec<FieldError> {
-    const FORM: &str = "; desired format: https://host[/path]";
-    let parsed = match GoUrl::parse(url) {
-        Ok(parsed) => parsed,
-        Err(problem) => {
-            return vec![FieldError::required(
-                path,
-                format!("url must be a valid URL: {problem}{FORM}"),
-            )];
-        }
-    };
-    let mut errors = Vec::new();
-    if parsed.scheme != "https" {
-        errors.push(FieldError::invalid(
-            path,
-            json!(parsed.scheme),
-            format!("'https' is the only allowed URL scheme{FORM}"),
-        ));
-    }
-    if parsed.host.is_empty() {
-        errors.push(FieldError::invalid(
-            path,
-            json!(parsed.host),
-            format!("host must be specified{FORM}"),
-        ));
-    }
-    if let Some(user) = &parsed.user {
-        errors.push(FieldError::invalid(
-            path,
-            json!(user),
-            "user information is not permitted in the URL",
-        ));
-    }
-    if !parsed.fragment.is_empty() {
-        errors.push(FieldError::invalid(
-            path,
-            json!(parsed.fragment),
-            "fragments are not permitted in the URL",
-        ));
-    }
-    if !parsed.query.is_empty() {
-        errors.push(FieldError::invalid(
-            path,
-            json!(parsed.query),
-            "query parameters are not permitted in the URL",
-        ));
-    }
-    errors
-}
-
-/// A webhook `service`, as kube-apiserver's `ValidateWebhookService` checks it. kube-apiserver
-/// passes the CRD's service name where the function expects the namespace and the other way
-/// round, so a missing namespace is reported at `service.name` (and a missing name at
-/// `service.namespace`); that is reproduced.
-fn validate_webhook_service(path: &str, service: &Value) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    let name = service.get("name").and_then(Value::as_str).unwrap_or("");
-    let namespace = service
-        .get("namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    if namespace.is_empty() {
-        errors.push(FieldError::required(
-            format!("{path}.name"),
-            "service name is required",
-        ));
-    }
-    if name.is_empty() {
-        errors.push(FieldError::required(
-            format!("{path}.namespace"),
-            "service namespace is required",
-        ));
-    }
-    let port = service.get("port").and_then(Value::as_i64).unwrap_or(443);
-    if !(1..=65535).contains(&port) {
-        errors.push(FieldError::invalid(
-            format!("{path}.port"),
-            json!(port),
-            "port is not valid: must be between 1 and 65535, inclusive",
-        ));
-    }
-    let Some(url_path) = service.get("path").and_then(Value::as_str) else {
-        return errors;
-    };
-    if url_path.is_empty() || url_path == "/" {
-        return errors;
-    }
-    let at = format!("{path}.path");
-    if url_path == "//" {
-        errors.push(FieldError::invalid(
-            at,
-            json!(url_path),
-            "segment[0] may not be empty",
-        ));
-        return errors;
-    }
-    if !url_path.starts_with('/') {
-        errors.push(FieldError::invalid(
-            at.clone(),
-            json!(url_path),
-            "must start with a '/'",
-        ));
-    }
-    let mut steps = url_path.get(1..).unwrap_or("");
-    steps = steps.strip_suffix('/').unwrap_or(steps);
-    for (i, step) in steps.split('/').enumerate() {
-        if step.is_empty() {
-            errors.push(FieldError::invalid(
-                at.clone(),
-                json!(url_path),
-                format!("segment[{i}] may not be empty"),
-            ));
-            continue;
-        }
-        for problem in crate::resources::meta::name_problems(NameRule::Subdomain, step) {
-            errors.push(FieldError::invalid(
-                at.clone(),
-                json!(url_path),
-                format!("segment[{i}]: {problem}"),
-            ));
-        }
-    }
-    errors
-}
-
 /// `spec.preserveUnknownFields` may not be set to true (a definition that had it keeps it).
 fn validate_preserve_unknown_fields(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let set = |d: &Value| {
@@ -1184,138 +1060,6 @@ fn validate_preserve_unknown_fields(crd: &Value, old: Option<&Value>) -> Vec<Fie
         json!(true),
         "cannot set to true, set x-kubernetes-preserve-unknown-fields to true in spec.versions[*].schema instead",
     )]
-}
-
-/// The parts of a URL `ValidateWebhookURL` looks at, split as Go's `net/url.Parse` splits
-/// them.
-#[derive(Debug, Default, PartialEq)]
-struct GoUrl {
-    scheme: String,
-    user: Option<String>,
-    host: String,
-    query: String,
-    fragment: String,
-}
-
-impl GoUrl {
-    /// Parses `raw`; the error is worded as Go's (`parse "x": missing protocol scheme`).
-    fn parse(raw: &str) -> Result<GoUrl, String> {
-        let fail = |what: &str, why: &str| format!("parse {what:?}: {why}");
-        let (before_fragment, fragment) = match raw.split_once('#') {
-            Some((u, f)) => (u, Some(f)),
-            None => (raw, None),
-        };
-        if before_fragment.bytes().any(|b| b < 0x20 || b == 0x7f) {
-            return Err(fail(
-                before_fragment,
-                "net/url: invalid control character in URL",
-            ));
-        }
-        let mut url = GoUrl::default();
-        let mut rest = before_fragment;
-        if let Some(colon) = rest.find(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
-        {
-            let candidate = &rest[..colon];
-            if rest[colon..].starts_with(':')
-                && candidate
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_alphabetic())
-            {
-                url.scheme = candidate.to_ascii_lowercase();
-                rest = &rest[colon + 1..];
-            } else if colon == 0 && rest.starts_with(':') {
-                return Err(fail(before_fragment, "missing protocol scheme"));
-            }
-        }
-        if rest.ends_with('?') && rest.matches('?').count() == 1 {
-            rest = &rest[..rest.len() - 1];
-        } else if let Some((r, q)) = rest.split_once('?') {
-            url.query = q.to_string();
-            rest = r;
-        }
-        if !rest.starts_with('/') {
-            if !url.scheme.is_empty() {
-                // An opaque URL (`https:host`): no host.
-                url.fragment = unescape(fragment.unwrap_or("")).map_err(|e| fail(raw, &e))?;
-                return Ok(url);
-            }
-            if rest.split('/').next().is_some_and(|s| s.contains(':')) {
-                return Err(fail(
-                    before_fragment,
-                    "first path segment in URL cannot contain colon",
-                ));
-            }
-        }
-        if (!url.scheme.is_empty() || !rest.starts_with("///")) && rest.starts_with("//") {
-            let authority_and_path = &rest[2..];
-            let authority = authority_and_path
-                .split('/')
-                .next()
-                .unwrap_or(authority_and_path);
-            let host = match authority.rfind('@') {
-                Some(at) => {
-                    let info = &authority[..at];
-                    let user = match info.split_once(':') {
-                        Some((name, password)) => format!(
-                            "{}:{}",
-                            unescape(name).map_err(|e| fail(before_fragment, &e))?,
-                            unescape(password).map_err(|e| fail(before_fragment, &e))?
-                        ),
-                        None => unescape(info).map_err(|e| fail(before_fragment, &e))?,
-                    };
-                    url.user = Some(user);
-                    &authority[at + 1..]
-                }
-                None => authority,
-            };
-            if let Some(port) = port_of(host)
-                && !port.chars().all(|c| c.is_ascii_digit())
-            {
-                return Err(fail(
-                    before_fragment,
-                    &format!("invalid port {:?} after host", format!(":{port}")),
-                ));
-            }
-            url.host = host.to_string();
-        }
-        url.fragment = unescape(fragment.unwrap_or("")).map_err(|e| fail(raw, &e))?;
-        Ok(url)
-    }
-}
-
-/// The port after a host (`example.com:8443`, `[::1]:8443`), if there is a colon for one.
-fn port_of(host: &str) -> Option<&str> {
-    if host.starts_with('[') {
-        return host.rfind("]:").map(|i| &host[i + 2..]);
-    }
-    host.rfind(':').map(|i| &host[i + 1..])
-}
-
-/// Percent-decoding as Go's URL parser does it, with its error for a bad escape.
-fn unescape(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).filter(|h| h.len() == 2);
-            match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                Some(b) => {
-                    out.push(b);
-                    i += 3;
-                    continue;
-                }
-                None => {
-                    let shown: String = s[i..].chars().take(3).collect();
-                    return Err(format!("invalid URL escape {shown:?}"));
-                }
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The webhook that converts a definition's objects, when its strategy is `Webhook`.
@@ -1355,44 +1099,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_split_as_go_splits_them() {
-        let url = GoUrl::parse("https://u:p@example.com:8443/x?a=b#frag").expect("parses");
-        assert_eq!(
-            url,
-            GoUrl {
-                scheme: "https".into(),
-                user: Some("u:p".into()),
-                host: "example.com:8443".into(),
-                query: "a=b".into(),
-                fragment: "frag".into(),
-            }
-        );
-        // An opaque URL has no host.
-        assert_eq!(GoUrl::parse("https:example.com").expect("parses").host, "");
-        assert_eq!(GoUrl::parse("example.com/x").expect("parses").scheme, "");
-        assert_eq!(
-            GoUrl::parse("://x").unwrap_err(),
-            r#"parse "://x": missing protocol scheme"#
-        );
-        assert_eq!(
-            GoUrl::parse("https://example.com:port/").unwrap_err(),
-            r#"parse "https://example.com:port/": invalid port ":port" after host"#
-        );
-        assert_eq!(GoUrl::parse("x:y/z:w").expect("a scheme").scheme, "x");
-        assert_eq!(GoUrl::parse("a/b:c").expect("a path").host, "");
-        assert_eq!(GoUrl::parse("ab:c").expect("a scheme").scheme, "ab");
-        assert_eq!(GoUrl::parse("/a:b").expect("a path").scheme, "");
-        assert_eq!(
-            GoUrl::parse("1a:b").unwrap_err(),
-            r#"parse "1a:b": first path segment in URL cannot contain colon"#
-        );
-        assert_eq!(
-            GoUrl::parse("https://example.com/#%zz").unwrap_err(),
-            r#"parse "https://example.com/#%zz": invalid URL escape "%zz""#
-        );
-    }
-
-    #[test]
     fn ca_bundles_are_judged_as_client_go_judges_them() {
         assert_eq!(
             check_ca_bundle(b"not a pem"),
@@ -1418,7 +1124,7 @@ mod tests {
     #[test]
     fn webhook_services_are_checked_with_kube_apiserver_paths() {
         let messages = |service: Value| -> Vec<String> {
-            validate_webhook_service("s", &service)
+            webhook_config::validate_service("s", &service, true)
                 .iter()
                 .map(ToString::to_string)
                 .collect()

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod jsonpath;
 pub mod meta;
 pub(crate) mod reviews;
+pub mod webhook_config;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};

@@ -10,16 +10,7 @@ pub(crate) fn syntax_error(data: &[u8]) -> Option<String> {
 }
 
 /// What Go's decoder calls the JSON type of `value` in an `UnmarshalTypeError`.
-pub(crate) fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
+pub(crate) use konverge_apimachinery::gofmt::json_kind as kind;
 
 /// `json: cannot unmarshal <kind> into Go struct field <owner>.<path> of type <go_type>`.
 pub(crate) fn field_type_error(value: &Value, owner: &str, path: &str, go_type: &str) -> String {

@@ -554,31 +554,8 @@ fn verify(review: &Value, uid: &str, version: &str, mutating: bool) -> Result<An
     Ok(answer)
 }
 
-/// Go's `%q` of a string.
-pub(crate) fn go_quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+/// Go's `%q`.
+pub(crate) use konverge_apimachinery::gofmt::quote as go_quote;
 
 /// The refusal kube-apiserver makes of a webhook's `allowed: false` answer
 /// (`admission webhook "x" denied the request: <message>`), with the webhook's code (at

@@ -175,7 +175,7 @@ fn resources(resources: &[String], at: &str, causes: &mut Vec<Cause>) {
 }
 
 /// `validateRuleWithOperations` (which includes `validateRule`, subresources allowed).
-fn rule_with_operations(rule: &Value, at: &str, causes: &mut Vec<Cause>) {
+pub(super) fn rule_with_operations(rule: &Value, at: &str, causes: &mut Vec<Cause>) {
     let operations = strings(rule, "operations");
     if operations.is_empty() {
         causes.push(required(format!("{at}.operations")));
@@ -352,38 +352,6 @@ fn param_kind(kind: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
-/// `isCELIdentifier`.
-fn is_cel_identifier(name: &str) -> bool {
-    const RESERVED: &[&str] = &[
-        "true",
-        "false",
-        "null",
-        "in",
-        "as",
-        "break",
-        "const",
-        "continue",
-        "else",
-        "for",
-        "function",
-        "if",
-        "import",
-        "let",
-        "loop",
-        "package",
-        "namespace",
-        "return",
-        "var",
-        "void",
-        "while",
-    ];
-    let mut chars = name.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic());
-    first_ok && chars.all(|c| c == '_' || c.is_ascii_alphanumeric()) && !RESERVED.contains(&name)
-}
-
 /// `validateMatchConditions`, compiled without variables (as kube compiles them when they
 /// are written).
 fn match_conditions(conditions: &Value, with_params: bool, causes: &mut Vec<Cause>) {
@@ -511,7 +479,7 @@ pub(in crate::resources::builtin) fn validating_admission_policy(
                 format!("{at}.name"),
                 "name is not specified",
             ));
-        } else if !is_cel_identifier(name) {
+        } else if !konverge_apimachinery::cel::is_identifier(name) {
             causes.push(Cause::invalid(
                 format!("{at}.name"),
                 &json!(name),

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::error::Cause;
+use crate::resources::webhook_config;
 
 /// The AdmissionReview versions kube-apiserver 1.33 accepts.
 const REVIEW_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
@@ -188,7 +189,7 @@ fn configuration(obj: &Value, old: Option<&Value>, kind: Kind) -> Vec<Cause> {
 fn webhook(hook: &Value, at: &str, kind: Kind, options: &Options, causes: &mut Vec<Cause>) {
     fully_qualified_name(text(hook, "name"), &format!("{at}.name"), causes);
     for (j, rule) in items(hook, "rules") {
-        rule_with_operations(rule, &format!("{at}.rules[{j}]"), causes);
+        super::admission_policy::rule_with_operations(rule, &format!("{at}.rules[{j}]"), causes);
     }
     let mut supported = |field: &str, allowed: &[&str]| {
         if let Some(value) = hook.get(field).and_then(Value::as_str)
@@ -278,138 +279,6 @@ fn fully_qualified_name(name: &str, at: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-/// `validateRuleWithOperations`, then `validateRule` (subresources allowed).
-fn rule_with_operations(rule: &Value, at: &str, causes: &mut Vec<Cause>) {
-    let operations = strings(rule, "operations");
-    if operations.is_empty() {
-        causes.push(required(format!("{at}.operations")));
-    }
-    if operations.len() > 1 && operations.iter().any(|o| o == "*") {
-        causes.push(invalid_shown(
-            format!("{at}.operations"),
-            &go_strings(
-                "admissionregistration.OperationType",
-                rule.get("operations"),
-            ),
-            "if '*' is present, must not specify other operations",
-        ));
-    }
-    const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
-    for (k, operation) in operations.iter().enumerate() {
-        if !OPERATIONS.contains(&operation.as_str()) {
-            causes.push(not_supported(
-                format!("{at}.operations[{k}]"),
-                operation,
-                &OPERATIONS,
-            ));
-        }
-    }
-    let groups = strings(rule, "apiGroups");
-    if groups.is_empty() {
-        causes.push(required(format!("{at}.apiGroups")));
-    }
-    if groups.len() > 1 && groups.iter().any(|g| g == "*") {
-        causes.push(Cause::invalid(
-            format!("{at}.apiGroups"),
-            &json!(groups),
-            "if '*' is present, must not specify other API groups",
-        ));
-    }
-    let versions = strings(rule, "apiVersions");
-    if versions.is_empty() {
-        causes.push(required(format!("{at}.apiVersions")));
-    }
-    if versions.len() > 1 && versions.iter().any(|v| v == "*") {
-        causes.push(Cause::invalid(
-            format!("{at}.apiVersions"),
-            &json!(versions),
-            "if '*' is present, must not specify other API versions",
-        ));
-    }
-    for (k, version) in versions.iter().enumerate() {
-        if version.is_empty() {
-            causes.push(required(format!("{at}.apiVersions[{k}]")));
-        }
-    }
-    resources(
-        &strings(rule, "resources"),
-        &format!("{at}.resources"),
-        causes,
-    );
-    if let Some(scope) = rule.get("scope").and_then(Value::as_str)
-        && !["*", "Cluster", "Namespaced"].contains(&scope)
-    {
-        causes.push(not_supported(
-            format!("{at}.scope"),
-            scope,
-            &["*", "Cluster", "Namespaced"],
-        ));
-    }
-}
-
-/// `validateResources`: resources and `resource/subresource` pairs, with wildcards that do
-/// not overlap.
-fn resources(resources: &[String], at: &str, causes: &mut Vec<Cause>) {
-    if resources.is_empty() {
-        causes.push(required(at));
-    }
-    let mut wildcard_subresources = BTreeSet::new();
-    let mut wildcard_resources = BTreeSet::new();
-    let mut double_wildcard = false;
-    let mut single_wildcard = false;
-    let mut plain = false;
-    for (i, entry) in resources.iter().enumerate() {
-        if entry.is_empty() {
-            causes.push(required(format!("{at}[{i}]")));
-            continue;
-        }
-        if entry == "*/*" {
-            double_wildcard = true;
-        }
-        if entry == "*" {
-            single_wildcard = true;
-        }
-        let Some((resource, subresource)) = entry.split_once('/') else {
-            plain = entry != "*";
-            continue;
-        };
-        if wildcard_subresources.contains(resource) {
-            causes.push(Cause::invalid(
-                format!("{at}[{i}]"),
-                &json!(entry),
-                format!("if '{resource}/*' is present, must not specify {entry}"),
-            ));
-        }
-        if wildcard_resources.contains(subresource) {
-            causes.push(Cause::invalid(
-                format!("{at}[{i}]"),
-                &json!(entry),
-                format!("if '*/{subresource}' is present, must not specify {entry}"),
-            ));
-        }
-        if subresource == "*" {
-            wildcard_subresources.insert(resource);
-        }
-        if resource == "*" {
-            wildcard_resources.insert(subresource);
-        }
-    }
-    if resources.len() > 1 && double_wildcard {
-        causes.push(Cause::invalid(
-            at,
-            &json!(resources),
-            "if '*/*' is present, must not specify other resources",
-        ));
-    }
-    if single_wildcard && plain {
-        causes.push(Cause::invalid(
-            at,
-            &json!(resources),
-            "if '*' is present, must not specify other resources without subresources",
-        ));
-    }
-}
-
 /// `ValidateLabelSelector`.
 fn label_selector(selector: &Value, at: &str, allow_invalid_values: bool, causes: &mut Vec<Cause>) {
     let labels_at = format!("{at}.matchLabels");
@@ -482,117 +351,19 @@ fn client_config(config: Option<&Value>, at: &str, causes: &mut Vec<Cause>) {
 }
 
 fn webhook_url(url: &str, at: &str, causes: &mut Vec<Cause>) {
-    const FORM: &str = "; desired format: https://host[/path]";
-    let parsed = match GoUrl::parse(url) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            causes.push(required_because(
-                at,
-                &format!("url must be a valid URL: {e}{FORM}"),
-            ));
-            return;
-        }
-    };
-    if parsed.scheme != "https" {
-        causes.push(Cause::invalid(
-            at,
-            &json!(parsed.scheme),
-            format!("'https' is the only allowed URL scheme{FORM}"),
-        ));
-    }
-    if parsed.host.is_empty() {
-        causes.push(Cause::invalid(
-            at,
-            &json!(parsed.host),
-            format!("host must be specified{FORM}"),
-        ));
-    }
-    if let Some(user) = &parsed.user {
-        causes.push(Cause::invalid(
-            at,
-            &json!(user),
-            "user information is not permitted in the URL",
-        ));
-    }
-    if !parsed.fragment.is_empty() {
-        causes.push(Cause::invalid(
-            at,
-            &json!(parsed.fragment),
-            "fragments are not permitted in the URL",
-        ));
-    }
-    if !parsed.query.is_empty() {
-        causes.push(Cause::invalid(
-            at,
-            &json!(parsed.query),
-            "query parameters are not permitted in the URL",
-        ));
-    }
+    causes.extend(
+        webhook_config::validate_url(at, url)
+            .iter()
+            .map(crate::resources::crd::cause),
+    );
 }
 
 fn webhook_service(service: &Value, at: &str, causes: &mut Vec<Cause>) {
-    if text(service, "name").is_empty() {
-        causes.push(required_because(
-            format!("{at}.name"),
-            "service name is required",
-        ));
-    }
-    if text(service, "namespace").is_empty() {
-        causes.push(required_because(
-            format!("{at}.namespace"),
-            "service namespace is required",
-        ));
-    }
-    let port = service.get("port").and_then(Value::as_i64).unwrap_or(443);
-    if !(1..=65535).contains(&port) {
-        causes.push(Cause::invalid(
-            format!("{at}.port"),
-            &json!(port),
-            "port is not valid: must be between 1 and 65535, inclusive",
-        ));
-    }
-    let Some(path) = service.get("path").and_then(Value::as_str) else {
-        return;
-    };
-    let path_at = format!("{at}.path");
-    if path.is_empty() || path == "/" {
-        return;
-    }
-    if path == "//" {
-        causes.push(Cause::invalid(
-            &path_at,
-            &json!(path),
-            "segment[0] may not be empty",
-        ));
-        return;
-    }
-    if !path.starts_with('/') {
-        causes.push(Cause::invalid(
-            &path_at,
-            &json!(path),
-            "must start with a '/'",
-        ));
-    }
-    // Go slices off the first byte whatever it is.
-    let rest = path.get(1..).unwrap_or("");
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    for (i, step) in rest.split('/').enumerate() {
-        if step.is_empty() {
-            causes.push(Cause::invalid(
-                &path_at,
-                &json!(path),
-                format!("segment[{i}] may not be empty"),
-            ));
-            continue;
-        }
-        for problem in dns1123_subdomain_errors(step) {
-            causes.push(Cause::invalid(
-                &path_at,
-                &json!(path),
-                format!("segment[{i}]: {problem}"),
-            ));
-        }
-    }
+    causes.extend(
+        webhook_config::validate_service(at, service, false)
+            .iter()
+            .map(crate::resources::crd::cause),
+    );
 }
 
 /// `validateMatchConditions`: at most 64, each named (a qualified name, once) and with an
@@ -670,156 +441,6 @@ fn review_versions(hook: &Value, at: &str, require_recognized: bool, causes: &mu
             ),
         ));
     }
-}
-
-/// What Go's `url.Parse` makes of a URL: the parts webhook validation looks at.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct GoUrl {
-    scheme: String,
-    user: Option<String>,
-    host: String,
-    query: String,
-    fragment: String,
-}
-
-impl GoUrl {
-    /// Parses `raw` as Go's `net/url` does; the error is worded as Go's
-    /// (`parse "::x": missing protocol scheme`).
-    fn parse(raw: &str) -> Result<GoUrl, String> {
-        let (rest, fragment) = match raw.split_once('#') {
-            Some((rest, fragment)) => (rest, Some(fragment)),
-            None => (raw, None),
-        };
-        let fail = |url: &str, why: &str| format!("parse {}: {why}", go_quoted(url));
-        let mut url = GoUrl::parse_without_fragment(rest).map_err(|e| fail(rest, &e))?;
-        if let Some(fragment) = fragment {
-            url.fragment = unescape(fragment, false).map_err(|e| fail(raw, &e))?;
-        }
-        Ok(url)
-    }
-
-    fn parse_without_fragment(raw: &str) -> Result<GoUrl, String> {
-        if raw.bytes().any(|b| b < 0x20 || b == 0x7f) {
-            return Err("net/url: invalid control character in URL".into());
-        }
-        let mut url = GoUrl::default();
-        let mut rest = raw;
-        // The scheme: letters first, then letters, digits, `+`, `-`, `.`, up to a colon.
-        for (i, c) in raw.char_indices() {
-            match c {
-                'a'..='z' | 'A'..='Z' => {}
-                '0'..='9' | '+' | '-' | '.' if i > 0 => {}
-                ':' if i == 0 => return Err("missing protocol scheme".into()),
-                ':' => {
-                    url.scheme = raw[..i].to_ascii_lowercase();
-                    rest = &raw[i + 1..];
-                    break;
-                }
-                _ => break,
-            }
-        }
-        if rest.ends_with('?') && rest.matches('?').count() == 1 {
-            rest = &rest[..rest.len() - 1];
-        } else if let Some((before, query)) = rest.split_once('?') {
-            url.query = query.to_string();
-            rest = before;
-        }
-        if !rest.starts_with('/') {
-            if !url.scheme.is_empty() {
-                // An opaque URL (`https:host`): no host.
-                return Ok(url);
-            }
-            let first_segment = rest.split('/').next().unwrap_or("");
-            if first_segment.contains(':') {
-                return Err("first path segment in URL cannot contain colon".into());
-            }
-        }
-        if (!url.scheme.is_empty() || !rest.starts_with("///")) && rest.starts_with("//") {
-            let authority = &rest[2..];
-            let authority = authority.split('/').next().unwrap_or(authority);
-            let host = match authority.rfind('@') {
-                Some(at) => {
-                    url.user = Some(authority[..at].to_string());
-                    &authority[at + 1..]
-                }
-                None => authority,
-            };
-            url.host = parse_host(host)?;
-        }
-        Ok(url)
-    }
-}
-
-/// Go's `parseHost`: a port, when there is one, must be digits; `[` opens an IPv6 literal.
-fn parse_host(host: &str) -> Result<String, String> {
-    let invalid_port = |port: &str| format!("invalid port {} after host", go_quoted(port));
-    let port_ok = |port: &str| port.is_empty() || port[1..].bytes().all(|b| b.is_ascii_digit());
-    if host.starts_with('[') {
-        let Some(close) = host.rfind(']') else {
-            return Err("missing ']' in host".into());
-        };
-        let port = &host[close + 1..];
-        if !port.is_empty() && (!port.starts_with(':') || !port_ok(port)) {
-            return Err(invalid_port(port));
-        }
-    } else if let Some(colon) = host.rfind(':') {
-        let port = &host[colon..];
-        if !port_ok(port) {
-            return Err(invalid_port(port));
-        }
-    }
-    unescape(host, true)
-}
-
-/// Go's `unescape` of a host (`in_host`) or fragment: `%XX` escapes, and in a host only
-/// the characters a host may hold.
-fn unescape(text: &str, in_host: bool) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let escape = text.get(i..(i + 3).min(text.len())).unwrap_or(&text[i..]);
-                let valid = escape.len() == 3 && escape[1..].bytes().all(|b| b.is_ascii_hexdigit());
-                if !valid {
-                    return Err(format!("invalid URL escape {}", go_quoted(escape)));
-                }
-                i += 3;
-            }
-            c if in_host
-                && c < 0x80
-                && !c.is_ascii_alphanumeric()
-                && !b"-_.~!$&'()*+,;=:[]<>\"".contains(&c) =>
-            {
-                return Err(format!(
-                    "invalid character {} in host name",
-                    go_quoted(&char::from(c).to_string())
-                ));
-            }
-            _ => i += 1,
-        }
-    }
-    Ok(text.to_string())
-}
-
-/// Go's `%q` of a string (ASCII printable as is, the rest escaped).
-fn go_quoted(text: &str) -> String {
-    let mut out = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -959,31 +580,5 @@ mod tests {
                 r#"webhooks[1].name: Duplicate value: "hook.example.com""#,
             ]
         );
-    }
-
-    #[test]
-    fn urls_are_parsed_as_go_parses_them() {
-        let parse = GoUrl::parse;
-        assert_eq!(
-            parse("https://127.0.0.1:9443/x"),
-            Ok(GoUrl {
-                scheme: "https".into(),
-                host: "127.0.0.1:9443".into(),
-                ..GoUrl::default()
-            })
-        );
-        assert_eq!(
-            parse("://x").map(|_| ()),
-            Err(r#"parse "://x": missing protocol scheme"#.into())
-        );
-        assert_eq!(
-            parse("https://host:port/").map(|_| ()),
-            Err(r#"parse "https://host:port/": invalid port ":port" after host"#.into())
-        );
-        assert_eq!(
-            parse("https://ho st/").map(|_| ()),
-            Err(r#"parse "https://ho st/": invalid character " " in host name"#.into())
-        );
-        assert_eq!(parse("example.com/x").map(|u| u.host), Ok(String::new()));
     }
 }

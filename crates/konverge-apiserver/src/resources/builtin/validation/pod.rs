@@ -643,7 +643,7 @@ fn overcommit_allowed(name: &str) -> bool {
 }
 
 /// The resource names kube-apiserver knows (`helper.IsStandardResourceName`).
-const STANDARD_RESOURCES: &[&str] = &[
+pub(super) const STANDARD_RESOURCES: &[&str] = &[
     "cpu",
     "memory",
     "ephemeral-storage",

@@ -11,30 +11,6 @@ use serde_json::Value;
 use super::{cause, required_because};
 use crate::error::Cause;
 
-/// What kube knows as resources (`helper.IsStandardResourceName`, hugepages aside).
-const STANDARD: &[&str] = &[
-    "cpu",
-    "memory",
-    "ephemeral-storage",
-    "requests.cpu",
-    "requests.memory",
-    "requests.ephemeral-storage",
-    "limits.cpu",
-    "limits.memory",
-    "limits.ephemeral-storage",
-    "pods",
-    "resourcequotas",
-    "services",
-    "replicationcontrollers",
-    "secrets",
-    "configmaps",
-    "persistentvolumeclaims",
-    "storage",
-    "requests.storage",
-    "services.nodeports",
-    "services.loadbalancers",
-];
-
 /// What quotas may limit unqualified (`helper.IsStandardQuotaResourceName`, hugepages aside).
 const QUOTA: &[&str] = &[
     "cpu",
@@ -108,7 +84,10 @@ fn resource_name(name: &str, at: &str, causes: &mut Vec<Cause>) {
     let problems = label_key_errors(name);
     if !problems.is_empty() {
         causes.extend(problems.iter().map(|p| invalid(at, &shown, p)));
-    } else if !name.contains('/') && !STANDARD.contains(&name) && !hugepages(name) {
+    } else if !name.contains('/')
+        && !super::pod::STANDARD_RESOURCES.contains(&name)
+        && !hugepages(name)
+    {
         causes.push(invalid(
             at,
             &shown,
