@@ -12,6 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use konverge_apimachinery::quantity;
 use serde_json::{Map, Value, json};
@@ -1041,22 +1042,69 @@ const RETRIES: usize = 3;
 #[derive(Debug, Default)]
 pub struct ResourceQuota {
     namespaces: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Namespaces a consistent read found without quotas, until when that is trusted.
+    without_quota: Mutex<HashMap<String, Instant>>,
 }
+
+/// How long a namespace a consistent read found without quotas is taken to have none while
+/// the watch cache has none either (kube's quota admission keeps such a live lookup for 30
+/// seconds too).
+const LIVE_LOOKUP_TTL: Duration = Duration::from_secs(30);
 
 impl ResourceQuota {
     fn lock_for(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(namespace.to_string()).or_default().clone()
     }
+
+    /// Whether `namespace` may have quotas. As kube-apiserver's quota admission reads its
+    /// informer, the watch cache is read as it is (no consistent read on every write); when
+    /// it holds none, a consistent read confirms it, and is trusted for a while.
+    async fn may_have_quotas(&self, registry: &Registry, namespace: &str) -> Result<bool> {
+        let cached = ListOptions {
+            resource_version: Some("0".into()),
+            ..ListOptions::default()
+        };
+        if !quotas_with(registry, namespace, &cached).await?.is_empty() {
+            return Ok(true);
+        }
+        let now = Instant::now();
+        let trusted = self
+            .without_quota
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(namespace)
+            .is_some_and(|until| *until > now);
+        if trusted {
+            return Ok(false);
+        }
+        let found = !quotas_in(registry, namespace).await?.is_empty();
+        if !found {
+            self.without_quota
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(namespace.to_string(), now + LIVE_LOOKUP_TTL);
+        }
+        Ok(found)
+    }
 }
 
-/// The quotas of a namespace, in name order.
+/// The quotas of a namespace, in name order, read consistently.
 async fn quotas_in(registry: &Registry, namespace: &str) -> Result<Vec<Quota>> {
+    quotas_with(registry, namespace, &ListOptions::default()).await
+}
+
+/// The quotas of a namespace, in name order, as a list with `options` reads them.
+async fn quotas_with(
+    registry: &Registry,
+    namespace: &str,
+    options: &ListOptions,
+) -> Result<Vec<Quota>> {
     let Some(rt) = registry.catalog().get("", "v1", "resourcequotas") else {
         return Ok(Vec::new());
     };
     Ok(registry
-        .list(&rt, Some(namespace), &ListOptions::default())
+        .list(&rt, Some(namespace), options)
         .await?
         .items
         .iter()
@@ -1114,7 +1162,7 @@ impl Plugin for ResourceQuota {
             return Ok(());
         }
         // Most namespaces have no quota: their writes are not serialized for nothing.
-        if quotas_in(registry, attributes.namespace).await?.is_empty() {
+        if !self.may_have_quotas(registry, attributes.namespace).await? {
             return Ok(());
         }
         let lock = self.lock_for(attributes.namespace);

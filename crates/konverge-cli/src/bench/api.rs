@@ -305,7 +305,7 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let busy_rss = rss_mib(server.pid).unwrap_or(f64::NAN);
     drop(server);
 
-    let admission = admission_cost(if args.quick { 1 } else { 3 }, seconds).await?;
+    let admission = admission_cost(if args.quick { 1 } else { 5 }, seconds).await?;
 
     println!("readiness");
     println!(
