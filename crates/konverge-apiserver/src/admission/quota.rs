@@ -1042,14 +1042,23 @@ const RETRIES: usize = 3;
 #[derive(Debug, Default)]
 pub struct ResourceQuota {
     namespaces: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Namespaces a consistent read found without quotas, until when that is trusted.
-    without_quota: Mutex<HashMap<String, Instant>>,
+    /// Which namespaces have quotas, as of a registry quota generation.
+    with_quota: std::sync::RwLock<Option<QuotaNamespaces>>,
 }
 
-/// How long a namespace a consistent read found without quotas is taken to have none while
-/// the watch cache has none either (kube's quota admission keeps such a live lookup for 30
-/// seconds too).
-const LIVE_LOOKUP_TTL: Duration = Duration::from_secs(30);
+/// The namespaces that have ResourceQuotas, read consistently when the registry's quota
+/// generation was `generation`.
+#[derive(Debug)]
+struct QuotaNamespaces {
+    generation: u64,
+    read: Instant,
+    namespaces: BTreeSet<String>,
+}
+
+/// How long the namespaces with quotas are trusted without a write of a quota through this
+/// server (writes through other servers sharing the store are seen within it; kube's quota
+/// admission trusts a live lookup for 30 seconds too).
+const TRUSTED_FOR: Duration = Duration::from_secs(30);
 
 impl ResourceQuota {
     fn lock_for(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -1057,54 +1066,48 @@ impl ResourceQuota {
         locks.entry(namespace.to_string()).or_default().clone()
     }
 
-    /// Whether `namespace` may have quotas. As kube-apiserver's quota admission reads its
-    /// informer, the watch cache is read as it is (no consistent read on every write); when
-    /// it holds none, a consistent read confirms it, and is trusted for a while.
+    /// Whether `namespace` has quotas: known without a read while no quota was written
+    /// since the namespaces with quotas were last read (most writes, in most namespaces,
+    /// then cost a lookup); read again, consistently, when one was.
     async fn may_have_quotas(&self, registry: &Registry, namespace: &str) -> Result<bool> {
-        let cached = ListOptions {
-            resource_version: Some("0".into()),
-            ..ListOptions::default()
-        };
-        if !quotas_with(registry, namespace, &cached).await?.is_empty() {
-            return Ok(true);
+        let generation = registry.quota_generation();
+        {
+            let known = self.with_quota.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(known) = known.as_ref()
+                && known.generation == generation
+                && known.read.elapsed() < TRUSTED_FOR
+            {
+                return Ok(known.namespaces.contains(namespace));
+            }
         }
-        let now = Instant::now();
-        let trusted = self
-            .without_quota
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(namespace)
-            .is_some_and(|until| *until > now);
-        if trusted {
+        let Some(rt) = registry.catalog().get("", "v1", "resourcequotas") else {
             return Ok(false);
-        }
-        let found = !quotas_in(registry, namespace).await?.is_empty();
-        if !found {
-            self.without_quota
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(namespace.to_string(), now + LIVE_LOOKUP_TTL);
-        }
+        };
+        let read = Instant::now();
+        let namespaces: BTreeSet<String> = registry
+            .list(&rt, None, &ListOptions::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|q| q.pointer("/metadata/namespace")?.as_str().map(String::from))
+            .collect();
+        let found = namespaces.contains(namespace);
+        *self.with_quota.write().unwrap_or_else(|e| e.into_inner()) = Some(QuotaNamespaces {
+            generation,
+            read,
+            namespaces,
+        });
         Ok(found)
     }
 }
 
 /// The quotas of a namespace, in name order, read consistently.
 async fn quotas_in(registry: &Registry, namespace: &str) -> Result<Vec<Quota>> {
-    quotas_with(registry, namespace, &ListOptions::default()).await
-}
-
-/// The quotas of a namespace, in name order, as a list with `options` reads them.
-async fn quotas_with(
-    registry: &Registry,
-    namespace: &str,
-    options: &ListOptions,
-) -> Result<Vec<Quota>> {
     let Some(rt) = registry.catalog().get("", "v1", "resourcequotas") else {
         return Ok(Vec::new());
     };
     Ok(registry
-        .list(&rt, Some(namespace), options)
+        .list(&rt, Some(namespace), &ListOptions::default())
         .await?
         .items
         .iter()

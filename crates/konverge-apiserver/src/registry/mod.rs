@@ -160,6 +160,8 @@ pub struct Registry {
     write_check: Option<Arc<dyn WriteCheck>>,
     /// Counts committed writes of admission configuration ([`Registry::admission_generation`]).
     admission_generation: Arc<AtomicU64>,
+    /// Counts committed writes of ResourceQuotas ([`Registry::quota_generation`]).
+    quota_generation: Arc<AtomicU64>,
     /// The admission plugins every create and update goes through.
     admission: Arc<crate::admission::Chain>,
     /// How admission and conversion webhooks are reached.
@@ -252,6 +254,7 @@ impl Registry {
             policy_generation: Arc::new(AtomicU64::new(0)),
             write_check: None,
             admission_generation: Arc::new(AtomicU64::new(0)),
+            quota_generation: Arc::new(AtomicU64::new(0)),
             admission: Arc::new(crate::admission::Chain::builtin()),
             webhooks: crate::webhook::Webhooks::default(),
         }
@@ -316,6 +319,12 @@ impl Registry {
         self.admission_generation.load(Ordering::Acquire)
     }
 
+    /// How many writes of ResourceQuotas this registry (and its clones) committed; it changes
+    /// before the write is answered.
+    pub fn quota_generation(&self) -> u64 {
+        self.quota_generation.load(Ordering::Acquire)
+    }
+
     /// The same registry recording its store calls and object counts into `metrics` (the
     /// server's, so `/metrics` shows them).
     /// Call it before the registry serves anything (the watch caches start over with it).
@@ -345,11 +354,12 @@ impl Registry {
         {
             self.policy_generation.fetch_add(1, Ordering::AcqRel);
         }
-        if rt.group == "admissionregistration.k8s.io"
-            && matches!(operation, "create" | "update" | "delete")
-            && result.is_ok()
-        {
-            self.admission_generation.fetch_add(1, Ordering::AcqRel);
+        if matches!(operation, "create" | "update" | "delete") && result.is_ok() {
+            if rt.group == "admissionregistration.k8s.io" {
+                self.admission_generation.fetch_add(1, Ordering::AcqRel);
+            } else if rt.group.is_empty() && rt.plural == "resourcequotas" {
+                self.quota_generation.fetch_add(1, Ordering::AcqRel);
+            }
         }
         self.metrics.record_store_call(
             operation,

@@ -1,6 +1,8 @@
 //! Servers side by side: the same ConfigMap creates and gets against each, in turn, round
-//! after round, so that whatever else the machine does falls on all alike; each figure is
-//! the median over the rounds, and each server is compared with the first (the anchor).
+//! after round (in the opposite order every other round), so that whatever else the machine
+//! does falls on all alike. Each figure is the median over the rounds; each server is
+//! compared with the first (the anchor) round by round, and the ratio shown is the median
+//! of those paired ratios, which slow drifts of the machine cancel out of.
 
 use std::time::Duration;
 
@@ -59,7 +61,12 @@ pub(super) async fn alternate(
     let mut results: Vec<Series> = Vec::new();
     for round in 0..rounds {
         for &verb in verbs {
-            for contender in contenders {
+            let order: Vec<&Contender> = if round % 2 == 0 {
+                contenders.iter().collect()
+            } else {
+                contenders.iter().rev().collect()
+            };
+            for contender in order {
                 let stats = match verb {
                     Verb::Create => creates(&contender.api, round, clients, seconds).await?,
                     Verb::Get => gets(&contender.api, clients, seconds).await?,
@@ -91,13 +98,29 @@ pub(super) async fn alternate(
 }
 
 impl Results {
-    /// The median p50 and p99 of `verb` against `contender`, in milliseconds.
-    pub(super) fn latency(&self, verb: Verb, contender: &str) -> Option<(f64, f64)> {
-        let series = self
-            .0
+    fn series(&self, verb: Verb, contender: &str) -> Option<&Series> {
+        self.0
             .iter()
-            .find(|s| s.verb == verb && s.contender == contender)?;
-        Some((median(&series.p50s), median(&series.p99s)))
+            .find(|s| s.verb == verb && s.contender == contender)
+    }
+
+    /// The median p50 of `verb` against `contender`, in milliseconds.
+    pub(super) fn p50(&self, verb: Verb, contender: &str) -> Option<f64> {
+        self.series(verb, contender).map(|s| median(&s.p50s))
+    }
+
+    /// The median over the rounds of `contender`'s p50 and p99 of `verb` divided by
+    /// `anchor`'s in the same round.
+    pub(super) fn ratio(&self, verb: Verb, contender: &str, anchor: &str) -> Option<(f64, f64)> {
+        let (this, base) = (self.series(verb, contender)?, self.series(verb, anchor)?);
+        let paired = |a: &[f64], b: &[f64]| -> f64 {
+            let ratios: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+            median(&ratios)
+        };
+        Some((
+            paired(&this.p50s, &base.p50s),
+            paired(&this.p99s, &base.p99s),
+        ))
     }
 
     /// Prints the results as a Markdown table, with each server's latencies as ratios of the
@@ -110,14 +133,14 @@ impl Results {
         println!("|---|---|---:|---:|---:|---:|---:|");
         for series in &self.0 {
             let (p50, p99) = (median(&series.p50s), median(&series.p99s));
-            let (a50, a99) = self.latency(series.verb, anchor).unwrap_or((p50, p99));
+            let (r50, r99) = self
+                .ratio(series.verb, series.contender, anchor)
+                .unwrap_or((1.0, 1.0));
             println!(
-                "| {} | {} | {:.0} | {p50:.2} | {p99:.2} | {:.2} | {:.2} |",
+                "| {} | {} | {:.0} | {p50:.2} | {p99:.2} | {r50:.2} | {r99:.2} |",
                 series.verb.name(),
                 series.contender,
                 median(&series.rates),
-                p50 / a50,
-                p99 / a99,
             );
         }
     }
