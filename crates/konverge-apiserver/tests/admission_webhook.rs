@@ -1716,3 +1716,40 @@ async fn match_conditions_choose_the_requests_webhooks_see() -> anyhow::Result<(
     assert!(cms.get_opt("refused").await?.is_none());
     Ok(())
 }
+
+/// `matchConditions` are compiled when a configuration is written: in the environment of
+/// webhooks, which has no `params`.
+#[tokio::test]
+async fn match_conditions_that_do_not_compile_are_refused() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    let mut hook = webhook(
+        "compiled.example.com",
+        service("compiled"),
+        config_map_rules(&["CREATE"]),
+    );
+    hook["matchConditions"] = json!([
+        {"name": "params", "expression": "params.x == 1"},
+        {"name": "typed", "expression": "object.metadata.name"},
+    ]);
+    let (code, body, _) = cluster
+        .call(
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "compiled"}, "webhooks": [hook],
+            }),
+        )
+        .await;
+    assert_eq!((code, body["reason"].as_str()), (422, Some("Invalid")));
+    assert_eq!(
+        body["message"],
+        concat!(
+            r#"ValidatingWebhookConfiguration.admissionregistration.k8s.io "compiled" is invalid: ["#,
+            r#"webhooks[0].matchConditions[0].expression: Invalid value: "params.x == 1": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params' (in container '')"#,
+            "\n | params.x == 1\n | ^, ",
+            r#"webhooks[0].matchConditions[1].expression: Invalid value: "object.metadata.name": must evaluate to bool but got dyn]"#,
+        )
+    );
+    Ok(())
+}

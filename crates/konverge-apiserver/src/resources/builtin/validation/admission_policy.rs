@@ -354,8 +354,12 @@ fn param_kind(kind: &Value, causes: &mut Vec<Cause>) {
 
 /// `validateMatchConditions`, compiled without variables (as kube compiles them when they
 /// are written).
-fn match_conditions(conditions: &Value, with_params: bool, causes: &mut Vec<Cause>) {
-    let at = "spec.matchConditions";
+pub(super) fn match_conditions(
+    conditions: &Value,
+    at: &str,
+    with_params: bool,
+    causes: &mut Vec<Cause>,
+) {
     let list = conditions.as_array().cloned().unwrap_or_default();
     if list.len() > MAX_MATCH_CONDITIONS {
         causes.push(too_many(at, list.len(), MAX_MATCH_CONDITIONS));
@@ -457,6 +461,7 @@ pub(in crate::resources::builtin) fn validating_admission_policy(
     if !conditions_unchanged(obj, old) {
         match_conditions(
             spec.get("matchConditions").unwrap_or(&null),
+            "spec.matchConditions",
             params.is_some(),
             &mut causes,
         );

@@ -17,8 +17,6 @@ use crate::resources::webhook_config;
 
 /// The AdmissionReview versions kube-apiserver 1.33 accepts.
 const REVIEW_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
-/// The most match conditions a webhook may have.
-const MAX_MATCH_CONDITIONS: usize = 64;
 
 /// Which kind of configuration.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -366,39 +364,12 @@ fn webhook_service(service: &Value, at: &str, causes: &mut Vec<Cause>) {
     );
 }
 
-/// `validateMatchConditions`: at most 64, each named (a qualified name, once) and with an
-/// expression. Expressions are compiled by the CEL environment of admission policies, which
-/// these configurations do not use yet; they are only required here.
+/// `validateMatchConditions`: as a policy's (names, at most 64, expressions compiled), in
+/// the environment of webhooks (no `params`).
 fn match_conditions(hook: &Value, at: &str, causes: &mut Vec<Cause>) {
-    let conditions: Vec<(usize, &Value)> = items(hook, "matchConditions").collect();
-    if conditions.len() > MAX_MATCH_CONDITIONS {
-        causes.push(cause(
-            "FieldValueTooMany",
-            at,
-            format!(
-                "Too many: {}: must have at most {MAX_MATCH_CONDITIONS} items",
-                conditions.len()
-            ),
-        ));
-    }
-    let mut names = BTreeSet::new();
-    for (i, condition) in conditions {
-        let at = format!("{at}[{i}]");
-        if text(condition, "expression").trim().is_empty() {
-            causes.push(required(format!("{at}.expression")));
-        }
-        let name = text(condition, "name");
-        if name.is_empty() {
-            causes.push(required(format!("{at}.name")));
-        } else {
-            for problem in label_key_errors(name) {
-                causes.push(Cause::invalid(format!("{at}.name"), &json!(name), problem));
-            }
-        }
-        if !name.is_empty() && !names.insert(name) {
-            causes.push(duplicate(format!("{at}.name"), &json!(name)));
-        }
-    }
+    let null = Value::Null;
+    let conditions = hook.get("matchConditions").unwrap_or(&null);
+    super::admission_policy::match_conditions(conditions, at, false, causes);
 }
 
 /// `validateAdmissionReviewVersions`.
