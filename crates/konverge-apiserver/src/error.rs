@@ -113,7 +113,13 @@ pub enum Reason {
     /// No reason (`StatusReasonUnknown`, empty): what kube-apiserver answers for errors that
     /// are not API statuses, such as a failed CRD conversion webhook.
     Unknown,
+    /// A reason kube-apiserver does not name but passes on, as a webhook's refusal gives it
+    /// (see [`Reason::relayed`]).
+    Relayed(&'static str),
 }
+
+/// How many distinct relayed reasons are kept (each is kept for the life of the process).
+const RELAYED_REASONS: usize = 256;
 
 impl Reason {
     /// The reason as `Status.reason` carries it.
@@ -136,7 +142,49 @@ impl Reason {
             Reason::Timeout => "Timeout",
             Reason::ServiceUnavailable => "ServiceUnavailable",
             Reason::Unknown => "",
+            Reason::Relayed(reason) => reason,
         }
+    }
+
+    /// The reason a webhook or another outside party gave, as kube-apiserver passes it on:
+    /// one of kube's own when it is one, none when empty, the text itself otherwise — up to
+    /// a bound on distinct texts, past which `fallback` stands in.
+    pub fn relayed(reason: &str, fallback: Reason) -> Reason {
+        const NAMED: [Reason; 16] = [
+            Reason::BadRequest,
+            Reason::Unauthorized,
+            Reason::Forbidden,
+            Reason::NotFound,
+            Reason::MethodNotAllowed,
+            Reason::NotAcceptable,
+            Reason::AlreadyExists,
+            Reason::Conflict,
+            Reason::Expired,
+            Reason::RequestEntityTooLarge,
+            Reason::UnsupportedMediaType,
+            Reason::Invalid,
+            Reason::TooManyRequests,
+            Reason::InternalError,
+            Reason::Timeout,
+            Reason::ServiceUnavailable,
+        ];
+        if reason.is_empty() {
+            return Reason::Unknown;
+        }
+        if let Some(named) = NAMED.iter().find(|r| r.as_str() == reason) {
+            return *named;
+        }
+        static KEPT: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = kept.iter().find(|k| **k == reason) {
+            return Reason::Relayed(known);
+        }
+        if kept.len() >= RELAYED_REASONS {
+            return fallback;
+        }
+        let leaked: &'static str = Box::leak(reason.to_string().into_boxed_str());
+        kept.push(leaked);
+        Reason::Relayed(leaked)
     }
 }
 

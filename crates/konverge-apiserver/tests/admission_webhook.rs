@@ -228,6 +228,10 @@ async fn validating_webhooks_allow_deny_and_see_the_request_as_kube_sends_it() -
                 review,
                 json!({"allowed": false, "status": {"reason": "NotAcceptable", "code": 201}}),
             ),
+            Some("custom") => answer(
+                review,
+                json!({"allowed": false, "status": {"reason": "ImageNotAllowed", "code": 403, "message": "pull from the mirror"}}),
+            ),
             _ => allow(review),
         }
     });
@@ -307,6 +311,23 @@ async fn validating_webhooks_allow_deny_and_see_the_request_as_kube_sends_it() -
             // kube-apiserver passes on the webhook's reason, here none.
             "".into(),
             r#"admission webhook "policy.example.com" denied the request without explanation"#
+                .into()
+        )
+    );
+    // A reason Kubernetes does not name is passed on as the webhook gave it.
+    let e = cms
+        .create(
+            &PostParams::default(),
+            &config_map("custom", json!({"verdict": "custom"})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused(e),
+        (
+            403,
+            "ImageNotAllowed".into(),
+            r#"admission webhook "policy.example.com" denied the request: pull from the mirror"#
                 .into()
         )
     );

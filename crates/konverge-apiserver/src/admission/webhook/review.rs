@@ -611,51 +611,20 @@ pub(crate) fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
     }
 }
 
-/// The reason a webhook gave, as konverge names reasons: none stays none (kube-apiserver
-/// passes the webhook's reason on as it is, so kubectl prints `Error from server: ...`);
-/// one konverge does not know is named after the code.
+/// The reason a webhook gave, passed on as kube-apiserver passes it (none stays none, one
+/// Kubernetes does not name is relayed as it is).
 fn reason_of(reason: &str, code: http::StatusCode) -> Reason {
-    if reason.is_empty() {
-        return Reason::Unknown;
-    }
-    let known = [
-        Reason::BadRequest,
-        Reason::Unauthorized,
-        Reason::Forbidden,
-        Reason::NotFound,
-        Reason::MethodNotAllowed,
-        Reason::NotAcceptable,
-        Reason::AlreadyExists,
-        Reason::Conflict,
-        Reason::Expired,
-        Reason::RequestEntityTooLarge,
-        Reason::UnsupportedMediaType,
-        Reason::Invalid,
-        Reason::TooManyRequests,
-        Reason::InternalError,
-        Reason::Timeout,
-        Reason::ServiceUnavailable,
-    ];
-    if let Some(r) = known.iter().find(|r| r.as_str() == reason) {
-        return *r;
-    }
-    match code.as_u16() {
+    let fallback = match code.as_u16() {
         401 => Reason::Unauthorized,
         403 => Reason::Forbidden,
         404 => Reason::NotFound,
-        405 => Reason::MethodNotAllowed,
-        406 => Reason::NotAcceptable,
         409 => Reason::Conflict,
-        410 => Reason::Expired,
-        413 => Reason::RequestEntityTooLarge,
-        415 => Reason::UnsupportedMediaType,
         422 => Reason::Invalid,
         429 => Reason::TooManyRequests,
-        503 => Reason::ServiceUnavailable,
-        504 => Reason::Timeout,
         500..=599 => Reason::InternalError,
         _ => Reason::BadRequest,
-    }
+    };
+    Reason::relayed(reason, fallback)
 }
 
 #[cfg(test)]
