@@ -97,6 +97,32 @@ impl std::fmt::Display for Operation {
     }
 }
 
+/// The user of the server's own writes (the loopback client's, as kube-apiserver names it).
+pub(crate) fn server_user() -> UserInfo {
+    UserInfo::new(
+        "system:apiserver",
+        &[crate::auth::user::SYSTEM_MASTERS, "system:authenticated"],
+    )
+}
+
+/// Who makes a request, as admission requests carry it (`userInfo`): empty fields left out.
+pub(crate) fn user_info(user: &UserInfo) -> Value {
+    let mut info = serde_json::Map::new();
+    if !user.name.is_empty() {
+        info.insert("username".into(), Value::from(user.name.clone()));
+    }
+    if !user.uid.is_empty() {
+        info.insert("uid".into(), Value::from(user.uid.clone()));
+    }
+    if !user.groups.is_empty() {
+        info.insert("groups".into(), serde_json::json!(user.groups));
+    }
+    if !user.extra.is_empty() {
+        info.insert("extra".into(), serde_json::json!(user.extra));
+    }
+    Value::Object(info)
+}
+
 /// What happened to one request in admission: the warnings for the client, the audit
 /// annotations, and which admissions ran and what each decided. The registry makes one per
 /// write and reads the warnings back into its answer.

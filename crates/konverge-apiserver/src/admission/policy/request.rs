@@ -14,17 +14,12 @@ use serde_json::{Map, Value, json};
 
 use super::super::{Attributes, Operation};
 use crate::auth::authz::{self, Authorization};
-use crate::auth::user::{SYSTEM_MASTERS, UserInfo};
+use crate::auth::user::UserInfo;
 use crate::resources::ResourceType;
 
 /// How many times a set of expressions is evaluated, at most, to learn the authorization
 /// checks it makes (each pass asks every check it found new).
 const MAX_PASSES: usize = 16;
-
-/// The user of the server's own writes (the loopback client's, as kube-apiserver names it).
-fn server_user() -> UserInfo {
-    UserInfo::new("system:apiserver", &[SYSTEM_MASTERS])
-}
 
 /// One admission request, prepared for CEL: what every webhook's and policy's expressions
 /// see of it.
@@ -66,7 +61,10 @@ impl<'a> Request<'a> {
                 converted(v, own, matched)
             }
         };
-        let user = attributes.user.cloned().unwrap_or_else(server_user);
+        let user = attributes
+            .user
+            .cloned()
+            .unwrap_or_else(crate::admission::server_user);
         Request {
             attributes,
             object: convert(object),
@@ -277,20 +275,7 @@ fn admission_request(
         request.insert("namespace".into(), json!(attributes.namespace));
     }
     request.insert("operation".into(), json!(attributes.operation.as_str()));
-    let mut info = Map::new();
-    if !user.name.is_empty() {
-        info.insert("username".into(), json!(user.name));
-    }
-    if !user.uid.is_empty() {
-        info.insert("uid".into(), json!(user.uid));
-    }
-    if !user.groups.is_empty() {
-        info.insert("groups".into(), json!(user.groups));
-    }
-    if !user.extra.is_empty() {
-        info.insert("extra".into(), json!(user.extra));
-    }
-    request.insert("userInfo".into(), Value::Object(info));
+    request.insert("userInfo".into(), crate::admission::user_info(user));
     request.insert("object".into(), Value::Null);
     request.insert("oldObject".into(), Value::Null);
     request.insert("dryRun".into(), json!(attributes.dry_run));

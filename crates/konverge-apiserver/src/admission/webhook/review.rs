@@ -9,7 +9,6 @@ use serde_json::{Map, Value, json};
 
 use super::gojson;
 use crate::admission::{Attributes, Operation};
-use crate::auth::user::UserInfo;
 use crate::error::{ApiError, Cause, Details, Reason};
 use crate::resources::ResourceType;
 use crate::webhook::Response;
@@ -107,7 +106,15 @@ impl Request<'_> {
             request.insert("namespace".into(), json!(attributes.namespace));
         }
         request.insert("operation".into(), json!(attributes.operation.as_str()));
-        request.insert("userInfo".into(), user_info(attributes.user));
+        request.insert(
+            "userInfo".into(),
+            crate::admission::user_info(
+                &attributes
+                    .user
+                    .cloned()
+                    .unwrap_or_else(crate::admission::server_user),
+            ),
+        );
         request.insert("object".into(), self.object.clone());
         request.insert("oldObject".into(), self.old.clone());
         request.insert("dryRun".into(), json!(attributes.dry_run));
@@ -118,31 +125,6 @@ impl Request<'_> {
             "request": request,
         })
     }
-}
-
-/// Who writes, as AdmissionReview carries it; the server's own writes are kube-apiserver's
-/// loopback user.
-fn user_info(user: Option<&UserInfo>) -> Value {
-    let Some(user) = user else {
-        return json!({
-            "username": "system:apiserver",
-            "groups": ["system:authenticated", "system:masters"],
-        });
-    };
-    let mut info = Map::new();
-    if !user.name.is_empty() {
-        info.insert("username".into(), json!(user.name));
-    }
-    if !user.uid.is_empty() {
-        info.insert("uid".into(), json!(user.uid));
-    }
-    if !user.groups.is_empty() {
-        info.insert("groups".into(), json!(user.groups));
-    }
-    if !user.extra.is_empty() {
-        info.insert("extra".into(), json!(user.extra));
-    }
-    Value::Object(info)
 }
 
 /// The options of the write (`CreateOptions`, `UpdateOptions`, `DeleteOptions`), as far as
