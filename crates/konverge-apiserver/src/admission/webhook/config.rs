@@ -247,55 +247,39 @@ impl Source {
             };
             // A configuration that does not decode (written around validation) is skipped,
             // as kube-apiserver's informer would never have delivered it.
+            // The two kinds' webhooks are different types with the same fields (mutating
+            // ones add `reinvocationPolicy`).
+            macro_rules! hooks_of {
+                ($configuration:ty, |$w:ident| $reinvocation:expr) => {{
+                    let Ok(parsed) = serde_json::from_value::<$configuration>((*item).clone())
+                    else {
+                        continue;
+                    };
+                    for $w in parsed.webhooks.iter().flatten() {
+                        let w = $w;
+                        let fields = Fields {
+                            name: &w.name,
+                            client_config: &w.client_config,
+                            rules: w.rules.as_ref(),
+                            match_policy: w.match_policy.as_deref(),
+                            namespace_selector: w.namespace_selector.as_ref(),
+                            object_selector: w.object_selector.as_ref(),
+                            failure_policy: w.failure_policy.as_deref(),
+                            side_effects: &w.side_effects,
+                            timeout_seconds: w.timeout_seconds,
+                            review_versions: &w.admission_review_versions,
+                            match_conditions: w.match_conditions.as_ref(),
+                            reinvocation_policy: $reinvocation,
+                        };
+                        hooks.push(Arc::new(Hook::new(uid(&w.name), &configuration, fields)));
+                    }
+                }};
+            }
             match self.kind {
-                Kind::Validating => {
-                    let Ok(parsed) =
-                        serde_json::from_value::<ValidatingWebhookConfiguration>((*item).clone())
-                    else {
-                        continue;
-                    };
-                    for w in parsed.webhooks.iter().flatten() {
-                        let fields = Fields {
-                            name: &w.name,
-                            client_config: &w.client_config,
-                            rules: w.rules.as_ref(),
-                            match_policy: w.match_policy.as_deref(),
-                            namespace_selector: w.namespace_selector.as_ref(),
-                            object_selector: w.object_selector.as_ref(),
-                            failure_policy: w.failure_policy.as_deref(),
-                            side_effects: &w.side_effects,
-                            timeout_seconds: w.timeout_seconds,
-                            review_versions: &w.admission_review_versions,
-                            match_conditions: w.match_conditions.as_ref(),
-                            reinvocation_policy: None,
-                        };
-                        hooks.push(Arc::new(Hook::new(uid(&w.name), &configuration, fields)));
-                    }
-                }
-                Kind::Mutating => {
-                    let Ok(parsed) =
-                        serde_json::from_value::<MutatingWebhookConfiguration>((*item).clone())
-                    else {
-                        continue;
-                    };
-                    for w in parsed.webhooks.iter().flatten() {
-                        let fields = Fields {
-                            name: &w.name,
-                            client_config: &w.client_config,
-                            rules: w.rules.as_ref(),
-                            match_policy: w.match_policy.as_deref(),
-                            namespace_selector: w.namespace_selector.as_ref(),
-                            object_selector: w.object_selector.as_ref(),
-                            failure_policy: w.failure_policy.as_deref(),
-                            side_effects: &w.side_effects,
-                            timeout_seconds: w.timeout_seconds,
-                            review_versions: &w.admission_review_versions,
-                            match_conditions: w.match_conditions.as_ref(),
-                            reinvocation_policy: w.reinvocation_policy.as_deref(),
-                        };
-                        hooks.push(Arc::new(Hook::new(uid(&w.name), &configuration, fields)));
-                    }
-                }
+                Kind::Validating => hooks_of!(ValidatingWebhookConfiguration, |w| None),
+                Kind::Mutating => hooks_of!(MutatingWebhookConfiguration, |w| w
+                    .reinvocation_policy
+                    .as_deref()),
             }
         }
         Ok(hooks)
