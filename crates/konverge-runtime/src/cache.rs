@@ -127,8 +127,12 @@ impl<K> Store<K> {
         self.shared.state.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The cached object with this key.
+    /// The cached object with this key. A store holds one cluster's objects: the key's
+    /// [`cluster`](ObjectKey::cluster) is not compared.
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
+        if key.cluster.is_some() {
+            return self.get(&key.clone().in_cluster(None));
+        }
         self.read().objects.get(key).cloned()
     }
 

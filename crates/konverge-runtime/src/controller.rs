@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kube::core::PartialObjectMeta;
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,12 +36,12 @@ use crate::cache::{Change, Index, Store};
 use crate::hotloop::{HotLoopConfig, HotLoopDetector};
 use crate::informer::Informers;
 use crate::key::ObjectKey;
-use crate::metrics::{Metrics, controller_labels, queue_labels};
+use crate::metrics::{Metrics, controller_labels, queue_labels, resource_labels};
 use crate::predicate::{Predicate, generation_changed};
 use crate::queue::{RateLimit, WorkQueue};
 use crate::reconcile::{
-    Action, ErrorClass, Middleware, Outcome, ReconcileInfo, ReconcileScope, SCOPE, Stop, classify,
-    retry_after,
+    Action, ErrorClass, Middleware, OnError, Outcome, ReconcileInfo, ReconcileScope, SCOPE, Stop,
+    classify, retry_after,
 };
 use crate::watcher;
 
@@ -58,6 +57,10 @@ impl<K> CachedResource for K where
 }
 
 type Wire<K> = Box<dyn FnOnce(&Informers, &Wiring<K>) -> Arc<dyn ReadyFlag> + Send>;
+
+/// A user's error policy ([`Controller::error_policy`]).
+type ErrorPolicy<K> =
+    Arc<dyn Fn(&K, &(dyn std::error::Error + 'static), ErrorClass) -> OnError + Send + Sync>;
 
 /// What a trigger needs to enqueue keys.
 struct Wiring<K> {
@@ -97,6 +100,8 @@ pub struct Controller<K: Resource> {
     rate_limit: RateLimit,
     hot_loop: HotLoopConfig,
     middleware: Vec<Arc<dyn Middleware<K>>>,
+    error_policy: Option<ErrorPolicy<K>>,
+    keep_managed_fields: bool,
 }
 
 impl<K: Resource> Debug for Controller<K> {
@@ -117,14 +122,34 @@ where
     K: CachedResource,
     K::DynamicType: Default,
 {
-    /// A controller of the objects `api` lists, watched as `config` says. Its name (for
-    /// metrics and logs) defaults to the lower-case kind.
+    /// A controller of the objects `api` lists, watched as `config` says (kube-runtime's
+    /// [`watcher::Config`]). Its name (for metrics and logs) defaults to the lower-case kind.
     pub fn new(api: Api<K>, config: watcher::Config) -> Controller<K> {
-        let dt = K::DynamicType::default();
-        let kind = K::kind(&dt).to_string();
+        Controller::new_with(api, config, &K::DynamicType::default())
+    }
+}
+
+impl<K: CachedResource> Controller<K> {
+    /// A controller of a type known only at run time: `api` and `dyntype` describe the same
+    /// resource — for [`DynamicObject`](kube::api::DynamicObject), the
+    /// [`ApiResource`](kube::api::ApiResource) found by [`kube::discovery`]:
+    ///
+    /// ```no_run
+    /// # async fn run(client: kube::Client) -> Result<(), kube::Error> {
+    /// use kube::api::{Api, DynamicObject, GroupVersionKind};
+    /// use konverge_runtime::{Controller, watcher};
+    ///
+    /// let gvk = GroupVersionKind::gvk("apps", "v1", "Deployment");
+    /// let (resource, _caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
+    /// let api = Api::<DynamicObject>::all_with(client, &resource);
+    /// let controller = Controller::new_with(api, watcher::Config::default(), &resource);
+    /// # Ok(()) }
+    /// ```
+    pub fn new_with(api: Api<K>, config: watcher::Config, dyntype: &K::DynamicType) -> Self {
+        let kind = K::kind(dyntype).to_string();
         Controller {
             name: kind.to_lowercase(),
-            group: K::group(&dt).to_string(),
+            group: K::group(dyntype).to_string(),
             kind,
             api,
             config,
@@ -136,11 +161,11 @@ where
             rate_limit: RateLimit::default(),
             hot_loop: HotLoopConfig::default(),
             middleware: Vec::new(),
+            error_policy: None,
+            keep_managed_fields: false,
         }
     }
-}
 
-impl<K: CachedResource> Controller<K> {
     /// Names the controller (metrics label `controller`, log field).
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
@@ -184,6 +209,47 @@ impl<K: CachedResource> Controller<K> {
         self
     }
 
+    /// Decides what a failed reconcile leads to, on top of the [error classes](crate::reconcile):
+    /// `policy` sees the object, the error and the class [`classify`] gave it, and returns
+    /// the class to treat it as, or a fixed delay ([`OnError::Requeue`], as kube-runtime's
+    /// `error_policy` returning `Action::requeue`). Without it, each class has its default
+    /// policy.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn controller(c: konverge_runtime::Controller<ConfigMap>) -> konverge_runtime::Controller<ConfigMap> {
+    /// use konverge_runtime::reconcile::{ErrorClass, OnError};
+    ///
+    /// c.error_policy(|_cm: &ConfigMap, error, class| match class {
+    ///     // A dependency outside the cluster: poll it every minute instead of backing off.
+    ///     ErrorClass::Retry if error.to_string().contains("upstream") => {
+    ///         OnError::Requeue(Duration::from_secs(60))
+    ///     }
+    ///     class => OnError::Class(class),
+    /// })
+    /// # }
+    /// ```
+    pub fn error_policy<P>(mut self, policy: P) -> Self
+    where
+        P: Fn(&K, &(dyn std::error::Error + 'static), ErrorClass) -> OnError
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.error_policy = Some(Arc::new(policy));
+        self
+    }
+
+    /// Keeps `metadata.managedFields` in the primary resource's cache. By default they are
+    /// dropped as objects arrive: they are most of an object's size once server-side apply is
+    /// in use, and a reconciler rarely reads them. (The cache is shared: it keeps them if any
+    /// controller reading it asks to.)
+    pub fn keep_managed_fields(mut self) -> Self {
+        self.keep_managed_fields = true;
+        self
+    }
+
     /// Adds an index to the primary resource's cache.
     pub fn index(mut self, index: Index<K>) -> Self {
         self.indexes.push(index);
@@ -195,33 +261,35 @@ impl<K: CachedResource> Controller<K> {
     ///
     /// A trigger needs nothing but ownerReferences, so a cluster-wide `api` is watched as
     /// metadata only (`PartialObjectMetadata`): children's contents are neither transferred,
-    /// decoded nor cached. A namespaced `api` is watched as given. To read children from a
-    /// cache, ask the manager for a [`store`](crate::Manager::store) of them.
+    /// decoded nor cached. A namespaced `api` is watched as given. For children of a kind known only at run time, see [`owns_with`](Self::owns_with). To read
+    /// children from a cache, ask the manager for a [`store`](crate::Manager::store) of them.
     pub fn owns<C>(self, api: Api<C>, config: watcher::Config) -> Self
     where
-        C: CachedResource,
+        C: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         C::DynamicType: Default,
     {
-        if api.namespace().is_none() {
-            let metadata = Api::<PartialObjectMeta<C>>::all_with(
-                api.into_client(),
-                &C::DynamicType::default(),
-            );
-            self.owns_objects(metadata, config)
-        } else {
-            self.owns_objects(api, config)
-        }
+        self.owns_with(api, config, &C::DynamicType::default())
     }
 
-    fn owns_objects<C>(mut self, api: Api<C>, config: watcher::Config) -> Self
+    /// [`owns`](Self::owns) for a child type known only at run time: `dyntype` describes
+    /// the resource `api` lists (for [`DynamicObject`](kube::api::DynamicObject), its
+    /// [`ApiResource`](kube::api::ApiResource)).
+    pub fn owns_with<C>(
+        mut self,
+        api: Api<C>,
+        config: watcher::Config,
+        dyntype: &C::DynamicType,
+    ) -> Self
     where
-        C: CachedResource,
+        C: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let (kind, group) = (self.kind.clone(), self.group.clone());
+        let metadata = api.namespace().is_none().then(|| {
+            Api::<kube::core::PartialObjectMeta<C>>::all_with(api.clone().into_client(), dyntype)
+        });
         self.triggers.push(Box::new(move |informers, wiring| {
             let primary = wiring.primary.clone();
-            let owners = move |obj: &C| -> Vec<ObjectKey> {
-                let meta = obj.meta();
+            let owners = move |meta: &kube::api::ObjectMeta| -> Vec<ObjectKey> {
                 meta.owner_references
                     .iter()
                     .flatten()
@@ -233,7 +301,18 @@ impl<K: CachedResource> Controller<K> {
                     .map(|owner| owner_key(&primary, meta.namespace.as_deref(), &owner.name))
                     .collect()
             };
-            trigger(informers, api, config, wiring, Arc::new(owners))
+            let resource = api.resource_url().to_string();
+            if let Some(api) = metadata {
+                let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+                let map = move |obj: &kube::core::PartialObjectMeta<C>| owners(obj.meta());
+                trigger(informers, resource, stream, wiring, Arc::new(map))
+            } else {
+                // Metadata-only Apis of one namespace exist for dynamic types only; a
+                // namespaced watch is small anyway.
+                let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+                let map = move |obj: &C| owners(obj.meta());
+                trigger(informers, resource, stream, wiring, Arc::new(map))
+            }
         }));
         self
     }
@@ -242,11 +321,13 @@ impl<K: CachedResource> Controller<K> {
     /// deleted). The watched objects are not cached.
     pub fn watches<C, F>(mut self, api: Api<C>, config: watcher::Config, map: F) -> Self
     where
-        C: CachedResource,
+        C: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         F: Fn(&C) -> Vec<ObjectKey> + Send + Sync + 'static,
     {
         self.triggers.push(Box::new(move |informers, wiring| {
-            trigger(informers, api, config, wiring, Arc::new(map))
+            let resource = api.resource_url().to_string();
+            let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+            trigger(informers, resource, stream, wiring, Arc::new(map))
         }));
         self
     }
@@ -265,11 +346,18 @@ impl<K: CachedResource> Controller<K> {
         F: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
+        let cluster = informers.cluster().cloned();
         let queue = WorkQueue::build(
             self.rate_limit.clone(),
-            Some((metrics.clone(), queue_labels(&self.name))),
+            Some((
+                metrics.clone(),
+                queue_labels(&self.name, cluster.as_deref()),
+            )),
         );
         let informer = informers.get(self.api.clone(), self.config.clone());
+        if self.keep_managed_fields {
+            informer.keep_managed_fields();
+        }
         for index in self.indexes {
             // Controllers are wired before anything starts, so this cannot fail; if it did,
             // lookups by the index report it.
@@ -279,6 +367,7 @@ impl<K: CachedResource> Controller<K> {
         let hot = Arc::new(HotLoopDetector::new(
             self.hot_loop,
             &self.name,
+            cluster.as_deref(),
             Some(&metrics),
         ));
         {
@@ -306,7 +395,7 @@ impl<K: CachedResource> Controller<K> {
         for trigger in self.triggers {
             ready.push(trigger(informers, &wiring));
         }
-        let labels = controller_labels(&self.name);
+        let labels = controller_labels(&self.name, cluster.as_deref());
         // Export every series at zero from the start, as controller-runtime does, so rates and
         // alerts work before the first error.
         for result in ["success", "error", "requeue", "requeue_after"] {
@@ -321,6 +410,9 @@ impl<K: CachedResource> Controller<K> {
         drop(metrics.hot_loops.get_or_create(&labels));
         let worker = Arc::new(Worker {
             name: self.name.clone(),
+            cluster,
+            kind: self.kind.clone(),
+            error_policy: self.error_policy,
             store: primary,
             queue,
             hot,
@@ -348,31 +440,33 @@ type KeyMap<C> = Arc<dyn Fn(&C) -> Vec<ObjectKey> + Send + Sync>;
 /// Enqueues what `map` names for every object `api` lists, without caching the objects —
 /// like kube-runtime's triggers. Missed deletions cannot be diffed without a cache, so after a
 /// relist (410) every primary object is enqueued instead: rare, and level-triggered.
-fn trigger<K, C>(
+fn trigger<K, C, S>(
     informers: &Informers,
-    api: Api<C>,
-    config: watcher::Config,
+    resource: String,
+    stream: S,
     wiring: &Wiring<K>,
     map: KeyMap<C>,
 ) -> Arc<dyn ReadyFlag>
 where
     K: Send + Sync + 'static,
-    C: CachedResource,
+    C: Send + 'static,
+    S: FnOnce() -> futures::stream::BoxStream<'static, Result<watcher::Event<C>, watcher::Error>>
+        + Send
+        + 'static,
 {
     let ready = Arc::new(TriggerReady(tokio::sync::watch::Sender::new(false)));
     let (queue, primary, flag) = (wiring.queue.clone(), wiring.primary.clone(), ready.clone());
-    let resource = api.resource_url().to_string();
-    let label = resource.clone();
+    let labels = resource_labels(&resource, informers.cluster().map(|c| &**c));
     informers.add_starter(crate::informer::Starter {
-        resource,
+        resource: resource.clone(),
         ready: ready.clone(),
         run: Box::new(move |metrics| {
             Box::pin(async move {
                 let watcher_metrics = match &metrics {
-                    Some(m) => watcher::WatcherMetrics::new(m, &label),
+                    Some(m) => watcher::WatcherMetrics::new(m, labels),
                     None => watcher::WatcherMetrics::default(),
                 };
-                let stream = watcher::watcher_with_metrics(api, config, watcher_metrics);
+                let stream = watcher::instrument(stream(), resource, watcher_metrics);
                 futures::pin_mut!(stream);
                 let mut first = true;
                 while let Some(item) = futures::StreamExt::next(&mut stream).await {
@@ -449,6 +543,11 @@ type ReconcileFn<K, Ctx, E> =
 
 struct Worker<K, Ctx, E> {
     name: String,
+    /// The cluster, in a [`Fleet`](crate::fleet::Fleet).
+    cluster: Option<Arc<str>>,
+    /// The primary resource's kind.
+    kind: String,
+    error_policy: Option<ErrorPolicy<K>>,
     store: Store<K>,
     queue: WorkQueue<ObjectKey>,
     hot: Arc<HotLoopDetector>,
@@ -551,7 +650,7 @@ where
         }
         let info = ReconcileInfo {
             controller: self.name.clone(),
-            key: key.clone(),
+            key: key.clone().in_cluster(self.cluster.clone()),
             id: uuid::Uuid::new_v4().to_string(),
             retries: self.queue.num_requeues(key),
         };
@@ -624,17 +723,22 @@ where
         let span = tracing::info_span!(
             "reconcile",
             controller = %self.name,
-            object = %key,
+            object = %info.key,
             reconcile_id = %info.id,
+            cluster = tracing::field::Empty,
         );
+        if let Some(cluster) = &self.cluster {
+            span.record("cluster", &**cluster);
+        }
         let deadline = Instant::now() + self.timeout;
         let written = Arc::new(std::sync::Mutex::new(None));
         let scope = ReconcileScope {
-            key: key.clone(),
+            key: info.key.clone(),
             id: info.id.clone(),
             deadline,
             cancellation: self.cancel.child_token(),
             primary: std::any::TypeId::of::<K>(),
+            kind: self.kind.clone(),
             written: written.clone(),
         };
         let token = scope.cancellation.clone();
@@ -678,8 +782,24 @@ where
                 Outcome::Done(action)
             }
             Ok(Ok(Err(error))) => {
-                let class = classify(&error);
+                let mut class = classify(&error);
                 self.count_error();
+                let decision = match &self.error_policy {
+                    Some(policy) => policy(obj, &error, class),
+                    None => OnError::Class(class),
+                };
+                let decision = match decision {
+                    OnError::Class(chosen) => chosen,
+                    OnError::Requeue(delay) => {
+                        tracing::warn!(%error, %class, retry_in = ?delay, "reconcile failed; requeued as the error policy says");
+                        self.queue.add_after(key.clone(), delay);
+                        return Outcome::Failed {
+                            class,
+                            message: error.to_string(),
+                        };
+                    }
+                };
+                class = decision;
                 match class {
                     ErrorClass::NotFound => {
                         tracing::debug!(%error, "reconcile: not found; done");

@@ -117,9 +117,10 @@ impl HotLoopDetector {
     pub(crate) fn new(
         config: HotLoopConfig,
         controller: &str,
+        cluster: Option<&str>,
         metrics: Option<&crate::metrics::Metrics>,
     ) -> HotLoopDetector {
-        let labels = crate::metrics::controller_labels(controller);
+        let labels = crate::metrics::controller_labels(controller, cluster);
         HotLoopDetector {
             config,
             controller: controller.to_string(),
@@ -309,7 +310,7 @@ mod tests {
     use serde_json::json;
 
     fn detector() -> HotLoopDetector {
-        HotLoopDetector::new(HotLoopConfig::default(), "test", None)
+        HotLoopDetector::new(HotLoopConfig::default(), "test", None, None)
     }
 
     fn echo_json(i: u32) -> Option<(Value, Value)> {

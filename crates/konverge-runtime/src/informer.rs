@@ -6,6 +6,9 @@
 //! stall the watch. A handler added after the cache is filled is first shown every cached
 //! object, so late subscribers miss nothing.
 //!
+//! Cached objects leave out `metadata.managedFields` unless a reader asks to keep them
+//! ([`Informer::keep_managed_fields`]).
+//!
 //! [`Informers`] hands out one informer per (type, URL, selectors): controllers that own or
 //! watch the same resource share its watch and its cache.
 
@@ -22,6 +25,7 @@ use serde::de::DeserializeOwned;
 use crate::cache::{Change, Index, Store, Writer};
 use crate::controller::ReadyFlag;
 use crate::metrics::Metrics;
+use crate::metrics::resource_labels;
 use crate::watcher::{self, WatcherMetrics};
 
 /// A change handler: must only enqueue, never block.
@@ -39,6 +43,10 @@ struct Inner<K> {
     api: Api<K>,
     config: watcher::Config,
     resource: String,
+    /// The cluster it watches, in a multi-cluster [`Fleet`](crate::fleet::Fleet).
+    cluster: Option<Arc<str>>,
+    /// Whether cached objects keep `metadata.managedFields` (dropped by default).
+    keep_managed_fields: std::sync::atomic::AtomicBool,
     store: Store<K>,
     /// Handlers, and the writer until the informer starts (then its task owns it).
     state: Mutex<InformerState<K>>,
@@ -76,6 +84,10 @@ where
 {
     /// An informer for `api` (not started).
     pub fn new(api: Api<K>, config: watcher::Config) -> Informer<K> {
+        Informer::in_cluster(api, config, None)
+    }
+
+    fn in_cluster(api: Api<K>, config: watcher::Config, cluster: Option<Arc<str>>) -> Informer<K> {
         let writer = Writer::new(Vec::new());
         let resource = api.resource_url().to_string();
         Informer {
@@ -84,6 +96,8 @@ where
                 api,
                 config,
                 resource,
+                cluster,
+                keep_managed_fields: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(InformerState {
                     handlers: Vec::new(),
                     writer: Some(writer),
@@ -120,6 +134,15 @@ where
         }
     }
 
+    /// Keeps `metadata.managedFields` in the cached objects; by default they are dropped as
+    /// objects arrive (they are most of an object's size once server-side apply is in use).
+    /// Takes effect if called before [`run`](Self::run).
+    pub fn keep_managed_fields(&self) {
+        self.inner
+            .keep_managed_fields
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Adds a change handler. Objects already cached are replayed to it first (as creates).
     pub(crate) fn subscribe(&self, handler: Handler<K>) {
         let mut state = self.lock();
@@ -142,29 +165,33 @@ where
             return;
         };
         let resource = self.inner.resource.clone();
+        let labels = resource_labels(&resource, self.inner.cluster.as_deref());
         let (watcher_metrics, objects) = match &metrics {
             Some(m) => (
-                WatcherMetrics::new(m, &resource),
-                Some(
-                    m.cache_objects
-                        .get_or_create(&vec![("resource", resource.clone())])
-                        .clone(),
-                ),
+                WatcherMetrics::new(m, labels.clone()),
+                Some(m.cache_objects.get_or_create(&labels).clone()),
             ),
             None => (WatcherMetrics::default(), None),
         };
         let objects: Option<Gauge> = objects;
-        let stream = watcher::watcher_with_metrics(
-            self.inner.api.clone(),
-            self.inner.config.clone(),
+        let stream = watcher::instrument(
+            watcher::watcher(self.inner.api.clone(), self.inner.config.clone()),
+            resource,
             watcher_metrics,
         );
         futures::pin_mut!(stream);
+        let strip = !self
+            .inner
+            .keep_managed_fields
+            .load(std::sync::atomic::Ordering::Relaxed);
         while let Some(item) = stream.next().await {
-            let Ok(event) = item else {
+            let Ok(mut event) = item else {
                 // The watcher logged it and is backing off.
                 continue;
             };
+            if strip {
+                event = event.modify(|obj| obj.meta_mut().managed_fields = None);
+            }
             let state = self.lock();
             let changes = writer.apply(event);
             for change in &changes {
@@ -185,6 +212,7 @@ type InformerKey = (TypeId, String, String);
 /// One informer per resource type, URL and selectors, shared by everything that asks.
 #[derive(Default)]
 pub struct Informers {
+    cluster: Option<Arc<str>>,
     map: Mutex<HashMap<InformerKey, Box<dyn Any + Send + Sync>>>,
     starters: Mutex<Vec<Starter>>,
 }
@@ -204,6 +232,20 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
+    /// Informers of one cluster of a [`Fleet`](crate::fleet::Fleet): its name labels their
+    /// metrics.
+    pub(crate) fn for_cluster(cluster: Option<Arc<str>>) -> Informers {
+        Informers {
+            cluster,
+            ..Informers::default()
+        }
+    }
+
+    /// The cluster these informers watch (`None` outside a fleet).
+    pub(crate) fn cluster(&self) -> Option<&Arc<str>> {
+        self.cluster.as_ref()
+    }
+
     /// The shared informer for `api` and `config`'s selectors, created on first use.
     pub fn get<K>(&self, api: Api<K>, config: watcher::Config) -> Informer<K>
     where
@@ -212,13 +254,17 @@ impl Informers {
         let key = (
             TypeId::of::<K>(),
             api.resource_url().to_string(),
-            config.selector_key(),
+            format!(
+                "{}|{}",
+                config.label_selector.as_deref().unwrap_or(""),
+                config.field_selector.as_deref().unwrap_or("")
+            ),
         );
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = map.get(&key).and_then(|b| b.downcast_ref::<Informer<K>>()) {
             return existing.clone();
         }
-        let informer = Informer::new(api, config);
+        let informer = Informer::in_cluster(api, config, self.cluster.clone());
         map.insert(key, Box::new(informer.clone()));
         let (run, ready) = (informer.clone(), informer.store());
         self.starters
@@ -238,6 +284,12 @@ impl Informers {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(starter);
+    }
+
+    /// The readiness flags of the informers and triggers not started yet.
+    pub(crate) fn ready_flags(&self) -> Vec<Arc<dyn ReadyFlag>> {
+        let starters = self.starters.lock().unwrap_or_else(|e| e.into_inner());
+        starters.iter().map(|s| s.ready.clone()).collect()
     }
 
     /// The informers created so far that have not been handed to a runner yet.

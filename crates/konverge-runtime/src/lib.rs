@@ -30,7 +30,8 @@
 //!
 //! The data path, in order:
 //!
-//! - [`watcher`]: list + watch with resume, relist on 410, bookmarks, streaming lists, backoff.
+//! - [`watcher`]: kube-runtime's watcher (list + watch with resume, relist on 410, bookmarks,
+//!   streaming lists) and its `watcher::Config`, with backoff and metrics added.
 //! - [`cache`]: the ordered cache — one [`Writer`](cache::Writer), many [`Store`] readers,
 //!   key-ordered iteration, indexes, a ready signal.
 //! - [`informer`]: one shared watch and cache per resource type and selector; handlers that
@@ -38,11 +39,15 @@
 //! - [`queue`]: the [`WorkQueue`] — de-duplication, one worker per key, delays, per-key
 //!   backoff with jitter, an overall rate limit.
 //! - [`controller`]: the [`Controller`] builder (owns, watches, predicates, concurrency,
-//!   deadlines, middleware) and its workers.
+//!   deadlines, middleware, error policy) and its workers — over a static type, or over
+//!   `DynamicObject` with an `ApiResource` found by discovery ([`Controller::new_with`]).
 //! - [`reconcile`]: [`Action`], error classes and their policy, [`TerminalError`], the
 //!   per-reconcile scope (deadline, cancellation token, id), [`Middleware`].
 //! - [`manager`]: the [`Manager`] — runs it all, serves `/metrics`, `/healthz`, `/readyz`,
 //!   leader election, graceful shutdown.
+//! - [`fleet`]: the [`Fleet`] — the same controllers over several clusters (kubeconfig
+//!   contexts, or clusters added and removed at run time), each cluster's keys, metrics and
+//!   spans labelled with its name.
 //!
 //! What keeps controllers converging:
 //!
@@ -74,6 +79,7 @@ pub mod controller;
 pub mod crd;
 pub mod doctor;
 pub mod finalizer;
+pub mod fleet;
 pub mod hotloop;
 pub mod informer;
 pub mod key;
@@ -88,10 +94,11 @@ pub mod watcher;
 
 pub use cache::Store;
 pub use controller::Controller;
+pub use fleet::Fleet;
 pub use key::ObjectKey;
 pub use manager::{Manager, RunningManager};
 pub use queue::WorkQueue;
-pub use reconcile::{Action, ErrorClass, Middleware, TerminalError};
+pub use reconcile::{Action, ErrorClass, Middleware, OnError, TerminalError};
 
 /// The README's code blocks, compiled as doctests so the README's controller cannot rot.
 #[doc = include_str!("../../../README.md")]

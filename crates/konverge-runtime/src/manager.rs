@@ -75,9 +75,30 @@ pub struct Manager {
     shutdown_timeout: Duration,
 }
 
-enum HealthListener {
+pub(crate) enum HealthListener {
     Address(SocketAddr),
     Listener(TcpListener),
+}
+
+impl HealthListener {
+    pub(crate) async fn bind(self) -> Result<TcpListener, Error> {
+        match self {
+            HealthListener::Listener(l) => Ok(l),
+            HealthListener::Address(addr) => TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind { addr, source }),
+        }
+    }
+}
+
+/// Serves the health router until `stop` fires.
+pub(crate) async fn serve_health(listener: TcpListener, router: Router, stop: CancellationToken) {
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await;
+    if let Err(error) = served {
+        tracing::error!(%error, "health endpoint failed");
+    }
 }
 
 impl Debug for Manager {
@@ -94,10 +115,20 @@ impl Debug for Manager {
 impl Manager {
     /// A manager talking to the API through `client`.
     pub fn new(client: Client) -> Manager {
+        Manager::for_cluster(client, None, Arc::new(Metrics::new()))
+    }
+
+    /// One cluster's manager in a [`Fleet`](crate::fleet::Fleet): its series carry the
+    /// cluster's name, in the fleet's registry.
+    pub(crate) fn for_cluster(
+        client: Client,
+        cluster: Option<Arc<str>>,
+        metrics: Arc<Metrics>,
+    ) -> Manager {
         Manager {
             client,
-            informers: Informers::default(),
-            metrics: Arc::new(Metrics::new()),
+            informers: Informers::for_cluster(cluster),
+            metrics,
             runnables: Vec::new(),
             health: None,
             lease: None,
@@ -177,9 +208,16 @@ impl Manager {
         self
     }
 
-    /// The `/metrics`, `/healthz`, `/readyz` router, for serving it yourself.
-    fn health_router(metrics: Arc<Metrics>, ready: Vec<Arc<dyn ReadyFlag>>) -> Router {
-        let ready = Arc::new(ready);
+    /// The readiness of every cache and trigger added so far.
+    pub(crate) fn ready_flags(&self) -> Vec<Arc<dyn ReadyFlag>> {
+        self.informers.ready_flags()
+    }
+
+    /// The `/metrics`, `/healthz`, `/readyz` router; `/readyz` answers 200 when `ready` says.
+    pub(crate) fn health_router(
+        metrics: Arc<Metrics>,
+        ready: Arc<dyn Fn() -> bool + Send + Sync>,
+    ) -> Router {
         Router::new()
             .route(
                 "/metrics",
@@ -194,7 +232,7 @@ impl Manager {
                 get(move || {
                     let ready = ready.clone();
                     async move {
-                        if ready.iter().all(|r| r.is_ready()) {
+                        if ready() {
                             (StatusCode::OK, "ok").into_response()
                         } else {
                             (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
@@ -228,22 +266,9 @@ impl Manager {
         let ready: Vec<Arc<dyn ReadyFlag>> = starters.iter().map(|s| s.ready.clone()).collect();
 
         if let Some(health) = self.health {
-            let listener = match health {
-                HealthListener::Listener(l) => l,
-                HealthListener::Address(addr) => TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| Error::Bind { addr, source })?,
-            };
-            let router = Manager::health_router(self.metrics.clone(), ready.clone());
-            let stopped = stop.clone();
-            background.spawn(async move {
-                let served = axum::serve(listener, router)
-                    .with_graceful_shutdown(stopped.cancelled_owned())
-                    .await;
-                if let Err(error) = served {
-                    tracing::error!(%error, "health endpoint failed");
-                }
-            });
+            let all_ready = move || ready.iter().all(|r| r.is_ready());
+            let router = Manager::health_router(self.metrics.clone(), Arc::new(all_ready));
+            background.spawn(serve_health(health.bind().await?, router, stop.clone()));
         }
 
         let mut informers: JoinSet<()> = JoinSet::new();

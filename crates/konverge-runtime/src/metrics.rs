@@ -19,6 +19,10 @@
 //! | `konverge_watcher_restarts_total`, `konverge_watcher_relists_total` | resource |
 //! | `konverge_cache_objects` | resource |
 //! | `konverge_hot_loop_detections_total`, `konverge_hot_loop_backed_off_keys` | controller |
+//!
+//! Controllers run by a [`Fleet`](crate::fleet::Fleet) add a `cluster` label to every series.
+//!
+//! Controllers run by a [`Fleet`](crate::fleet::Fleet) add a `cluster` label to every series.
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -196,7 +200,7 @@ impl Metrics {
             ),
             (
                 "konverge_watcher_restarts",
-                "Watch streams reopened per resource (after a timeout, disconnect or error)",
+                "Watcher failures per resource, each followed by a restart after backoff",
                 Box::new(m.watcher_restarts.clone()),
             ),
             (
@@ -256,17 +260,33 @@ impl<M: Metric> RegisterInto for M {
     }
 }
 
+/// Adds the `cluster` label of a [`Fleet`](crate::fleet::Fleet)'s series.
+fn with_cluster(mut labels: Labels, cluster: Option<&str>) -> Labels {
+    if let Some(cluster) = cluster {
+        labels.push(("cluster", cluster.to_string()));
+    }
+    labels
+}
+
 /// The labels of one controller's series.
-pub(crate) fn controller_labels(controller: &str) -> Labels {
-    vec![("controller", controller.to_string())]
+pub(crate) fn controller_labels(controller: &str, cluster: Option<&str>) -> Labels {
+    with_cluster(vec![("controller", controller.to_string())], cluster)
 }
 
 /// The labels of one controller's work queue (client-go's `name`, controller-runtime's `controller`).
-pub(crate) fn queue_labels(controller: &str) -> Labels {
-    vec![
-        ("controller", controller.to_string()),
-        ("name", controller.to_string()),
-    ]
+pub(crate) fn queue_labels(controller: &str, cluster: Option<&str>) -> Labels {
+    with_cluster(
+        vec![
+            ("controller", controller.to_string()),
+            ("name", controller.to_string()),
+        ],
+        cluster,
+    )
+}
+
+/// The labels of one watched resource's series.
+pub(crate) fn resource_labels(resource: &str, cluster: Option<&str>) -> Labels {
+    with_cluster(vec![("resource", resource.to_string())], cluster)
 }
 
 /// Seconds as the float Prometheus wants.
@@ -287,7 +307,9 @@ mod tests {
                 ("result", "success".to_string()),
             ])
             .inc();
-        m.queue_depth.get_or_create(&queue_labels("web")).set(3);
+        m.queue_depth
+            .get_or_create(&queue_labels("web", None))
+            .set(3);
         let text = m.encode();
         assert!(
             text.contains(

@@ -559,7 +559,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let q = WorkQueue::build(
             no_jitter(),
-            Some((metrics.clone(), crate::metrics::queue_labels("c"))),
+            Some((metrics.clone(), crate::metrics::queue_labels("c", None))),
         );
         q.add("a");
         q.add("a");

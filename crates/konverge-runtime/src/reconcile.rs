@@ -10,6 +10,9 @@
 //! | [`ErrorClass::Terminal`] | not retried (counted in `controller_runtime_terminal_reconcile_errors_total`) |
 //! | [`ErrorClass::Retry`] | retried with per-object exponential backoff and jitter, or after the server's `Retry-After` when it sent one ([`retry_after`]) |
 //!
+//! A controller's [`error_policy`](crate::Controller::error_policy) may override the class
+//! of any error, or requeue after a fixed delay ([`OnError`]).
+//!
 //! Inside a reconcile, [`current`] gives its [`ReconcileScope`]: the object key, a reconcile
 //! id (also on the tracing span), the deadline and a cancellation token that fires when the
 //! deadline passes or the manager shuts down.
@@ -63,6 +66,41 @@ pub enum ErrorClass {
     Terminal,
     /// Retry with backoff.
     Retry,
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an error policy ([`Controller::error_policy`](crate::Controller::error_policy))
+/// decides about a failed reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Handle it as this class (see the module docs); `OnError::Class(class)` with the class
+    /// the policy was given is the default.
+    Class(ErrorClass),
+    /// Look at the object again after this delay, whatever the class; no backoff grows.
+    Requeue(Duration),
+}
+
+impl From<ErrorClass> for OnError {
+    fn from(class: ErrorClass) -> OnError {
+        OnError::Class(class)
+    }
+}
+
+impl From<Action> for OnError {
+    /// kube-runtime's error policies return an [`Action`]: `Action::requeue(d)` becomes
+    /// [`OnError::Requeue`], `Action::await_change()` waits for the next change (as
+    /// [`ErrorClass::NotFound`] does).
+    fn from(action: Action) -> OnError {
+        match action.requeue_after() {
+            Some(delay) => OnError::Requeue(delay),
+            None => OnError::Class(ErrorClass::NotFound),
+        }
+    }
 }
 
 impl ErrorClass {
@@ -159,6 +197,8 @@ pub struct ReconcileScope {
     pub cancellation: CancellationToken,
     /// The Rust type of the controller's objects, to tell its own object from others.
     pub(crate) primary: std::any::TypeId,
+    /// Their kind (what tells one dynamic kind from another).
+    pub(crate) kind: String,
     /// The newest resourceVersion of the reconciled object that this reconcile wrote.
     pub(crate) written: Arc<Mutex<Option<u64>>>,
 }
@@ -174,7 +214,13 @@ pub struct ReconcileScope {
 pub fn wrote<R: kube::Resource + 'static>(obj: &R) {
     let _ = SCOPE.try_with(|scope| {
         let meta = obj.meta();
+        // A DynamicObject's type is the same for every kind: compare the kind it came with.
+        let dynamic_kind = (obj as &dyn std::any::Any)
+            .downcast_ref::<kube::api::DynamicObject>()
+            .and_then(|o| o.types.as_ref())
+            .map(|t| t.kind.as_str());
         let same = std::any::TypeId::of::<R>() == scope.primary
+            && dynamic_kind.is_none_or(|kind| kind == scope.kind)
             && meta.name.as_deref() == Some(scope.key.name.as_str())
             && meta.namespace == scope.key.namespace;
         let version = meta

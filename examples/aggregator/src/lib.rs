@@ -60,24 +60,31 @@ pub enum Error {
     Apply(#[from] ApplyError),
 }
 
+/// Lists that accept any resourceVersion (`resourceVersion=0`), which kube-apiserver serves
+/// whole from its watch cache: kube-rs sends it only on an unpaginated list.
+fn any_version(config: Config) -> Config {
+    Config {
+        page_size: None,
+        ..config.any_semantic()
+    }
+}
+
 /// The controller: targets are the primary objects; a change to any source reconciles the
 /// target it names.
 ///
 /// ConfigMaps are many on a big cluster, so its lists accept any resourceVersion
-/// ([`Config::any_version`]): kube-apiserver answers them from its watch cache, possibly a
-/// little behind, and the watches catch up. The tests prove the aggregate converges anyway,
-/// with stale list answers among their faults.
+/// ([`any_version`]): kube-apiserver answers them from its watch cache, possibly a little
+/// behind, and the watches catch up. The tests prove the aggregate converges anyway, with
+/// stale list answers among their faults.
 pub fn controller(client: &Client) -> Controller<ConfigMap> {
     Controller::new(
         Api::<ConfigMap>::all(client.clone()),
-        Config::default()
-            .labels(format!("{TARGET}=true"))
-            .any_version(),
+        any_version(Config::default().labels(&format!("{TARGET}=true"))),
     )
     .named("aggregator")
     .watches(
         Api::<ConfigMap>::all(client.clone()),
-        Config::default().labels(INTO).any_version(),
+        any_version(Config::default().labels(INTO)),
         |source: &ConfigMap| {
             let target = source.labels().get(INTO).cloned();
             let namespace = source.namespace().unwrap_or_default();

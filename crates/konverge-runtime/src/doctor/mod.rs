@@ -490,7 +490,7 @@ async fn watch<S: Sink>(
 /// limits, or 503 from an unavailable aggregated API).
 fn refusal(error: &watcher::Error) -> bool {
     let source = match error {
-        watcher::Error::List(e) | watcher::Error::WatchStart(e) => e,
+        watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) => e,
         _ => return false,
     };
     matches!(source, kube::Error::Api(status) if matches!(status.code, 401 | 403 | 404 | 405 | 503))
