@@ -303,3 +303,40 @@ async fn an_error_policy_overrides_the_classes() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_controller_over_metadata_only() {
+    let env = TestEnv::start().await;
+    let client = env.client();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["y", "x"] {
+        api.create(&Default::default(), &labelled(name))
+            .await
+            .unwrap();
+    }
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut manager = Manager::new(client.clone());
+    let controller = Controller::new(
+        Api::<kube::core::PartialObjectMeta<ConfigMap>>::all(client.clone()),
+        watcher::Config::default().labels("policy=test"),
+    );
+    let recorded = seen.clone();
+    manager.add(
+        controller,
+        move |cm: Arc<kube::core::PartialObjectMeta<ConfigMap>>, _: Arc<()>| {
+            let recorded = recorded.clone();
+            async move {
+                recorded.lock().unwrap().push(cm.name_any());
+                Ok::<_, kube::Error>(Action::await_change())
+            }
+        },
+        Arc::new(()),
+    );
+    let running = manager.spawn();
+    eventually("both reconciled, in key order", || async {
+        seen.lock().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), ["x", "y"]);
+    running.stop().await.unwrap();
+}
