@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use futures::StreamExt;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::serve::{Serve, Serving};
 use konverge_apiserver::{ApiServer, AuthorizationMode};
@@ -14,7 +15,6 @@ use konverge_store::{
     KvStore, MemStore, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, WatchRequest,
     WatchStream,
 };
-use futures::StreamExt;
 use kube::client::retry::RetryPolicy;
 use tokio_util::sync::CancellationToken;
 use tower::retry::RetryLayer;
@@ -335,7 +335,11 @@ async fn call_in_process(
         let Ok(_up) = inner.up.try_read() else {
             return Err(Error::Down.into());
         };
-        let cut = inner.cut.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let cut = inner
+            .cut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         (inner.faults.layer().layer(inner.server().router()), cut)
     };
     if let Some(bearer) = bearer
@@ -462,7 +466,10 @@ impl Restart for Inner {
 impl std::fmt::Debug for TestEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestEnv")
-            .field("url", &self.socket.as_ref().map_or("in-process", |(url, _)| url))
+            .field(
+                "url",
+                &self.socket.as_ref().map_or("in-process", |(url, _)| url),
+            )
             .finish_non_exhaustive()
     }
 }

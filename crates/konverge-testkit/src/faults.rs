@@ -671,13 +671,10 @@ where
     S: Stream + Send + 'static,
     K: Send + 'static,
 {
-    futures::stream::unfold(
-        (Box::pin(stream), keep),
-        |(mut stream, keep)| async move {
-            let item = stream.next().await?;
-            Some((item, (stream, keep)))
-        },
-    )
+    futures::stream::unfold((Box::pin(stream), keep), |(mut stream, keep)| async move {
+        let item = stream.next().await?;
+        Some((item, (stream, keep)))
+    })
     .fuse()
 }
 

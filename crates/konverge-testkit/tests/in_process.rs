@@ -164,7 +164,11 @@ async fn a_watch_streams_and_is_cut_by_drop_watches() -> anyhow::Result<()> {
         .create(&PostParams::default(), &config_map("a", "0"))
         .await?);
     let mut events = watch(&api, &start).await?;
-    assert_eq!(faults.open_watches(), 1, "open as soon as its response started");
+    assert_eq!(
+        faults.open_watches(),
+        1,
+        "open as soon as its response started"
+    );
     api.create(&PostParams::default(), &config_map("b", "0"))
         .await?;
     assert_eq!(added_name(next(&mut events).await), "b");
@@ -211,7 +215,11 @@ async fn an_idle_watch_runs_to_its_timeout_in_virtual_time() -> anyhow::Result<(
         waited >= Duration::from_secs(300) && waited < Duration::from_secs(301),
         "{waited:?}"
     );
-    assert!(real.elapsed() < Duration::from_secs(5), "{:?}", real.elapsed());
+    assert!(
+        real.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        real.elapsed()
+    );
     Ok(())
 }
 
@@ -267,7 +275,10 @@ async fn injected_faults_answer_in_process_requests() -> anyhow::Result<()> {
         .create(&PostParams::default(), &config_map("lost", "0"))
         .await
         .expect_err("the answer was lost");
-    assert!(matches!(&error, kube::Error::Api(s) if s.code == 409), "{error}");
+    assert!(
+        matches!(&error, kube::Error::Api(s) if s.code == 409),
+        "{error}"
+    );
     assert!(api.get_opt("lost").await?.is_some(), "the write happened");
 
     // An injected 500 is not retried.
@@ -299,8 +310,9 @@ async fn injected_faults_answer_in_process_requests() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A restart in virtual time: the open watch is cut, requests are refused while the server
-/// is down, the direct client waits for it, and the new server has every write.
+/// A restart in virtual time: the open watch and a request awaiting its answer are cut,
+/// requests are refused while the server is down, the direct client waits for it, and the
+/// new server has every write.
 #[tokio::test(start_paused = true)]
 async fn a_restart_cuts_refuses_and_comes_back() -> anyhow::Result<()> {
     let env = in_process().await;
@@ -310,6 +322,14 @@ async fn a_restart_cuts_refuses_and_comes_back() -> anyhow::Result<()> {
         .await?;
     let mut events = watch(&api, &rv(&before)).await?;
     let old = env.server();
+    // A list held back by a delay is still waiting for its answer when the server goes.
+    env.faults()
+        .delay_next(Rule::new().verb(Verb::List), Duration::from_secs(10), 1);
+    let waiting = tokio::spawn({
+        let api = api.clone();
+        async move { api.list(&ListParams::default()).await }
+    });
+    tokio::task::yield_now().await;
 
     let began = Instant::now();
     let restart = tokio::spawn({
@@ -317,6 +337,12 @@ async fn a_restart_cuts_refuses_and_comes_back() -> anyhow::Result<()> {
         async move { faults.restart_server(Duration::from_secs(60)).await }
     });
     assert!(next(&mut events).await.is_none(), "the watch was cut");
+    let cut = waiting.await?.expect_err("cut");
+    assert!(
+        matches!(transport_error(&cut), Some(Error::Cut)),
+        "cut, not answered: {cut:?}"
+    );
+    assert_eq!(began.elapsed(), Duration::ZERO, "cut at once");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let refused = api.get("before").await.expect_err("down");
     assert!(
@@ -329,7 +355,10 @@ async fn a_restart_cuts_refuses_and_comes_back() -> anyhow::Result<()> {
         direct.get("before").await?.metadata.uid,
         before.metadata.uid
     );
-    assert!(began.elapsed() >= Duration::from_secs(60), "waited for the restart");
+    assert!(
+        began.elapsed() >= Duration::from_secs(60),
+        "waited for the restart"
+    );
     restart.await??;
 
     assert!(!Arc::ptr_eq(&old, &env.server()), "a new server");
@@ -371,7 +400,9 @@ async fn no_socket_means_no_url_and_no_kubeconfig() -> anyhow::Result<()> {
     let env = in_process().await;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("kubeconfig");
-    let error = env.write_kubeconfig(&path).expect_err("nothing to point at");
+    let error = env
+        .write_kubeconfig(&path)
+        .expect_err("nothing to point at");
     assert_eq!(error.kind(), std::io::ErrorKind::Unsupported);
     assert!(
         matches!(
@@ -396,8 +427,14 @@ async fn a_service_account_client_is_in_process_and_authorized() -> anyhow::Resu
     let env = in_process().await;
     let robot: Api<ConfigMap> =
         Api::namespaced(env.client_for("default", "robot").await?, "default");
-    let error = robot.list(&ListParams::default()).await.expect_err("no role");
-    assert!(matches!(&error, kube::Error::Api(s) if s.code == 403), "{error}");
+    let error = robot
+        .list(&ListParams::default())
+        .await
+        .expect_err("no role");
+    assert!(
+        matches!(&error, kube::Error::Api(s) if s.code == 403),
+        "{error}"
+    );
     env.apply_manifests(
         r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -419,7 +456,10 @@ subjects: [{kind: ServiceAccount, name: robot, namespace: default}]
     assert_eq!(report.used.len(), 1, "{report}");
     assert_eq!(
         log(&env),
-        [(Some(Verb::List), 403, false), (Some(Verb::List), 200, false)],
+        [
+            (Some(Verb::List), 403, false),
+            (Some(Verb::List), 200, false)
+        ],
         "the ServiceAccount's requests went through the faults"
     );
     Ok(())
@@ -484,8 +524,11 @@ async fn a_ten_minute_requeue_passes_at_once_in_paused_time() -> anyhow::Result<
     let calls = Arc::new(Calls::default());
     let mut manager = Manager::new(env.client());
     manager.add(
-        Controller::new(Api::<ConfigMap>::all(env.client()), watcher::Config::default())
-            .named("poller"),
+        Controller::new(
+            Api::<ConfigMap>::all(env.client()),
+            watcher::Config::default(),
+        )
+        .named("poller"),
         every_ten_minutes,
         calls.clone(),
     );
@@ -496,7 +539,10 @@ async fn a_ten_minute_requeue_passes_at_once_in_paused_time() -> anyhow::Result<
 
     let calls = calls.0.lock().expect("calls").clone();
     assert_eq!(calls.len(), 3, "at 0, 10 and 20 minutes: {calls:?}");
-    assert!(calls[0] - began < Duration::from_secs(1), "first pass at once");
+    assert!(
+        calls[0] - began < Duration::from_secs(1),
+        "first pass at once"
+    );
     for gap in calls.windows(2).map(|w| w[1] - w[0]) {
         assert!(
             gap >= Duration::from_secs(600) && gap < Duration::from_secs(601),
