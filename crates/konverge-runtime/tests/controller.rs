@@ -1,5 +1,10 @@
 //! Controllers against the in-process API server: convergence, ownership, error policy,
 //! determinism, hot loops, faults, metrics and shutdown.
+//!
+//! Every test runs in Tokio's paused time against an in-process `TestEnv` (no socket): the
+//! clock moves only when every task is idle, so backoffs, deadlines and grace periods take
+//! no real time and always the same virtual time, and "nothing more happens within N ms"
+//! means that every task ran to idle first.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -165,9 +170,9 @@ fn mirror_manager(env: &TestEnv, ctx: Arc<Ctx>) -> Manager {
     manager
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn mirrors_converge_children_are_restored_and_a_converged_pass_writes_nothing() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let mut want = BTreeMap::new();
     for i in 0..20 {
@@ -220,7 +225,7 @@ async fn mirrors_converge_children_are_restored_and_a_converged_pass_writes_noth
 
 /// The order objects are first reconciled in, for objects created in `seed`-shuffled order.
 async fn first_reconcile_order(seed: u64) -> Vec<String> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let client = env.client();
     let mut names: Vec<(String, String)> = Vec::new();
     for ns in ["zeta", "alpha", "mid"] {
@@ -266,7 +271,7 @@ async fn first_reconcile_order(seed: u64) -> Vec<String> {
     ctx.log()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reconcile_order_is_key_order_in_every_process() {
     if let Ok(seed) = std::env::var("KONVERGE_ORDER_SEED") {
         let order = first_reconcile_order(seed.parse().unwrap()).await;
@@ -336,9 +341,9 @@ async fn stamp(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
     Ok(Action::await_change())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_self_triggering_object_is_caught_and_backed_off_while_its_neighbour_is_fine() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let client = env.client();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for name in ["calm", "flappy"] {
@@ -400,9 +405,9 @@ async fn a_self_triggering_object_is_caught_and_backed_off_while_its_neighbour_i
     running.stop().await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn converges_through_dropped_watches_and_expired_history() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let mut want = BTreeMap::new();
     for i in 0..30 {
@@ -516,9 +521,9 @@ async fn failing(cm: Arc<ConfigMap>, ctx: Arc<Attempts>) -> Result<Action, TestE
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test(start_paused = true)]
 async fn error_policy_by_class_with_exact_backoff_in_paused_time() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let ctx = Arc::new(Attempts {
         client: env.client(),
@@ -534,10 +539,9 @@ async fn error_policy_by_class_with_exact_backoff_in_paused_time() {
         });
     manager.add(controller, failing, ctx.clone());
     let running = manager.spawn();
-    // Let the caches fill in real time, then freeze the clock: from here on time only moves
-    // when every task is idle, straight to the next timer.
+    // Time only moves when every task is idle, straight to the next timer: the caches have
+    // filled before this sleep ends.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    tokio::time::pause();
     for name in [
         "transient",
         "terminal",
@@ -637,9 +641,9 @@ impl Middleware<ConfigMap> for Audit {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn middleware_runs_around_reconciles_and_can_stop_them() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let mut vetoed = source("vetoed", "x");
     vetoed
@@ -684,9 +688,9 @@ async fn middleware_runs_around_reconciles_and_can_stop_them() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_lets_in_flight_reconciles_finish_and_cancels_them_after_the_grace_period() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &source("slow", "x"))
         .await
@@ -741,9 +745,9 @@ async fn shutdown_lets_in_flight_reconciles_finish_and_cancels_them_after_the_gr
     assert!(finished.lock().unwrap().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_reconcile_past_its_deadline_is_cancelled_and_retried() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &source("stuck", "x"))
         .await
@@ -802,10 +806,10 @@ async fn with_cleanup(
     Ok(Action::await_change())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn finalizer_cleanup_runs_on_deletion_before_the_object_goes() {
     use k8s_openapi::api::apps::v1::Deployment;
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<Deployment> = Api::namespaced(env.client(), "default");
     let deployment: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web"},
@@ -848,10 +852,10 @@ async fn finalizer_cleanup_runs_on_deletion_before_the_object_goes() {
     assert_eq!(ctx.log(), ["apply web", "cleanup web"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_watched_resource_reconciles_the_objects_its_mapping_names() {
     use k8s_openapi::api::core::v1::Secret;
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     for name in ["app", "other"] {
         api.create(&PostParams::default(), &source(name, "x"))

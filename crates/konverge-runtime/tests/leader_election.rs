@@ -1,5 +1,9 @@
-//! Leader election against an in-process konverge API server, in real time with short timings:
-//! a 2 s lease, a 1 s renew deadline and a 200 ms retry period.
+//! Leader election against an in-process konverge API server, in Tokio's paused time with
+//! short timings: a 2 s lease, a 1 s renew deadline and a 200 ms retry period. The clock
+//! moves only when every task is idle, so leases expire at exact virtual times and waiting
+//! for them takes no real time. (The Lease's `acquireTime` and `renewTime` are wall-clock
+//! timestamps, which paused time does not move: they are only checked to be recent and to
+//! change.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,9 +92,9 @@ fn assert_recent(time: &Option<MicroTime>, what: &str) {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn acquires_a_fresh_lease_and_keeps_renewing_it() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     assert!(api.get_opt("fresh").await?.is_none());
 
@@ -126,9 +130,9 @@ async fn acquires_a_fresh_lease_and_keeps_renewing_it() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn graceful_shutdown_releases_to_the_other_candidate_at_once() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = spawn(&env, "shared", "alpha")?;
     let b = spawn(&env, "shared", "beta")?;
@@ -188,9 +192,9 @@ async fn graceful_shutdown_releases_to_the_other_candidate_at_once() -> anyhow::
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_crashed_leader_is_taken_over_only_after_the_lease_expires() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = spawn(&env, "crash", "alpha")?;
     wait_leading(a.handle.leading(), true, Duration::from_secs(2)).await?;
@@ -224,9 +228,9 @@ async fn a_crashed_leader_is_taken_over_only_after_the_lease_expires() -> anyhow
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn expiry_is_judged_by_local_observation_not_remote_timestamps() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     // A holder whose renewTime is an hour old: by remote timestamps it expired long ago, but
     // this process has not yet watched it stay unchanged for a lease duration.
@@ -267,9 +271,9 @@ async fn expiry_is_judged_by_local_observation_not_remote_timestamps() -> anyhow
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stolen_lease_is_reported_as_lost_leadership() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = spawn(&env, "stolen", "alpha")?;
     wait_leading(a.handle.leading(), true, Duration::from_secs(2)).await?;
@@ -307,9 +311,9 @@ async fn a_stolen_lease_is_reported_as_lost_leadership() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_invalid_config_is_refused() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let config = config("bad", "alpha").with_renew_deadline(Duration::from_secs(3));
     let error = LeaderElection::new(env.client(), config).unwrap_err();
     assert!(

@@ -1,5 +1,9 @@
 //! The manager's operational surface: the metrics/health endpoint and leader election between
 //! two managers.
+//!
+//! The endpoint is HTTP on a real socket, so its test runs on the real clock (in paused time
+//! the clock would jump ahead while a response is in the kernel). Leader election runs in
+//! paused time against an in-process `TestEnv`: lease timings are virtual and exact.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -148,9 +152,9 @@ fn elected_manager(env: &TestEnv, identity: &str, seen: &Seen) -> Manager {
     manager
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_stops() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &cm("first"))
         .await

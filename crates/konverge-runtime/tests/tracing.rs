@@ -1,6 +1,7 @@
 //! Every reconcile runs in a tracing span naming the controller, the object and a reconcile
 //! id, so each log line of a reconcile — the reconciler's own and the runtime's — says which
-//! object and which attempt it belongs to.
+//! object and which attempt it belongs to. (In paused time, in-process: the retry after the
+//! first attempt's failure takes no real time.)
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -45,7 +46,7 @@ async fn reconcile(
     Ok(Action::await_change())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
     let captured = Captured::default();
     let writer = captured.clone();
@@ -56,7 +57,7 @@ async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let client: Client = env.client();
     let ids = Arc::new(Mutex::new(Vec::new()));
     let mut manager = Manager::new(client.clone());

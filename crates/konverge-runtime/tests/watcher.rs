@@ -1,5 +1,7 @@
 //! The watcher against the in-process server: paged and streaming lists, resume after a cut
-//! watch (no relist), relist after 410, and one shared watch for many controllers.
+//! watch (no relist), relist after 410, and one shared watch for many controllers. In
+//! Tokio's paused time against an in-process `TestEnv`: a watch held back a second costs no
+//! real time, and a timeout fires only once every task is idle.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,9 +52,9 @@ async fn next_events(
     out
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn paged_list_then_watch() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     for name in ["c", "a", "b", "e", "d"] {
         api.create(&PostParams::default(), &cm(name)).await.unwrap();
@@ -84,9 +86,9 @@ async fn paged_list_then_watch() {
     assert_eq!(next_events(&mut stream, 1).await, ["apply f"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn streaming_list_delivers_the_initial_set_then_changes() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     for name in ["b", "a"] {
         api.create(&PostParams::default(), &cm(name)).await.unwrap();
@@ -110,9 +112,9 @@ async fn streaming_list_delivers_the_initial_set_then_changes() {
     assert_eq!(next_events(&mut stream, 1).await, ["delete a"]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cut_watch_resumes_without_relisting_and_410_relists() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
     let mut stream = Box::pin(watcher::watcher(api.clone(), watcher::Config::default()));
@@ -149,9 +151,9 @@ async fn a_cut_watch_resumes_without_relisting_and_410_relists() {
     assert_eq!(env.requests().count(Verb::List, "configmaps"), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn controllers_reading_the_same_resource_share_one_watch() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &cm("a")).await.unwrap();
     let mut manager = Manager::new(env.client());
@@ -195,10 +197,10 @@ async fn controllers_reading_the_same_resource_share_one_watch() {
     task.await.unwrap().unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn metadata_only_watch_for_cheap_triggers() {
     use kube::core::PartialObjectMeta;
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let mut big = cm("big");
     big.data = Some([("payload".to_string(), "x".repeat(10_000))].into());
@@ -231,9 +233,9 @@ async fn metadata_only_watch_for_cheap_triggers() {
 /// A watcher that lets its list be answered from any version may get an old list (a lagging
 /// watch cache); its watch from that list's resourceVersion brings it up to date. One that
 /// asks for the most recent state never sees the old list.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_any_version_list_may_be_stale_and_the_watch_catches_up() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder().in_process().start().await;
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &cm("old"))
         .await

@@ -1,4 +1,5 @@
-//! [`TestEnv`]: a konverge API server on a loopback port and a `kube::Client` for it.
+//! [`TestEnv`]: a konverge API server and a `kube::Client` for it — over a loopback port, or
+//! in-process without a socket ([`TestEnvBuilder::in_process`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -6,6 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use futures::StreamExt;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::serve::{Serve, Serving};
 use konverge_apiserver::{ApiServer, AuthorizationMode};
@@ -13,7 +15,10 @@ use konverge_store::{
     KvStore, MemStore, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, WatchRequest,
     WatchStream,
 };
-use tower::{Layer, ServiceExt};
+use kube::client::retry::RetryPolicy;
+use tokio_util::sync::CancellationToken;
+use tower::retry::RetryLayer;
+use tower::{BoxError, Layer, ServiceExt};
 
 use std::future::Future;
 
@@ -51,7 +56,8 @@ pub enum Error {
     /// A restart was asked of [`Faults`] made around a server outside a [`TestEnv`].
     #[error("these faults have no server to restart: only a TestEnv's can be restarted")]
     NotRestartable,
-    /// A [`TestEnv::direct_client`] was used after its `TestEnv` was dropped.
+    /// A [`TestEnv::direct_client`], or a client of an in-process `TestEnv`, was used after
+    /// its `TestEnv` was dropped.
     #[error("the TestEnv was dropped")]
     Stopped,
     /// A manifest given to [`TestEnv::apply_manifests`] could not be read or applied.
@@ -65,6 +71,20 @@ pub enum Error {
     /// A request of the testkit's own failed.
     #[error("{0}")]
     Request(#[source] kube::Error),
+    /// An in-process request found the server down while it restarts ([`TestEnv::restart`]):
+    /// what a client over a socket sees as a refused connection.
+    #[error("connection refused: the API server is restarting")]
+    Down,
+    /// An in-process request was still waiting for its answer when the server restarted or
+    /// the [`TestEnv`] was dropped: what a client over a socket sees as a cut connection.
+    #[error("connection reset: the API server stopped")]
+    Cut,
+    /// Asked of an in-process [`TestEnv`] ([`TestEnvBuilder::in_process`]): it has no
+    /// socket, so no URL or kubeconfig.
+    #[error(
+        "this TestEnv is in-process: it has no socket, so no URL or kubeconfig (its clients call the server in-process)"
+    )]
+    NoSocket,
 }
 
 /// Which store a [`TestEnv`] runs on.
@@ -74,10 +94,24 @@ enum Backend {
     Disk,
 }
 
+/// How [`TestEnv::client`] reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Plain HTTP on a loopback port.
+    Socket,
+    /// The server's router called as a `tower` service: no listener at all.
+    InProcess,
+}
+
+/// The URL [`TestEnv::url`] gives for an in-process environment: under `.invalid`, a
+/// top-level domain reserved never to resolve, so a client pointed at it fails at once.
+const IN_PROCESS_URL: &str = "http://in-process.invalid";
+
 /// Configures a [`TestEnv`]; from [`TestEnv::builder`].
 #[derive(Debug, Clone)]
 pub struct TestEnvBuilder {
     backend: Backend,
+    transport: Transport,
     watch_cache: WatchCacheConfig,
     control_loops: bool,
     authorization: AuthorizationMode,
@@ -118,8 +152,34 @@ impl TestEnvBuilder {
     /// Runs the server on a `DiskStore` in a temporary directory (removed once the store
     /// closes: when the [`TestEnv`] is dropped, or with control loops on, when the Tokio
     /// runtime ends) instead of the default in-memory store.
+    ///
+    /// The disk store does its work on threads of its own, which Tokio's paused time does
+    /// not wait for: under paused time the clock would jump ahead while a request is in the
+    /// store. Use the in-memory store for tests in paused time.
     pub fn disk(mut self) -> Self {
         self.backend = Backend::Disk;
+        self
+    }
+
+    /// Serves no socket at all: [`TestEnv::client`] and [`TestEnv::client_for`] call the
+    /// server's router in-process, as a `tower` service, through the same [`Faults`] and
+    /// [`RequestLog`] a client over the loopback port goes through (injected failures,
+    /// delays, cut watches, lost responses, stale reads, [restarts](TestEnv::restart) all
+    /// work, and every request is recorded).
+    ///
+    /// Nothing then waits on the operating system, so with the in-memory store (the default)
+    /// the environment works under Tokio's paused time — `#[tokio::test(start_paused =
+    /// true)]` — where the clock jumps straight to the next timer whenever every task is
+    /// idle: a controller's ten-minute requeue, a lease expiring, a backoff or an injected
+    /// [delay](Faults::delay) take no real time, and always the same virtual time. See the
+    /// crate documentation for what works paused. (Over a socket, paused time fires the
+    /// client's read timeout and the test's own timeouts while a response is still on its
+    /// way through the kernel.)
+    ///
+    /// [`TestEnv::url`], [`TestEnv::addr`] and [`TestEnv::write_kubeconfig`] have nothing
+    /// to point at: see each.
+    pub fn in_process(mut self) -> Self {
+        self.transport = Transport::InProcess;
         self
     }
 
@@ -171,35 +231,38 @@ impl TestEnvBuilder {
         let decisions = DecisionLog::default();
         let server = self.build(&store, &token, &decisions).await?;
         let faults = Faults::new(&server);
-        let serving = serve(&faults, &server, "127.0.0.1:0").await?;
-        let addr = serving.local_addr();
-        server.set_address(addr.to_string());
-        let url = serving.url();
-        let uri = url
-            .parse()
-            .expect("an http URL of a socket address is a valid URI");
-        let mut config = kube::Config::new(uri);
-        config.auth_info.token = Some(token.clone().into());
-        let client = kube::Client::try_from(config).map_err(Error::Client)?;
-        serving.ready().await;
+        let serving = match self.transport {
+            Transport::Socket => {
+                let serving = serve(&faults, &server, "127.0.0.1:0").await?;
+                server.set_address(serving.local_addr().to_string());
+                serving.ready().await;
+                Some(serving)
+            }
+            Transport::InProcess => None,
+        };
+        let socket = serving.as_ref().map(|s| (s.url(), s.local_addr()));
         let inner = Arc::new(Inner {
             builder: self,
             token,
             decisions,
-            addr,
+            addr: socket.as_ref().map(|(_, addr)| *addr),
             store,
             disk,
             server: Mutex::new(server.clone()),
-            serving: Mutex::new(Some(serving)),
+            serving: Mutex::new(serving),
             up: tokio::sync::RwLock::new(()),
+            cut: Mutex::new(CancellationToken::new()),
             faults: faults.clone(),
         });
         let restart: Weak<dyn Restart> = Arc::downgrade(&inner) as Weak<dyn Restart>;
         faults.restart_with(restart);
+        let client = match &socket {
+            Some((url, _)) => socket_client(url, &inner.token, "default")?,
+            None => in_process_client(&inner, &inner.token, "default"),
+        };
         Ok(TestEnv {
             client,
-            url,
-            addr,
+            socket,
             inner,
         })
     }
@@ -233,16 +296,86 @@ async fn serve(faults: &Faults, server: &Arc<ApiServer>, addr: &str) -> Result<S
     Serve::new(service).bind(addr).await.map_err(Error::Serve)
 }
 
-/// A konverge API server on a loopback port (plain HTTP) and a `kube::Client` for it, with
-/// [`Faults`] and a [`RequestLog`] between the two.
+/// A client for the server at `url`, as the user of the bearer `token`.
+fn socket_client(url: &str, token: &str, namespace: &str) -> Result<kube::Client, Error> {
+    let uri = url
+        .parse()
+        .expect("an http URL of a socket address is a valid URI");
+    let mut config = kube::Config::new(uri);
+    config.default_namespace = namespace.to_string();
+    config.auth_info.token = Some(token.to_string().into());
+    kube::Client::try_from(config).map_err(Error::Client)
+}
+
+/// A client that calls `inner`'s server in-process through its faults, as the user of the
+/// bearer `token`. It retries 429, 503 and 504 answers as a client built from a
+/// `kube::Config` does, so both kinds of client meet faults the same way.
+fn in_process_client(inner: &Arc<Inner>, token: &str, namespace: &str) -> kube::Client {
+    let inner = Arc::downgrade(inner);
+    let bearer = http::HeaderValue::from_str(&format!("Bearer {token}")).ok();
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        call_in_process(inner.clone(), bearer.clone(), request)
+    });
+    let service = tower::ServiceBuilder::new()
+        .layer(RetryLayer::new(RetryPolicy::server_retry()))
+        .service(service);
+    kube::Client::new(service, namespace)
+}
+
+/// One request of an in-process client: refused while the server is down, answered by the
+/// faults and the router of the server running now, and cut (a response still awaited, or
+/// a body still streaming, such as a watch) when that server stops.
+async fn call_in_process(
+    inner: Weak<Inner>,
+    bearer: Option<http::HeaderValue>,
+    mut request: http::Request<kube::client::Body>,
+) -> Result<http::Response<axum::body::Body>, BoxError> {
+    let (service, cut) = {
+        let inner = inner.upgrade().ok_or(Error::Stopped)?;
+        let Ok(_up) = inner.up.try_read() else {
+            return Err(Error::Down.into());
+        };
+        let cut = inner
+            .cut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        (inner.faults.layer().layer(inner.server().router()), cut)
+    };
+    if let Some(bearer) = bearer
+        && !request.headers().contains_key(http::header::AUTHORIZATION)
+    {
+        request
+            .headers_mut()
+            .insert(http::header::AUTHORIZATION, bearer);
+    }
+    let request = request.map(axum::body::Body::new);
+    let response = tokio::select! {
+        () = cut.cancelled() => return Err(Error::Cut.into()),
+        response = service.oneshot(request) => match response {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+    };
+    // A cut connection ends a body where it is, as a socket's does for kube's client.
+    Ok(response.map(|body| {
+        let stream = body.into_data_stream().take_until(cut.cancelled_owned());
+        axum::body::Body::from_stream(crate::faults::drop_at_end(stream, ()))
+    }))
+}
+
+/// A konverge API server and a `kube::Client` for it, with [`Faults`] and a [`RequestLog`]
+/// between the two: over a loopback port (plain HTTP), or in-process
+/// ([`TestEnvBuilder::in_process`]).
 ///
 /// Dropping the `TestEnv` stops the server: the listener closes and every open connection,
-/// watches included, is cut. The server's control loops (when on) work on its registry, not
-/// over HTTP, and stop with the Tokio runtime — a `#[tokio::test]`'s ends with the test.
+/// watches included, is cut (in-process, open streams end and later requests fail with
+/// [`Error::Stopped`]). The server's control loops (when on) work on its registry, not over
+/// HTTP, and stop with the Tokio runtime — a `#[tokio::test]`'s ends with the test.
 pub struct TestEnv {
     client: kube::Client,
-    url: String,
-    addr: SocketAddr,
+    /// The URL and address of the loopback port; `None` in-process.
+    socket: Option<(String, SocketAddr)>,
     inner: Arc<Inner>,
 }
 
@@ -253,15 +386,21 @@ struct Inner {
     token: String,
     /// Every authorization decision about users outside `system:masters`.
     decisions: DecisionLog,
-    addr: SocketAddr,
+    /// The loopback port served on; `None` in-process.
+    addr: Option<SocketAddr>,
     store: Arc<dyn KvStore>,
     /// The same store as `store`, when it is the disk store (to reopen).
     disk: Option<Arc<TempDiskStore>>,
     server: Mutex<Arc<ApiServer>>,
     // Dropping it stops serving and cuts every connection.
     serving: Mutex<Option<Serving>>,
-    /// Held for writing while the server restarts: in-process clients wait on it.
+    /// Held for writing while the server restarts: the direct client waits on it, in-process
+    /// clients through the faults are refused.
     up: tokio::sync::RwLock<()>,
+    /// Cancelled when the server stops (a restart, or the `TestEnv` dropped): cuts the
+    /// in-process clients' requests and streams, as a socket's connections are cut. A
+    /// restart puts a fresh one in its place.
+    cut: Mutex<CancellationToken>,
     faults: Faults,
 }
 
@@ -271,6 +410,21 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Cuts every in-process connection open now.
+    fn cut(&self) {
+        let cut = std::mem::replace(
+            &mut *self.cut.lock().unwrap_or_else(PoisonError::into_inner),
+            CancellationToken::new(),
+        );
+        cut.cancel();
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.cut();
     }
 }
 
@@ -286,6 +440,7 @@ impl Restart for Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+        self.cut();
         self.server().stop();
         if let Some(disk) = &self.disk {
             disk.reopen().await?;
@@ -296,12 +451,14 @@ impl Restart for Inner {
             .builder
             .build(&self.store, &self.token, &self.decisions)
             .await?;
-        server.set_address(self.addr.to_string());
-        let serving = serve(&self.faults, &server, &self.addr.to_string()).await?;
-        serving.ready().await;
+        if let Some(addr) = self.addr {
+            server.set_address(addr.to_string());
+            let serving = serve(&self.faults, &server, &addr.to_string()).await?;
+            serving.ready().await;
+            *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(serving);
+        }
         self.faults.follow(&server);
         *self.server.lock().unwrap_or_else(PoisonError::into_inner) = server;
-        *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(serving);
         Ok(())
     }
 }
@@ -309,7 +466,10 @@ impl Restart for Inner {
 impl std::fmt::Debug for TestEnv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestEnv")
-            .field("url", &self.url)
+            .field(
+                "url",
+                &self.socket.as_ref().map_or("in-process", |(url, _)| url),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -328,6 +488,7 @@ impl TestEnv {
     pub fn builder() -> TestEnvBuilder {
         TestEnvBuilder {
             backend: Backend::Memory,
+            transport: Transport::Socket,
             watch_cache: WatchCacheConfig::default(),
             control_loops: true,
             authorization: AuthorizationMode::Rbac,
@@ -335,19 +496,53 @@ impl TestEnv {
         }
     }
 
-    /// A client for the server (a cheap clone; all clones share one connection pool).
+    /// A client for the server, as the admin, through the [`Faults`] (a cheap clone; all
+    /// clones share one connection pool): over the loopback port, or in-process for an
+    /// environment built with [`TestEnvBuilder::in_process`].
     pub fn client(&self) -> kube::Client {
         self.client.clone()
     }
 
-    /// The server's base URL, `http://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        self.url.clone()
+    /// A client that calls the server in-process, as the admin, through the [`Faults`] and
+    /// into the [`RequestLog`] like [`client`](Self::client) — what `client` is for an
+    /// environment built with [`TestEnvBuilder::in_process`]; beside a loopback port, a
+    /// second client with the same faults and log. While the server
+    /// [restarts](Self::restart) its requests are refused ([`Error::Down`]) and those in
+    /// flight, watches included, are cut, as a socket's are.
+    ///
+    /// It works under Tokio's paused time (see [`TestEnvBuilder::in_process`]); while the
+    /// environment also serves a loopback port nothing else changes, but that port's own
+    /// client does not work paused.
+    pub fn in_process_client(&self) -> kube::Client {
+        match &self.socket {
+            None => self.client.clone(),
+            Some(_) => in_process_client(&self.inner, &self.inner.token, "default"),
+        }
     }
 
-    /// The address the server listens on (the same after a [restart](Self::restart)).
+    /// The server's base URL, `http://127.0.0.1:<port>`. An in-process environment has
+    /// none: it gives `http://in-process.invalid`, under a top-level domain reserved never
+    /// to resolve, so a client pointed at it fails to connect rather than reach another
+    /// server.
+    pub fn url(&self) -> String {
+        match &self.socket {
+            Some((url, _)) => url.clone(),
+            None => IN_PROCESS_URL.to_string(),
+        }
+    }
+
+    /// The address the server listens on (the same after a [restart](Self::restart)). An
+    /// in-process environment listens nowhere: it gives the unspecified address `0.0.0.0:0`,
+    /// which no connection reaches; [`socket_addr`](Self::socket_addr) tells the two apart.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.socket_addr()
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The address the server listens on, or `None` for an in-process environment
+    /// ([`TestEnvBuilder::in_process`]).
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        self.socket.as_ref().map(|(_, addr)| *addr)
     }
 
     /// The API server itself, for in-process calls to its registry: the one running now (a
@@ -395,7 +590,8 @@ impl TestEnv {
     }
 
     /// Restarts the API server, as when its process is killed and started again: every
-    /// connection (watches included) is cut and the port refuses connections for `down`; the
+    /// connection (watches included) is cut and the port refuses connections for `down`
+    /// (in-process, requests are refused with [`Error::Down`]); the
     /// server's control loops and watch caches stop; with the disk store, the store is
     /// closed and opened again from its files. Then a new server starts on the same address
     /// over what the store kept — every acknowledged write, the same revisions — with empty
@@ -461,7 +657,8 @@ impl TestEnv {
 
     /// A client acting as the ServiceAccount `namespace/name` (created if it does not exist),
     /// with a token from the TokenRequest API: its requests go through the [`Faults`] like
-    /// [`client`](Self::client)'s and are authorized by RBAC, so it can do exactly what the
+    /// [`client`](Self::client)'s (over the same transport: in-process for an environment
+    /// built with [`TestEnvBuilder::in_process`]) and are authorized by RBAC, so it can do exactly what the
     /// roles bound to the ServiceAccount allow. [`permissions`](Self::permissions) reports
     /// what it used and lacked.
     pub async fn client_for(&self, namespace: &str, name: &str) -> Result<kube::Client, Error> {
@@ -491,14 +688,10 @@ impl TestEnv {
             .status
             .map(|s| s.token)
             .unwrap_or_default();
-        let uri = self
-            .url
-            .parse()
-            .expect("an http URL of a socket address is a valid URI");
-        let mut config = kube::Config::new(uri);
-        config.default_namespace = namespace.to_string();
-        config.auth_info.token = Some(token.into());
-        kube::Client::try_from(config).map_err(Error::Client)
+        match &self.socket {
+            Some((url, _)) => socket_client(url, &token, namespace),
+            None => Ok(in_process_client(&self.inner, &token, namespace)),
+        }
     }
 
     /// What the ServiceAccount `namespace/name` did with its permissions so far: the granted
@@ -573,8 +766,15 @@ impl TestEnv {
     /// Writes a kubeconfig for this server to `path` (cluster, user and context named
     /// `konverge-testkit`, with the admin's token), so real tools (`kubectl --kubeconfig`) can
     /// look at what a test did.
+    ///
+    /// An in-process environment ([`TestEnvBuilder::in_process`]) has no address to write:
+    /// it fails with an error of kind [`io::ErrorKind::Unsupported`] wrapping
+    /// [`Error::NoSocket`], and writes nothing.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let mut config = konverge_apiserver::serve::kubeconfig("konverge-testkit", &self.url, None);
+        let Some((url, _)) = &self.socket else {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, Error::NoSocket));
+        };
+        let mut config = konverge_apiserver::serve::kubeconfig("konverge-testkit", url, None);
         for user in &mut config.auth_infos {
             if let Some(auth) = &mut user.auth_info {
                 auth.token = Some(self.inner.token.clone().into());

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use konverge_apiserver::ApiServer;
 use konverge_apiserver::error::ApiError;
@@ -649,12 +649,8 @@ impl Faults {
         response.map(|body| {
             let stream = body
                 .into_data_stream()
-                .take_until(watch_cut.cancelled_owned())
-                .map(move |chunk| {
-                    let _open = &open;
-                    chunk
-                });
-            Body::from_stream(stream)
+                .take_until(watch_cut.cancelled_owned());
+            Body::from_stream(drop_at_end(stream, open))
         })
     }
 
@@ -665,6 +661,21 @@ impl Faults {
             injected,
         });
     }
+}
+
+/// `stream`, dropped together with `keep` as soon as it ends — not only when its reader drops
+/// it: a client in-process may hold a finished body for a while, and the server's side of a
+/// watch (and [`OpenWatch`]) must end with the stream, as with a socket.
+pub(crate) fn drop_at_end<S, K>(stream: S, keep: K) -> impl Stream<Item = S::Item> + Send + 'static
+where
+    S: Stream + Send + 'static,
+    K: Send + 'static,
+{
+    futures::stream::unfold((Box::pin(stream), keep), |(mut stream, keep)| async move {
+        let item = stream.next().await?;
+        Some((item, (stream, keep)))
+    })
+    .fuse()
 }
 
 /// Counts a watch stream as open while it lives.

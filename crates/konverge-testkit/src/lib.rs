@@ -9,6 +9,10 @@
 //! loops (garbage collection, namespace finalization) run. [`TestEnv::write_kubeconfig`] lets
 //! `kubectl` look at a test's server.
 //!
+//! [`TestEnvBuilder::in_process`] leaves the socket out: [`TestEnv::client`] then calls the
+//! server's router in-process, through the same faults and request log, and the test can run
+//! in Tokio's paused time (see [Paused time](#paused-time)).
+//!
 //! Between the client and the server sits a [`FaultLayer`], driven by the [`Faults`] handle
 //! ([`TestEnv::faults`]). It makes happen on purpose what a controller meets on a real
 //! cluster, so a test can show the controller converges anyway:
@@ -54,6 +58,55 @@
 //! finalizers**, and creates children **in dependency order**. A failed check is a
 //! [`Violation`] that names the object, the field manager and the fields.
 //!
+//! # Paused time
+//!
+//! Under `#[tokio::test(start_paused = true)]` (Tokio's `test-util` feature, a current-thread
+//! runtime) the clock stands still while any task can run and jumps to the next timer when
+//! none can. A controller's ten-minute requeue, a lease that expires, a backoff, a watch's
+//! server-side timeout then take no real time — and always the same virtual time, so a test
+//! can assert exact delays. Over a socket this breaks: while a response is still in the kernel
+//! every task looks idle, and the clock jumps to the client's read timeout or the test's own
+//! timeout. So paused tests start their environment with
+//! `TestEnv::builder().in_process().start()`:
+//!
+//! - works paused: the in-memory store, the server and its control loops (their timers follow
+//!   the virtual clock), [`TestEnv::client`], [`TestEnv::client_for`],
+//!   [`TestEnv::in_process_client`] and [`TestEnv::direct_client`], every fault
+//!   ([`Faults::delay`] and a restart's `down` are Tokio sleeps), the [`RequestLog`],
+//!   [`TestEnv::restart`], in-process webhooks ([`TestEnvBuilder::webhook`]), [`Invariants`]
+//!   and [`FaultPlan`]s (Tokio timers);
+//! - does not: the disk store ([`TestEnvBuilder::disk`]; its work runs on threads of its own,
+//!   which the virtual clock does not wait for), anything over a socket — the loopback port of
+//!   an environment that is not in-process, admission webhooks reached over HTTPS, an HTTP
+//!   endpoint of the test's own — and multi-threaded runtimes, which Tokio cannot pause.
+//!
+//! An in-process environment has no URL to give: [`TestEnv::write_kubeconfig`] fails with
+//! [`Error::NoSocket`], [`TestEnv::url`] and [`TestEnv::addr`] give addresses nothing answers
+//! at, and [`TestEnv::socket_addr`] is `None`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::api::{Api, PostParams};
+//! use konverge_testkit::{Rule, TestEnv, Verb};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()?.block_on(async {
+//! // In a test: #[tokio::test(start_paused = true)]
+//! let env = TestEnv::builder().in_process().start().await;
+//! let config_maps: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+//! env.faults().delay(Rule::new().verb(Verb::Create), Duration::from_secs(600));
+//! let started = tokio::time::Instant::now();
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("settings".into());
+//! config_maps.create(&PostParams::default(), &cm).await?;
+//! // Ten virtual minutes, exactly; no real time.
+//! assert_eq!(started.elapsed().as_secs(), 600);
+//! assert_eq!(env.requests().count(Verb::Create, "configmaps"), 1);
+//! # Ok::<_, anyhow::Error>(())
+//! # })?;
+//! # Ok::<_, anyhow::Error>(())
+//! ```
+//!
 //! # Example
 //!
 //! ```
@@ -87,7 +140,9 @@
 //!
 //! # Modules, by what they hold
 //!
-//! - [`TestEnv`], [`TestEnvBuilder`], [`Error`]: starting and stopping the server.
+//! - [`TestEnv`], [`TestEnvBuilder`], [`Error`]: starting and stopping the server; its
+//!   clients over a loopback port or in-process ([`TestEnvBuilder::in_process`],
+//!   [`TestEnv::in_process_client`]).
 //! - [`Faults`], [`Rule`], [`Failure`], [`FaultLayer`]: fault injection; the layer also
 //!   wraps [`ApiServer::router`](konverge_apiserver::ApiServer::router) for in-process tests
 //!   without a socket.
