@@ -37,6 +37,11 @@ spec:
               color: {type: string}
 "#;
 
+/// A server reached in-process, so the test runs in paused time.
+async fn in_process() -> TestEnv {
+    TestEnv::builder().in_process().start().await
+}
+
 async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !check().await {
@@ -119,9 +124,9 @@ async fn color_of(client: &Client, name: &str) -> Option<String> {
     cm.data?.get("color").cloned()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_controller_over_a_kind_found_by_discovery() {
-    let env = TestEnv::start().await;
+    let env = in_process().await;
     env.apply_manifests(CRD).await.unwrap();
     let client = env.client();
     let ar = widgets(&client).await;
@@ -229,9 +234,9 @@ fn labelled(name: &str) -> ConfigMap {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_error_policy_overrides_the_classes() {
-    let env = TestEnv::start().await;
+    let env = in_process().await;
     let client = env.client();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for name in ["poll", "give-up", "default-terminal"] {
@@ -240,6 +245,7 @@ async fn an_error_policy_overrides_the_classes() {
             .unwrap();
     }
     let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let polled: Arc<Mutex<Vec<tokio::time::Instant>>> = Arc::default();
     let policy_calls = Arc::new(AtomicUsize::new(0));
     let seen = policy_calls.clone();
 
@@ -262,14 +268,17 @@ async fn an_error_policy_overrides_the_classes() {
             (_, class) => class.into(),
         }
     });
-    let recorded = calls.clone();
+    let (recorded, times) = (calls.clone(), polled.clone());
     manager.add(
         controller,
         move |cm: Arc<ConfigMap>, _: Arc<()>| {
-            let recorded = recorded.clone();
+            let (recorded, times) = (recorded.clone(), times.clone());
             async move {
                 let name = cm.name_any();
                 recorded.lock().unwrap().push(name.clone());
+                if name == "poll" {
+                    times.lock().unwrap().push(tokio::time::Instant::now());
+                }
                 match name.as_str() {
                     "default-terminal" => Err(AppError::Invalid(TerminalError::new("no"))),
                     _ => Err(AppError::Upstream),
@@ -296,17 +305,25 @@ async fn an_error_policy_overrides_the_classes() {
         ),
         "{text}"
     );
-    // The polled object was requeued after the policy's delay, never through the growing
-    // per-object backoff.
+    // The polled object was requeued after the policy's delay (virtual time: exact), never
+    // through the growing per-object backoff.
+    let times = polled.lock().unwrap().clone();
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(20) && gap < Duration::from_millis(21),
+            "{gap:?}"
+        );
+    }
     assert!(
         text.contains(r#"workqueue_retries_total{controller="policy",name="policy"} 0"#),
         "{text}"
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_controller_over_metadata_only() {
-    let env = TestEnv::start().await;
+    let env = in_process().await;
     let client = env.client();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for name in ["y", "x"] {

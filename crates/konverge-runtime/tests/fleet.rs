@@ -82,6 +82,11 @@ async fn exists(client: &Client, name: &str) -> bool {
     api.get_opt(name).await.ok().flatten().is_some()
 }
 
+/// A server reached in-process, so the test runs in paused time.
+async fn in_process() -> TestEnv {
+    TestEnv::builder().in_process().start().await
+}
+
 async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !check().await {
@@ -100,9 +105,9 @@ async fn create(client: &Client, name: &str) {
         .unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_cluster_is_reconciled_with_its_own_client_and_named_in_keys_and_metrics() {
-    let (east, west) = (TestEnv::start().await, TestEnv::start().await);
+    let (east, west) = (in_process().await, in_process().await);
     create(&east.client(), "a").await;
     create(&west.client(), "b").await;
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -145,13 +150,9 @@ async fn each_cluster_is_reconciled_with_its_own_client_and_named_in_keys_and_me
     fleet.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn clusters_join_and_leave_at_run_time_without_touching_the_others() {
-    let (east, west, north) = (
-        TestEnv::start().await,
-        TestEnv::start().await,
-        TestEnv::start().await,
-    );
+    let (east, west, north) = (in_process().await, in_process().await, in_process().await);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let fleet = fleet_of(&seen)
         .cluster("east", east.client())
