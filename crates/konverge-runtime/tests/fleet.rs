@@ -98,6 +98,19 @@ async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, chec
     }
 }
 
+/// GET over a plain socket: (status code, body).
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let code = raw[9..12].parse().unwrap();
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
+    (code, body.unwrap_or_default())
+}
+
 async fn create(client: &Client, name: &str) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     api.create(&PostParams::default(), &source(name))
@@ -200,8 +213,9 @@ async fn clusters_join_and_leave_at_run_time_without_touching_the_others() {
     fleet.stop().await;
 }
 
+/// On the real clock: kubeconfigs and the health endpoint need sockets.
 #[tokio::test]
-async fn a_fleet_from_kubeconfig_contexts() {
+async fn a_fleet_from_kubeconfig_contexts_with_one_health_endpoint() {
     let (east, west) = (TestEnv::start().await, TestEnv::start().await);
     let dir = tempfile::tempdir().unwrap();
     // One kubeconfig with a context per server, as a user's ~/.kube/config would have.
@@ -233,12 +247,30 @@ async fn a_fleet_from_kubeconfig_contexts() {
     let fleet = Fleet::from_kubeconfig_file(Some(merged.clone()), &["east", "west"])
         .await
         .unwrap();
-    let fleet = with_copier(fleet, &seen).spawn().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fleet = with_copier(fleet.health_listener(listener), &seen)
+        .spawn()
+        .await
+        .unwrap();
     assert_eq!(fleet.clusters(), ["east", "west"]);
     eventually("both contexts' sources copied", || async {
         exists(&east.client(), "a-copy").await && exists(&west.client(), "b-copy").await
     })
     .await;
+    // One endpoint for the whole fleet: ready once every cluster's caches are, and every
+    // cluster's series.
+    eventually("/readyz", || async { get(addr, "/readyz").await.0 == 200 }).await;
+    let (code, metrics) = get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    for cluster in ["east", "west"] {
+        assert!(
+            metrics.contains(&format!(
+                r#"controller_runtime_active_workers{{controller="copier",cluster="{cluster}"}} 0"#
+            )),
+            "{metrics}"
+        );
+    }
     fleet.stop().await;
 
     let missing = Fleet::from_kubeconfig_file(Some(merged), &["south"])
