@@ -26,6 +26,10 @@
 //! stamp someone edits or removes is put back. Status writes by other controllers change
 //! neither and are filtered out.
 //!
+//! [`Mode::StampsResourceVersion`] is the broken twin that stamps the resourceVersion: every
+//! stamp of a kind without a generation outdates itself, and the object is rewritten
+//! forever. It is kept to show the failure and the checks that catch it.
+//!
 //! # Where to start
 //!
 //! [`run`] is all of it; `src/main.rs` runs it against the default kubeconfig;
@@ -283,22 +287,35 @@ pub fn controller(
     .with_predicate(generation_changed().or(annotations_changed()))
 }
 
-/// What a reconcile needs: the client and the resource its controller watches.
+/// What the stamp records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The generation, or the content's digest ([`stamp`]).
+    Correct,
+    /// The broken twin: the generation, or the resourceVersion, which the stamp's own write
+    /// moves.
+    StampsResourceVersion,
+}
+
+/// What a reconcile needs: the client, the resource its controller watches, the mode.
 pub struct Context {
     /// The cluster.
     pub client: Client,
     /// The resource of the objects this context's controller reconciles.
     pub resource: ApiResource,
+    /// Correct, or the broken twin.
+    pub mode: Mode,
 }
 
 /// Adds a controller for each resource of `plan` to `manager`, all reconciled by
 /// [`reconcile`] with the manager's client.
-pub fn add(manager: &mut Manager, plan: &Plan, selector: &str) {
+pub fn add(manager: &mut Manager, plan: &Plan, selector: &str, mode: Mode) {
     let client = manager.client();
     for resource in &plan.audited {
         let context = Arc::new(Context {
             client: client.clone(),
             resource: resource.clone(),
+            mode,
         });
         manager.add(controller(&client, resource, selector), reconcile, context);
     }
@@ -309,13 +326,25 @@ pub fn add(manager: &mut Manager, plan: &Plan, selector: &str) {
 pub async fn run(
     client: Client,
     selector: &str,
+    mode: Mode,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     let plan = discover(&client).await?;
     let mut manager = Manager::new(client);
-    add(&mut manager, &plan, selector);
+    add(&mut manager, &plan, selector, mode);
     manager.run(shutdown).await?;
     Ok(())
+}
+
+/// The stamp `obj` should carry in `mode`.
+pub fn stamp_in(mode: Mode, obj: &DynamicObject) -> String {
+    match (mode, obj.metadata.generation) {
+        (Mode::StampsResourceVersion, None) => format!(
+            "resourceVersion={}",
+            obj.metadata.resource_version.as_deref().unwrap_or_default()
+        ),
+        _ => stamp(obj),
+    }
 }
 
 /// The stamp `obj` should carry: `generation=<n>`, or `sha256:<hex>` of its content for a
@@ -390,7 +419,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if obj.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let want = stamp(&obj);
+    let want = stamp_in(ctx.mode, &obj);
     if obj.annotations().get(AUDITED) == Some(&want) {
         return Ok(Action::await_change());
     }

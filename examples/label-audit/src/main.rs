@@ -1,8 +1,9 @@
 //! Runs label-audit against the cluster of the current kubeconfig (`konverge up` writes one).
-//! The first argument is the label selector to audit by (default: objects carrying
-//! `audit.konverge.dev/audit`).
+//! An argument is the label selector to audit by (default: objects carrying
+//! `audit.konverge.dev/audit`); `--broken` runs the twin that stamps the resourceVersion, to
+//! watch the runtime's hot-loop detector back it off.
 
-use konverge_example_label_audit::{LABEL, run};
+use konverge_example_label_audit::{LABEL, Mode, run};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -12,9 +13,16 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
-    let selector = std::env::args().nth(1).unwrap_or_else(|| LABEL.to_string());
+    let mut mode = Mode::Correct;
+    let mut selector = LABEL.to_string();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--broken" => mode = Mode::StampsResourceVersion,
+            _ => selector = arg,
+        }
+    }
     let client = kube::Client::try_default().await?;
-    run(client, &selector, async {
+    run(client, &selector, mode, async {
         tokio::signal::ctrl_c().await.ok();
     })
     .await?;

@@ -1,7 +1,8 @@
 //! label-audit against the in-process API server: every labelled object of six kinds (a
 //! custom resource among them) is stamped exactly once, nothing else is touched, a
 //! converged world is never written again, later changes are picked up, faults do not stop
-//! it, and kinds its identity may not watch are reported and left alone.
+//! it, and kinds its identity may not watch are reported and left alone. Its broken twin,
+//! which stamps the resourceVersion, is caught rewriting its own stamp.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +11,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use konverge_example_label_audit::{AUDITED, LABEL, Plan, Refusal, add, discover, stamp};
+use konverge_example_label_audit::{AUDITED, LABEL, Mode, Plan, Refusal, add, discover, stamp};
 use konverge_runtime::metrics::Metrics;
 use konverge_runtime::{Manager, RunningManager};
-use konverge_testkit::{Invariants, Rule, StatusCode, TestEnv, Verb, World};
+use konverge_testkit::{ChangeKind, Invariants, Rule, StatusCode, TestEnv, Verb, Violation, World};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -196,22 +197,33 @@ fn audited(world: &World) -> Result<(), String> {
 }
 
 fn start(client: kube::Client, plan: &Plan) -> (RunningManager, Arc<Metrics>) {
+    start_in(Mode::Correct, client, plan)
+}
+
+fn start_in(mode: Mode, client: kube::Client, plan: &Plan) -> (RunningManager, Arc<Metrics>) {
     let mut manager = Manager::new(client);
-    add(&mut manager, plan, LABEL);
+    add(&mut manager, plan, LABEL, mode);
     let metrics = manager.metrics();
     (manager.spawn(), metrics)
 }
 
-/// Successful reconciles over every controller so far.
-fn successes(metrics: &Metrics) -> f64 {
+/// The sum of every series of `metric` whose labels contain `labels`.
+fn sum(metrics: &Metrics, metric: &str, labels: &str) -> f64 {
     metrics
         .encode()
         .lines()
-        .filter(|l| {
-            l.starts_with("controller_runtime_reconcile_total{") && l.contains("result=\"success\"")
-        })
+        .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(labels))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Successful reconciles over every controller so far.
+fn successes(metrics: &Metrics) -> f64 {
+    sum(
+        metrics,
+        "controller_runtime_reconcile_total",
+        "result=\"success\"",
+    )
 }
 
 async fn wait_for_successes(metrics: &Metrics, n: f64) {
@@ -463,5 +475,66 @@ async fn kinds_it_may_not_watch_are_reported_and_left_alone() -> anyhow::Result<
         .await?;
     // It never tried what it may not do: no failing watches, no refused writes.
     env.permissions("ops", "auditor").await.assert_no_denials();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_twin_that_stamps_the_resource_version_is_caught_rewriting_its_stamp()
+-> anyhow::Result<()> {
+    let env = TestEnv::start().await;
+    let check = setup(&env).await?;
+    let plan = discover(&env.client()).await?;
+    let (_running, metrics) = start_in(Mode::StampsResourceVersion, env.client(), &plan);
+    // The runtime's own detector sees the echoes and backs the keys off.
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while sum(&metrics, "konverge_hot_loop_detections_total", "") < 1.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no hot loop detected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let violation = check
+        .no_hot_loop(5)
+        .expect_err("every stamp of a kind without a generation outdates itself");
+    let Violation::HotLoop { object, paths, .. } = &violation else {
+        panic!("{violation}");
+    };
+    assert!(
+        [
+            "configmaps",
+            "secrets",
+            "namespaces",
+            "clusterroles.rbac.authorization.k8s.io"
+        ]
+        .contains(&object.resource.as_str()),
+        "{violation}"
+    );
+    // The stamp is what keeps changing. (Who wrote it is read from managedFields' times,
+    // which have seconds only: within the object's first second it reads as its creator.)
+    assert_eq!(
+        paths.first(),
+        Some(&format!(".metadata.annotations.{AUDITED}")),
+        "{violation}"
+    );
+    let plural = object.resource.split('.').next().unwrap_or_default();
+    let patches = env.requests().count(Verb::Patch, plural);
+    assert!(patches > 5, "{patches} patches of {}", object.resource);
+    // Kinds with a generation are stamped with it, once, by the twin too.
+    for (resource, name) in [
+        ("deployments.apps", "default/audited"),
+        ("widgets.example.konverge.dev", "default/audited"),
+    ] {
+        let writes = check
+            .history()
+            .iter()
+            .filter(|c| {
+                c.kind == ChangeKind::Modified
+                    && c.object.resource == resource
+                    && format!("{}/{}", c.object.namespace, c.object.name) == name
+            })
+            .count();
+        assert_eq!(writes, 1, "{resource} {name}");
+    }
     Ok(())
 }
