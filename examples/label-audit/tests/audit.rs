@@ -14,7 +14,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use konverge_example_label_audit::{AUDITED, LABEL, Mode, Plan, Refusal, add, discover, stamp};
 use konverge_runtime::metrics::Metrics;
 use konverge_runtime::{Manager, RunningManager};
-use konverge_testkit::{ChangeKind, Invariants, Rule, StatusCode, TestEnv, Verb, Violation, World};
+use konverge_testkit::{
+    ChangeKind, FaultPlan, Invariants, Rule, StatusCode, TestEnv, Verb, Violation, World,
+};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -386,6 +388,67 @@ async fn lost_races_server_errors_and_dropped_watches_do_not_stop_it() -> anyhow
     // The late Secret was written twice: labelled by the test, stamped by the auditor.
     check.no_hot_loop(2)?;
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_converges_and_stays_converged_under_10_seeded_fault_plans() {
+    // Five servers at a time, each with its own plan.
+    for seeds in (0..10u64).collect::<Vec<_>>().chunks(5) {
+        futures::future::join_all(seeds.iter().map(|seed| one_plan(*seed))).await;
+    }
+}
+
+async fn one_plan(seed: u64) {
+    let plan = FaultPlan::random(seed);
+    let fail = |e: &dyn std::fmt::Display| -> ! { panic!("{plan}\n{e}") };
+    let env = TestEnv::start().await;
+    let check = setup(&env).await.unwrap_or_else(|e| fail(&e));
+    let audit = discover(&env.client()).await.unwrap_or_else(|e| fail(&e));
+    let (running, _) = start(env.client(), &audit);
+    let faults = plan.spawn(&env.faults());
+    // Changes while the faults hit: a label added, a new generation.
+    patch(
+        &env,
+        "configmaps",
+        "plain",
+        json!({"metadata": {"labels": {LABEL: "late"}}}),
+    )
+    .await
+    .unwrap_or_else(|e| fail(&e));
+    patch(
+        &env,
+        "deployments.apps",
+        "audited",
+        json!({"spec": {"replicas": 2}}),
+    )
+    .await
+    .unwrap_or_else(|e| fail(&e));
+    faults.await.unwrap_or_else(|e| fail(&e));
+    let desired = |world: &World| {
+        for kind in KINDS {
+            stamped(world, kind, "audited")?;
+            if kind != "configmaps" {
+                unstamped(world, kind, "plain")?;
+            }
+        }
+        stamped(world, "configmaps", "plain")
+    };
+    check
+        .converges(WITHIN, desired)
+        .await
+        .unwrap_or_else(|v| fail(&v));
+    env.faults().clear();
+    // At most: the Deployment stamped, changed by the test, stamped again.
+    check.no_hot_loop(3).unwrap_or_else(|v| fail(&v));
+    let _running = check
+        .idempotent(WITHIN, async {
+            running.stop().await.unwrap_or_else(|e| fail(&e));
+            let (running, metrics) = start(env.client(), &audit);
+            wait_for_successes(&metrics, KINDS.len() as f64 + 1.0).await;
+            running
+        })
+        .await
+        .unwrap_or_else(|v| fail(&v));
 }
 
 fn audited_except_plain_secret(world: &World) -> Result<(), String> {
