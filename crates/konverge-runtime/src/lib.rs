@@ -104,3 +104,8 @@ pub use reconcile::{Action, ErrorClass, Middleware, OnError, TerminalError};
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The migration guide's code blocks, compiled as doctests so the guide cannot rot.
+#[doc = include_str!("../../../docs/migrating-from-kube-runtime.md")]
+#[cfg(doctest)]
+pub struct MigrationGuideDoctests;
