@@ -28,6 +28,10 @@ use crate::metrics::Metrics;
 use crate::metrics::resource_labels;
 use crate::watcher::{self, WatcherMetrics};
 
+mod lean;
+
+use lean::{Lean, LeanType};
+
 /// A change handler: must only enqueue, never block.
 pub(crate) type Handler<K> = Arc<dyn Fn(&Change<K>) + Send + Sync>;
 
@@ -143,6 +147,22 @@ where
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The watch, decoding objects whole if `keep_managed_fields`, otherwise with their
+    /// managedFields skipped by the parser.
+    fn watch(
+        &self,
+        keep_managed_fields: bool,
+    ) -> futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>> {
+        let (api, config) = (self.inner.api.clone(), self.inner.config.clone());
+        if keep_managed_fields {
+            return watcher::watcher(api, config).boxed();
+        }
+        let lean = Api::<Lean<K>>::all_with(api.into_client(), &LeanType::of(&self.inner.api));
+        watcher::watcher(lean, config)
+            .map(|item| item.map(unwrap_event))
+            .boxed()
+    }
+
     /// Adds a change handler. Objects already cached are replayed to it first (as creates).
     pub(crate) fn subscribe(&self, handler: Handler<K>) {
         let mut state = self.lock();
@@ -174,24 +194,17 @@ where
             None => (WatcherMetrics::default(), None),
         };
         let objects: Option<Gauge> = objects;
-        let stream = watcher::instrument(
-            watcher::watcher(self.inner.api.clone(), self.inner.config.clone()),
-            resource,
-            watcher_metrics,
-        );
-        futures::pin_mut!(stream);
-        let strip = !self
+        let keep = self
             .inner
             .keep_managed_fields
             .load(std::sync::atomic::Ordering::Relaxed);
+        let stream = watcher::instrument(self.watch(keep), resource, watcher_metrics);
+        futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
-            let Ok(mut event) = item else {
+            let Ok(event) = item else {
                 // The watcher logged it and is backing off.
                 continue;
             };
-            if strip {
-                event = event.modify(|obj| obj.meta_mut().managed_fields = None);
-            }
             let state = self.lock();
             let changes = writer.apply(event);
             for change in &changes {
@@ -204,6 +217,16 @@ where
                 g.set(self.inner.store.len() as i64);
             }
         }
+    }
+}
+
+fn unwrap_event<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(obj.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+        watcher::Event::Apply(obj) => watcher::Event::Apply(obj.0),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(obj.0),
     }
 }
 
