@@ -522,7 +522,7 @@ fn owner_key<K>(primary: &Store<K>, namespace: Option<&str>, name: &str) -> Obje
         Some(ns) => {
             let namespaced = ObjectKey::namespaced(ns, name);
             let cluster = ObjectKey::cluster(name);
-            if primary.get(&namespaced).is_none() && primary.get(&cluster).is_some() {
+            if !primary.contains(&namespaced) && primary.contains(&cluster) {
                 cluster
             } else {
                 namespaced

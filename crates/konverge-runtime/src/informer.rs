@@ -206,12 +206,11 @@ where
                 continue;
             };
             let state = self.lock();
-            let changes = writer.apply(event);
-            for change in &changes {
+            writer.apply_each(event, |change| {
                 for handler in &state.handlers {
-                    handler(change);
+                    handler(&change);
                 }
-            }
+            });
             drop(state);
             if let Some(g) = &objects {
                 g.set(self.inner.store.len() as i64);

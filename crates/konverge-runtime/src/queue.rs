@@ -81,17 +81,20 @@ struct Inner<T> {
     metrics: Option<QueueMetrics>,
 }
 
+/// Keys are held as `Arc<T>`: a queued key is in `ready` and in `dirty` at once, a delayed
+/// one in `due` and `timers`, and after a burst (a controller's initial list queues every
+/// object) a second copy of every key would be a large share of the queue's memory.
 struct State<T> {
     /// Keys ready for a worker, in the order they became ready.
-    ready: VecDeque<T>,
+    ready: VecDeque<Arc<T>>,
     /// Keys waiting to be processed (in `ready`, or re-added while processing), with when
     /// they last became ready (for the queue-duration metric).
-    dirty: HashMap<T, Instant>,
+    dirty: HashMap<Arc<T>, Instant>,
     /// Keys a worker holds, and since when.
-    processing: HashMap<T, Instant>,
+    processing: HashMap<Arc<T>, Instant>,
     /// Delayed keys and their due time; `timers` may hold stale entries, `due` is the truth.
-    due: HashMap<T, Instant>,
-    timers: BinaryHeap<Reverse<(Instant, u64, T)>>,
+    due: HashMap<Arc<T>, Instant>,
+    timers: BinaryHeap<Reverse<(Instant, u64, Arc<T>)>>,
     timer_seq: u64,
     failures: HashMap<T, u32>,
     bucket: Bucket,
@@ -168,14 +171,17 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
     /// again after its worker calls [`done`](Self::done). Ignored after shutdown.
     pub fn add(&self, key: T) {
         let mut state = self.lock();
-        if self.add_locked(&mut state, key) {
+        if state.shutting_down || state.dirty.contains_key(&key) {
+            return;
+        }
+        if self.add_locked(&mut state, Arc::new(key)) {
             drop(state);
             self.inner.notify.notify_one();
         }
     }
 
     /// Returns whether a worker should be woken.
-    fn add_locked(&self, state: &mut State<T>, key: T) -> bool {
+    fn add_locked(&self, state: &mut State<T>, key: Arc<T>) -> bool {
         if state.shutting_down || state.dirty.contains_key(&key) {
             return false;
         }
@@ -211,6 +217,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         if state.due.get(&key).is_some_and(|&due| due <= at) {
             return;
         }
+        let key = Arc::new(key);
         state.due.insert(key.clone(), at);
         state.timer_seq += 1;
         let seq = state.timer_seq;
@@ -284,7 +291,9 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                 }
                 if let Some(key) = state.ready.pop_front() {
                     let queued = state.dirty.remove(&key);
-                    state.processing.insert(key.clone(), now);
+                    let taken = T::clone(&key);
+                    state.processing.insert(key, now);
+                    state.shrink_if_sparse();
                     self.set_depth(&state);
                     if let (Some(m), Some(queued)) = (&self.inner.metrics, queued) {
                         m.metrics
@@ -295,7 +304,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                     if woke && !state.ready.is_empty() {
                         self.inner.notify.notify_one();
                     }
-                    return Some(key);
+                    return Some(taken);
                 }
                 state.timers.peek().map(|Reverse((at, _, _))| *at)
             };
@@ -322,10 +331,13 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                 .observe(seconds(started.elapsed()));
         }
         if !state.shutting_down
-            && let Some(queued) = state.dirty.get_mut(key)
+            && let Some((again, _)) = state.dirty.get_key_value(key)
         {
-            *queued = Instant::now();
-            state.ready.push_back(key.clone());
+            let again = again.clone();
+            if let Some(queued) = state.dirty.get_mut(key) {
+                *queued = Instant::now();
+            }
+            state.ready.push_back(again);
             self.set_depth(&state);
             drop(state);
             self.inner.notify.notify_one();
@@ -389,6 +401,20 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
             .longest_running
             .get_or_create(&m.labels)
             .set(seconds(longest));
+    }
+}
+
+impl<T: Eq + Hash> State<T> {
+    /// Gives back the memory of a burst once it has drained (a map or deque never shrinks
+    /// on its own), keeping room for twice what is left so a steady flow does not churn.
+    fn shrink_if_sparse(&mut self) {
+        const FLOOR: usize = 1024;
+        if self.ready.capacity() > FLOOR && self.ready.len() * 8 < self.ready.capacity() {
+            self.ready.shrink_to(self.ready.len() * 2);
+        }
+        if self.dirty.capacity() > FLOOR && self.dirty.len() * 8 < self.dirty.capacity() {
+            self.dirty.shrink_to(self.dirty.len() * 2);
+        }
     }
 }
 
