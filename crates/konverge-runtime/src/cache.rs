@@ -245,6 +245,21 @@ impl<K> Store<K> {
         self.read().objects.keys().map(Slot::key).collect()
     }
 
+    /// Up to `limit` keys, in order, starting after `after` (from the first key if `None`):
+    /// walks a large cache a page at a time without copying every key at once.
+    pub fn keys_after(&self, after: Option<&ObjectKey>, limit: usize) -> Vec<ObjectKey> {
+        let from: Bound<&dyn KeyParts> = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        self.read()
+            .objects
+            .range::<dyn KeyParts, _>((from, Bound::Unbounded))
+            .take(limit)
+            .map(|(slot, _)| slot.key())
+            .collect()
+    }
+
     /// The cached objects of one namespace, in key order.
     pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
         let start = Probe(Some(namespace), "");

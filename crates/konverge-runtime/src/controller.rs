@@ -302,14 +302,15 @@ impl<K: CachedResource> Controller<K> {
                     .collect()
             };
             let resource = api.resource_url().to_string();
+            // A trigger reads ownerReferences only: managedFields are skipped unparsed.
             if let Some(api) = metadata {
-                let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+                let stream = move || crate::informer::watch_lean(api, config);
                 let map = move |obj: &kube::core::PartialObjectMeta<C>| owners(obj.meta());
                 trigger(informers, resource, stream, wiring, Arc::new(map))
             } else {
                 // Metadata-only Apis of one namespace exist for dynamic types only; a
                 // namespaced watch is small anyway.
-                let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+                let stream = move || crate::informer::watch_lean(api, config);
                 let map = move |obj: &C| owners(obj.meta());
                 trigger(informers, resource, stream, wiring, Arc::new(map))
             }
@@ -370,19 +371,29 @@ impl<K: CachedResource> Controller<K> {
             cluster.as_deref(),
             Some(&metrics),
         ));
+        let sweep = Arc::new(InitialSweep::default());
         {
             let queue = queue.clone();
             let predicate = self.predicate.clone();
             let hot = hot.clone();
-            informer.subscribe(Arc::new(move |change: &Change<K>| match &change.new {
-                None => queue.add(change.key.clone()),
-                Some(new) => {
-                    if predicate.allows(change.old.as_deref(), new) {
-                        hot.on_change(&change.key, || {
-                            let old = serde_json::to_value(change.old.as_deref()?).ok()?;
-                            Some((old, serde_json::to_value(new.as_ref()).ok()?))
-                        });
-                        queue.add(change.key.clone());
+            let (sweep, store) = (sweep.clone(), primary.clone());
+            informer.subscribe(Arc::new(move |change: &Change<K>| {
+                if !store.is_ready() {
+                    // The first list, reported before the store is marked ready: its keys
+                    // are fed from the cache as workers drain the queue.
+                    sweep.start(&queue);
+                    return;
+                }
+                match &change.new {
+                    None => sweep.add_or_defer(&queue, &change.key, false),
+                    Some(new) => {
+                        if predicate.allows(change.old.as_deref(), new) {
+                            hot.on_change(&change.key, || {
+                                let old = serde_json::to_value(change.old.as_deref()?).ok()?;
+                                Some((old, serde_json::to_value(new.as_ref()).ok()?))
+                            });
+                            sweep.add_or_defer(&queue, &change.key, true);
+                        }
                     }
                 }
             }));
@@ -425,6 +436,8 @@ impl<K: CachedResource> Controller<K> {
             cancel: CancellationToken::new(),
             ready,
             written: std::sync::Mutex::new(HashMap::new()),
+            predicate: self.predicate,
+            sweep,
         });
         let concurrency = self.concurrency;
         Runnable {
@@ -564,6 +577,105 @@ struct Worker<K, Ctx, E> {
     /// The last resourceVersion reconciles wrote to each object, and when: the next
     /// reconcile of it waits until the cache has caught up.
     written: std::sync::Mutex<HashMap<ObjectKey, (u64, Instant)>>,
+    /// The primary resource's predicate (the initial sweep applies it as it feeds keys).
+    predicate: Arc<dyn Predicate<K>>,
+    /// The primary's first list, still being fed to the queue.
+    sweep: Arc<InitialSweep>,
+}
+
+/// How many keys of the first list are moved from the cache to the queue at a time, once
+/// fewer than this many are waiting.
+const SWEEP_BATCH: usize = 256;
+
+/// The primary's first list, fed to the queue from the cache a batch at a time instead of
+/// queued whole: queuing every key of a large cache at once holds a second copy of every
+/// key (in the queue's order and its de-duplication map) until the workers reach it, the
+/// largest allocation a controller makes after its cache. The keys go to the queue in the
+/// same (key) order, each once, and a change to a key not fed yet is folded into it, as the
+/// queue would have folded it into the queued key.
+#[derive(Default)]
+struct InitialSweep {
+    state: std::sync::Mutex<SweepState>,
+}
+
+#[derive(Default)]
+struct SweepState {
+    /// Whether keys of the first list are still to be fed.
+    active: bool,
+    /// The last key fed; every key after it is still to come.
+    cursor: Option<ObjectKey>,
+    /// Keys not fed yet whose change passed the predicate since the list: fed whatever
+    /// the predicate says of the object when the sweep reaches it.
+    changed: std::collections::BTreeSet<ObjectKey>,
+    /// Keys of the first list not fed yet (counted into the queue-depth metric).
+    remaining: usize,
+}
+
+impl InitialSweep {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SweepState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more object of the first list.
+    fn start(&self, queue: &WorkQueue<ObjectKey>) {
+        let mut state = self.lock();
+        state.active = true;
+        state.remaining += 1;
+        queue.set_backlog(state.remaining);
+    }
+
+    /// Queues `key` for a change, unless the sweep has yet to reach it: then it is queued
+    /// when the sweep does (`passed`: the change passed the predicate).
+    fn add_or_defer(&self, queue: &WorkQueue<ObjectKey>, key: &ObjectKey, passed: bool) {
+        let mut state = self.lock();
+        let ahead = state.active && state.cursor.as_ref().is_none_or(|c| key > c);
+        if !ahead {
+            drop(state);
+            queue.add(key.clone());
+        } else if passed {
+            state.changed.insert(key.clone());
+        }
+    }
+
+    /// Feeds the next batch of the first list if the queue is running low.
+    fn feed<K>(
+        &self,
+        queue: &WorkQueue<ObjectKey>,
+        store: &Store<K>,
+        predicate: &dyn Predicate<K>,
+    ) {
+        let mut state = self.lock();
+        if !state.active || queue.len() >= SWEEP_BATCH {
+            return;
+        }
+        let keys = store.keys_after(state.cursor.as_ref(), SWEEP_BATCH);
+        for key in &keys {
+            let changed = state.changed.remove(key);
+            if changed
+                || store
+                    .get(key)
+                    .is_some_and(|obj| predicate.allows(None, &obj))
+            {
+                queue.add(key.clone());
+            }
+        }
+        state.remaining = state.remaining.saturating_sub(keys.len());
+        if keys.len() < SWEEP_BATCH {
+            // Done. Keys changed and then deleted before the sweep reached them are queued
+            // as their deletion would have queued them.
+            state.active = false;
+            state.remaining = 0;
+            for key in std::mem::take(&mut state.changed) {
+                queue.add(key);
+            }
+        }
+        if let Some(last) = keys.into_iter().next_back() {
+            state.cursor = Some(last);
+        }
+        queue.set_backlog(state.remaining);
+    }
 }
 
 /// How often a key whose cache is behind its own write is looked at again.
@@ -602,7 +714,11 @@ where
         for _ in 0..concurrency {
             let me = self.clone();
             workers.spawn(async move {
-                while let Some(key) = me.queue.get().await {
+                loop {
+                    me.sweep.feed(&me.queue, &me.store, me.predicate.as_ref());
+                    let Some(key) = me.queue.get().await else {
+                        break;
+                    };
                     me.process(&key).await;
                     me.queue.done(&key);
                 }

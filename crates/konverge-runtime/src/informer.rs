@@ -157,10 +157,7 @@ where
         if keep_managed_fields {
             return watcher::watcher(api, config).boxed();
         }
-        let lean = Api::<Lean<K>>::all_with(api.into_client(), &LeanType::of(&self.inner.api));
-        watcher::watcher(lean, config)
-            .map(|item| item.map(unwrap_event))
-            .boxed()
+        watch_lean(api, config)
     }
 
     /// Adds a change handler. Objects already cached are replayed to it first (as creates).
@@ -217,6 +214,21 @@ where
             }
         }
     }
+}
+
+/// kube-runtime's watcher over `api`, its objects decoded without `metadata.managedFields`
+/// (skipped by the parser, never allocated).
+pub(crate) fn watch_lean<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let lean = Api::<Lean<K>>::all_with(api.clone().into_client(), &LeanType::of(&api));
+    watcher::watcher(lean, config)
+        .map(|item| item.map(unwrap_event))
+        .boxed()
 }
 
 fn unwrap_event<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {

@@ -97,6 +97,8 @@ struct State<T> {
     timers: BinaryHeap<Reverse<(Instant, u64, Arc<T>)>>,
     timer_seq: u64,
     failures: HashMap<T, u32>,
+    /// Keys the owner will add but holds back for now (counted in the depth metric).
+    backlog: usize,
     bucket: Bucket,
     shutting_down: bool,
 }
@@ -149,6 +151,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                     timers: BinaryHeap::new(),
                     timer_seq: 0,
                     failures: HashMap::new(),
+                    backlog: 0,
                     bucket: Bucket {
                         tokens: f64::from(limit.burst),
                         last: None,
@@ -200,8 +203,17 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
 
     fn set_depth(&self, state: &State<T>) {
         if let Some(m) = &self.inner.metrics {
-            m.depth.set(state.ready.len() as i64);
+            m.depth.set((state.ready.len() + state.backlog) as i64);
         }
+    }
+
+    /// Counts `keys` that the queue's owner holds back to add later (a controller's initial
+    /// list, fed a batch at a time) into the `workqueue_depth` metric, so the metric shows
+    /// the whole backlog.
+    pub(crate) fn set_backlog(&self, keys: usize) {
+        let mut state = self.lock();
+        state.backlog = keys;
+        self.set_depth(&state);
     }
 
     /// Queues `key` once `delay` has passed. If it is already due sooner, the sooner time wins.
