@@ -712,4 +712,111 @@ mod tests {
         assert!(store.by_label("app", "web").unwrap().is_empty());
         assert!(matches!(store.by_owner("x"), Err(Error::NoSuchIndex(_))));
     }
+
+    #[test]
+    fn a_large_relist_is_reported_in_key_order_after_the_cache_holds_it() {
+        let mut w = Writer::new(vec![Index::labels()]);
+        let store = w.store();
+        let name = |i: usize| format!("o-{i:04}");
+        w.apply(watcher::Event::Init);
+        for i in 0..1000 {
+            w.apply(watcher::Event::InitApply(cm(
+                "a",
+                &name(i),
+                "1",
+                &[("k", "v")],
+            )));
+        }
+        w.apply(watcher::Event::InitDone);
+        // Relist: every third object gone, every fifth changed, new ones in between.
+        w.apply(watcher::Event::Init);
+        for i in 0..1000 {
+            if i % 3 == 0 {
+                continue;
+            }
+            let rv = if i % 5 == 0 { "2" } else { "1" };
+            w.apply(watcher::Event::InitApply(cm(
+                "a",
+                &name(i),
+                rv,
+                &[("k", "v")],
+            )));
+            if i % 7 == 0 {
+                let new = format!("{}-new", name(i));
+                w.apply(watcher::Event::InitApply(cm("a", &new, "3", &[])));
+            }
+        }
+        let mut reported = Vec::new();
+        w.apply_each(watcher::Event::InitDone, |change| {
+            // The cache already holds the outcome, and reading it here does not deadlock.
+            assert_eq!(store.get(&change.key).is_some(), change.new.is_some());
+            reported.push((
+                change.key.to_string(),
+                change.old.is_some(),
+                change.new.is_some(),
+            ));
+        });
+        let mut expected = Vec::new();
+        for i in 0..1000 {
+            let key = format!("a/{}", name(i));
+            if i % 3 == 0 {
+                expected.push((key.clone(), true, false));
+            } else if i % 5 == 0 {
+                expected.push((key.clone(), true, true));
+            }
+            if i % 3 != 0 && i % 7 == 0 {
+                expected.push((format!("{key}-new"), false, true));
+            }
+        }
+        assert_eq!(reported, expected);
+        assert_eq!(store.by_label("k", "v").unwrap().len(), 1000 - 334);
+    }
+
+    #[test]
+    fn namespaces_are_shared_and_forgotten_once_unused() {
+        let mut w = Writer::new(vec![]);
+        let store = w.store();
+        w.apply(watcher::Event::Init);
+        for ns in ["a", "b"] {
+            for name in ["x", "y"] {
+                w.apply(watcher::Event::InitApply(cm(ns, name, "1", &[])));
+            }
+        }
+        w.apply(watcher::Event::InitDone);
+        assert_eq!(w.namespaces.len(), 2);
+        let shared = w.namespaces.iter().find(|ns| &***ns == "a").unwrap();
+        assert_eq!(
+            Arc::strong_count(shared),
+            3,
+            "one copy for both keys of namespace a"
+        );
+        // A relist without namespace b forgets it.
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm("a", "x", "1", &[])));
+        w.apply(watcher::Event::InitDone);
+        let left: Vec<&str> = w.namespaces.iter().map(|ns| &**ns).collect();
+        assert_eq!(left, ["a"]);
+        assert_eq!(names(&store.list()), ["a/x"]);
+    }
+
+    #[test]
+    fn keys_can_be_walked_a_page_at_a_time_and_looked_up_in_any_cluster() {
+        let mut w = Writer::new(vec![]);
+        let store = w.store();
+        w.apply(watcher::Event::Init);
+        for (ns, n) in [("b", "x"), ("a", "z"), ("a", "b"), ("c", "a")] {
+            w.apply(watcher::Event::InitApply(cm(ns, n, "1", &[])));
+        }
+        w.apply(watcher::Event::InitDone);
+        let first = store.keys_after(None, 3);
+        assert_eq!(first, store.keys()[..3]);
+        let rest = store.keys_after(first.last(), 3);
+        assert_eq!(rest, [ObjectKey::namespaced("c", "a")]);
+        assert!(store.keys_after(rest.last(), 3).is_empty());
+        let in_cluster = ObjectKey::namespaced("a", "z").in_cluster(Some("east".into()));
+        assert!(store.contains(&in_cluster));
+        assert!(store.get(&in_cluster).is_some());
+        assert!(!store.contains(&ObjectKey::cluster("z")));
+        assert!(store.list_namespace("b").len() == 1 && store.list_namespace("d").is_empty());
+    }
 }

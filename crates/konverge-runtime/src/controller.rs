@@ -639,7 +639,9 @@ impl InitialSweep {
         }
     }
 
-    /// Feeds the next batch of the first list if the queue is running low.
+    /// Feeds the first list to the queue, a batch at a time, until it holds a batch's worth
+    /// of keys (or the list is done): a worker about to wait for a key never waits while
+    /// keys of the first list are left.
     fn feed<K>(
         &self,
         queue: &WorkQueue<ObjectKey>,
@@ -647,34 +649,33 @@ impl InitialSweep {
         predicate: &dyn Predicate<K>,
     ) {
         let mut state = self.lock();
-        if !state.active || queue.len() >= SWEEP_BATCH {
-            return;
-        }
-        let keys = store.keys_after(state.cursor.as_ref(), SWEEP_BATCH);
-        for key in &keys {
-            let changed = state.changed.remove(key);
-            if changed
-                || store
-                    .get(key)
-                    .is_some_and(|obj| predicate.allows(None, &obj))
-            {
-                queue.add(key.clone());
+        while state.active && queue.len() < SWEEP_BATCH {
+            let keys = store.keys_after(state.cursor.as_ref(), SWEEP_BATCH);
+            for key in &keys {
+                let changed = state.changed.remove(key);
+                if changed
+                    || store
+                        .get(key)
+                        .is_some_and(|obj| predicate.allows(None, &obj))
+                {
+                    queue.add(key.clone());
+                }
             }
-        }
-        state.remaining = state.remaining.saturating_sub(keys.len());
-        if keys.len() < SWEEP_BATCH {
-            // Done. Keys changed and then deleted before the sweep reached them are queued
-            // as their deletion would have queued them.
-            state.active = false;
-            state.remaining = 0;
-            for key in std::mem::take(&mut state.changed) {
-                queue.add(key);
+            state.remaining = state.remaining.saturating_sub(keys.len());
+            if keys.len() < SWEEP_BATCH {
+                // Done. Keys that changed and were then deleted before the sweep reached
+                // them are queued, as their change queued them before.
+                state.active = false;
+                state.remaining = 0;
+                for key in std::mem::take(&mut state.changed) {
+                    queue.add(key);
+                }
             }
+            if let Some(last) = keys.into_iter().next_back() {
+                state.cursor = Some(last);
+            }
+            queue.set_backlog(state.remaining);
         }
-        if let Some(last) = keys.into_iter().next_back() {
-            state.cursor = Some(last);
-        }
-        queue.set_backlog(state.remaining);
     }
 }
 

@@ -628,4 +628,43 @@ mod tests {
         );
         q.done(&k);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_burst_gives_its_memory_back() {
+        let q = WorkQueue::new();
+        for i in 0..10_000 {
+            q.add(format!("k{i}"));
+        }
+        for _ in 0..9_990 {
+            let k = q.get().await.unwrap();
+            q.done(&k);
+        }
+        let state = q.lock();
+        assert!(state.dirty.capacity() < 1024, "{}", state.dirty.capacity());
+        assert!(state.ready.capacity() < 1024, "{}", state.ready.capacity());
+        assert_eq!(state.ready.len(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_depth_metric_counts_keys_held_back() {
+        let metrics = Arc::new(Metrics::new());
+        let q = WorkQueue::build(
+            no_jitter(),
+            Some((metrics.clone(), crate::metrics::queue_labels("c", None))),
+        );
+        q.set_backlog(5);
+        q.add("a");
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"workqueue_depth{controller="c",name="c"} 6"#)
+        );
+        q.set_backlog(0);
+        assert_eq!(q.get().await, Some("a"));
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"workqueue_depth{controller="c",name="c"} 0"#)
+        );
+    }
 }
