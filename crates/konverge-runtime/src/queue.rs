@@ -87,6 +87,9 @@ struct Inner<T> {
 struct State<T> {
     /// Keys ready for a worker, in the order they became ready.
     ready: VecDeque<Arc<T>>,
+    /// Keys ready for a worker ahead of `ready`: the owner's backlog, fed a batch at a time
+    /// ([`WorkQueue::add_first`]), keeps its place ahead of keys added meanwhile.
+    first: VecDeque<Arc<T>>,
     /// Keys waiting to be processed (in `ready`, or re-added while processing), with when
     /// they last became ready (for the queue-duration metric).
     dirty: HashMap<Arc<T>, Instant>,
@@ -145,6 +148,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     ready: VecDeque::new(),
+                    first: VecDeque::new(),
                     dirty: HashMap::new(),
                     processing: HashMap::new(),
                     due: HashMap::new(),
@@ -177,14 +181,28 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         if state.shutting_down || state.dirty.contains_key(&key) {
             return;
         }
-        if self.add_locked(&mut state, Arc::new(key)) {
+        if self.add_locked(&mut state, Arc::new(key), false) {
+            drop(state);
+            self.inner.notify.notify_one();
+        }
+    }
+
+    /// [`add`](Self::add), ahead of every key added with `add`: for a backlog the owner
+    /// holds back and feeds a batch at a time (a controller's first list), so that it is
+    /// worked through in the order it would have been had it been queued whole.
+    pub(crate) fn add_first(&self, key: T) {
+        let mut state = self.lock();
+        if state.shutting_down || state.dirty.contains_key(&key) {
+            return;
+        }
+        if self.add_locked(&mut state, Arc::new(key), true) {
             drop(state);
             self.inner.notify.notify_one();
         }
     }
 
     /// Returns whether a worker should be woken.
-    fn add_locked(&self, state: &mut State<T>, key: Arc<T>) -> bool {
+    fn add_locked(&self, state: &mut State<T>, key: Arc<T>, first: bool) -> bool {
         if state.shutting_down || state.dirty.contains_key(&key) {
             return false;
         }
@@ -196,14 +214,19 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         if state.processing.contains_key(&key) {
             return false;
         }
-        state.ready.push_back(key);
+        if first {
+            state.first.push_back(key);
+        } else {
+            state.ready.push_back(key);
+        }
         self.set_depth(state);
         true
     }
 
     fn set_depth(&self, state: &State<T>) {
         if let Some(m) = &self.inner.metrics {
-            m.depth.set((state.ready.len() + state.backlog) as i64);
+            m.depth
+                .set((state.first.len() + state.ready.len() + state.backlog) as i64);
         }
     }
 
@@ -298,10 +321,10 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                     };
                     if state.due.get(&key) == Some(&at) {
                         state.due.remove(&key);
-                        woke |= self.add_locked(&mut state, key);
+                        woke |= self.add_locked(&mut state, key, false);
                     }
                 }
-                if let Some(key) = state.ready.pop_front() {
+                if let Some(key) = state.first.pop_front().or_else(|| state.ready.pop_front()) {
                     let queued = state.dirty.remove(&key);
                     let taken = T::clone(&key);
                     state.processing.insert(key, now);
@@ -313,7 +336,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                             .get_or_create(&m.labels)
                             .observe(seconds(now - queued));
                     }
-                    if woke && !state.ready.is_empty() {
+                    if woke && (!state.ready.is_empty() || !state.first.is_empty()) {
                         self.inner.notify.notify_one();
                     }
                     return Some(taken);
@@ -370,7 +393,13 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
 
     /// Keys ready for a worker now (not counting delayed or in-progress keys).
     pub fn len(&self) -> usize {
-        self.lock().ready.len()
+        let state = self.lock();
+        state.first.len() + state.ready.len()
+    }
+
+    /// Keys added with [`add_first`](Self::add_first) and not taken yet.
+    pub(crate) fn len_first(&self) -> usize {
+        self.lock().first.len()
     }
 
     /// Whether no key is ready.
@@ -421,8 +450,10 @@ impl<T: Eq + Hash> State<T> {
     /// on its own), keeping room for twice what is left so a steady flow does not churn.
     fn shrink_if_sparse(&mut self) {
         const FLOOR: usize = 1024;
-        if self.ready.capacity() > FLOOR && self.ready.len() * 8 < self.ready.capacity() {
-            self.ready.shrink_to(self.ready.len() * 2);
+        for lane in [&mut self.ready, &mut self.first] {
+            if lane.capacity() > FLOOR && lane.len() * 8 < lane.capacity() {
+                lane.shrink_to(lane.len() * 2);
+            }
         }
         if self.dirty.capacity() > FLOOR && self.dirty.len() * 8 < self.dirty.capacity() {
             self.dirty.shrink_to(self.dirty.len() * 2);
@@ -666,5 +697,20 @@ mod tests {
                 .encode()
                 .contains(r#"workqueue_depth{controller="c",name="c"} 0"#)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_added_first_go_ahead_of_the_rest_and_are_still_deduplicated() {
+        let q = WorkQueue::new();
+        q.add("event");
+        q.add_first("b");
+        q.add_first("c");
+        q.add("later");
+        q.add("b");
+        q.add_first("event");
+        assert_eq!(q.len(), 4);
+        assert_eq!(q.len_first(), 2);
+        let order = [q.get().await, q.get().await, q.get().await, q.get().await];
+        assert_eq!(order.map(Option::unwrap), ["b", "c", "event", "later"]);
     }
 }
