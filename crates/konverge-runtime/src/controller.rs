@@ -13,6 +13,11 @@
 //! (`controller`, `object`, `reconcile_id`) and a panic guard. The result goes through the
 //! error policy (see [`reconcile`](crate::reconcile)) and the
 //! [hot-loop detector](crate::hotloop).
+//!
+//! The primary's first list is not copied into the queue whole: workers take its keys from
+//! the cache a batch at a time, in key order and ahead of keys queued by later changes (a
+//! change to a key not reached yet is folded into it), so every object is reconciled once,
+//! in the order queuing the whole list would give, without a second copy of every key.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -242,8 +247,8 @@ impl<K: CachedResource> Controller<K> {
     }
 
     /// Keeps `metadata.managedFields` in the primary resource's cache. By default they are
-    /// dropped as objects arrive: they are most of an object's size once server-side apply is
-    /// in use, and a reconciler rarely reads them. (The cache is shared: it keeps them if any
+    /// skipped as objects are parsed: they are most of an object's size once server-side apply
+    /// is in use, and a reconciler rarely reads them. (The cache is shared: it keeps them if any
     /// controller reading it asks to.)
     pub fn keep_managed_fields(mut self) -> Self {
         self.keep_managed_fields = true;

@@ -7,7 +7,8 @@
 //! object, so late subscribers miss nothing.
 //!
 //! Cached objects leave out `metadata.managedFields` unless a reader asks to keep them
-//! ([`Informer::keep_managed_fields`]).
+//! ([`Informer::keep_managed_fields`]). They are skipped while the watch's JSON is parsed,
+//! not decoded and then dropped, so a list page never holds them either.
 //!
 //! [`Informers`] hands out one informer per (type, URL, selectors): controllers that own or
 //! watch the same resource share its watch and its cache.
@@ -138,8 +139,8 @@ where
         }
     }
 
-    /// Keeps `metadata.managedFields` in the cached objects; by default they are dropped as
-    /// objects arrive (they are most of an object's size once server-side apply is in use).
+    /// Keeps `metadata.managedFields` in the cached objects; by default they are skipped as
+    /// objects are parsed (they are most of an object's size once server-side apply is in use).
     /// Takes effect if called before [`run`](Self::run).
     pub fn keep_managed_fields(&self) {
         self.inner
