@@ -10,8 +10,10 @@
 //! write. The store is *ready* once its first complete list has been applied; controllers wait
 //! for that before their first reconcile, so they never act on a partial view.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
 use kube::Resource;
@@ -81,10 +83,105 @@ impl<K: Resource> Index<K> {
     }
 }
 
+/// Where the cache files an object: its namespace, shared by every key in that namespace
+/// (most caches hold thousands of objects in a handful of namespaces), and its name.
+///
+/// Ordered as [`ObjectKey`] orders keys without a cluster, and looked up by `&ObjectKey`
+/// through [`KeyParts`], so no `ObjectKey` is built to read the cache.
+#[derive(Clone)]
+struct Slot {
+    namespace: Option<Arc<str>>,
+    name: Box<str>,
+}
+
+impl Slot {
+    fn key(&self) -> ObjectKey {
+        ObjectKey {
+            cluster: None,
+            namespace: self.namespace.as_deref().map(str::to_string),
+            name: self.name.to_string(),
+        }
+    }
+}
+
+/// A key's namespace and name, which is all the cache orders and finds objects by.
+trait KeyParts {
+    fn parts(&self) -> (Option<&str>, &str);
+}
+
+impl KeyParts for Slot {
+    fn parts(&self) -> (Option<&str>, &str) {
+        (self.namespace.as_deref(), &self.name)
+    }
+}
+
+impl KeyParts for ObjectKey {
+    fn parts(&self) -> (Option<&str>, &str) {
+        (self.namespace.as_deref(), &self.name)
+    }
+}
+
+/// A namespace and name to look up or start a range at.
+struct Probe<'a>(Option<&'a str>, &'a str);
+
+impl KeyParts for Probe<'_> {
+    fn parts(&self) -> (Option<&str>, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+impl PartialOrd for dyn KeyParts + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn KeyParts + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+impl PartialEq for Slot {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Slot {}
+
+impl PartialOrd for Slot {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Slot {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+impl<'a> Borrow<dyn KeyParts + 'a> for Slot {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+type Objects<K> = BTreeMap<Slot, Arc<K>>;
+
 struct State<K> {
-    objects: BTreeMap<ObjectKey, Arc<K>>,
+    objects: Objects<K>,
     /// index name → value → keys.
-    indexes: BTreeMap<String, BTreeMap<String, BTreeSet<ObjectKey>>>,
+    indexes: BTreeMap<String, BTreeMap<String, BTreeSet<Slot>>>,
 }
 
 struct Shared<K> {
@@ -130,10 +227,12 @@ impl<K> Store<K> {
     /// The cached object with this key. A store holds one cluster's objects: the key's
     /// [`cluster`](ObjectKey::cluster) is not compared.
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<K>> {
-        if key.cluster.is_some() {
-            return self.get(&key.clone().in_cluster(None));
-        }
-        self.read().objects.get(key).cloned()
+        self.read().objects.get(key as &dyn KeyParts).cloned()
+    }
+
+    /// Whether an object with this key is cached (the key's cluster is not compared).
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        self.read().objects.contains_key(key as &dyn KeyParts)
     }
 
     /// Every cached object, in key order.
@@ -143,15 +242,31 @@ impl<K> Store<K> {
 
     /// Every key, in order.
     pub fn keys(&self) -> Vec<ObjectKey> {
-        self.read().objects.keys().cloned().collect()
+        self.read().objects.keys().map(Slot::key).collect()
+    }
+
+    /// Up to `limit` keys, in order, starting after `after` (from the first key if `None`):
+    /// walks a large cache a page at a time without copying every key at once.
+    pub fn keys_after(&self, after: Option<&ObjectKey>, limit: usize) -> Vec<ObjectKey> {
+        let from: Bound<&dyn KeyParts> = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        self.read()
+            .objects
+            .range::<dyn KeyParts, _>((from, Bound::Unbounded))
+            .take(limit)
+            .map(|(slot, _)| slot.key())
+            .collect()
     }
 
     /// The cached objects of one namespace, in key order.
     pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
-        let start = ObjectKey::namespaced(namespace, "");
+        let start = Probe(Some(namespace), "");
+        let start: Bound<&dyn KeyParts> = Bound::Included(&start);
         self.read()
             .objects
-            .range(start..)
+            .range::<dyn KeyParts, _>((start, Bound::Unbounded))
             .take_while(|(k, _)| k.namespace.as_deref() == Some(namespace))
             .map(|(_, v)| v.clone())
             .collect()
@@ -216,12 +331,21 @@ pub struct Change<K> {
     pub new: Option<Arc<K>>,
 }
 
+/// How many of a relist's changes are gathered at a time (under the read lock) to be
+/// reported, so that reporting a large relist holds neither the lock nor a list of every
+/// change.
+const RELIST_BATCH: usize = 256;
+
 /// The cache's only writer: applies watcher events and reports what changed.
 pub struct Writer<K> {
     shared: Arc<Shared<K>>,
     indexers: Vec<Index<K>>,
     /// The objects of a (re)list in progress.
-    relist: Option<BTreeMap<ObjectKey, Arc<K>>>,
+    relist: Option<Objects<K>>,
+    /// The namespaces keys share, so each is stored once however many objects it holds.
+    namespaces: BTreeSet<Arc<str>>,
+    /// Deletions since unused namespaces were last dropped from `namespaces`.
+    deletions: usize,
 }
 
 impl<K> fmt::Debug for Writer<K> {
@@ -247,6 +371,8 @@ impl<K: Resource> Writer<K> {
             }),
             indexers,
             relist: None,
+            namespaces: BTreeSet::new(),
+            deletions: 0,
         }
     }
 
@@ -256,10 +382,10 @@ impl<K: Resource> Writer<K> {
             return;
         }
         let mut state = self.write();
-        let mut by_value: BTreeMap<String, BTreeSet<ObjectKey>> = BTreeMap::new();
-        for (key, obj) in &state.objects {
+        let mut by_value: BTreeMap<String, BTreeSet<Slot>> = BTreeMap::new();
+        for (slot, obj) in &state.objects {
             for value in (index.values)(obj) {
-                by_value.entry(value).or_default().insert(key.clone());
+                by_value.entry(value).or_default().insert(slot.clone());
             }
         }
         state.indexes.insert(index.name.clone(), by_value);
@@ -280,107 +406,179 @@ impl<K: Resource> Writer<K> {
     /// resourceVersion changed are reported as changes, objects missing from the new list as
     /// deletions — so a consumer learns about deletions it missed while disconnected.
     pub fn apply(&mut self, event: watcher::Event<K>) -> Vec<Change<K>> {
+        let mut changes = Vec::new();
+        self.apply_each(event, |change| changes.push(change));
+        changes
+    }
+
+    /// [`apply`](Self::apply), handing each change to `report` as it is found rather than
+    /// returning them all: a relist of many objects is then never held as a second list.
+    /// The cache already holds the event's outcome when `report` runs, and no lock is held
+    /// (`report` may read the store).
+    pub fn apply_each(&mut self, event: watcher::Event<K>, mut report: impl FnMut(Change<K>)) {
         match event {
             watcher::Event::Init => {
                 self.relist = Some(BTreeMap::new());
-                Vec::new()
             }
             watcher::Event::InitApply(obj) => {
-                if let (Some(relist), Some(key)) = (&mut self.relist, ObjectKey::of(&obj)) {
-                    relist.insert(key, Arc::new(obj));
+                let slot = self.slot(&obj);
+                if let (Some(relist), Some(slot)) = (&mut self.relist, slot) {
+                    relist.insert(slot, Arc::new(obj));
                 }
-                Vec::new()
             }
             watcher::Event::InitDone => {
                 let fresh = self.relist.take().unwrap_or_default();
-                let changes = self.replace(fresh);
+                self.replace(fresh, &mut report);
                 self.shared.ready.send_replace(true);
-                changes
             }
             watcher::Event::Apply(obj) => {
-                let Some(key) = ObjectKey::of(&obj) else {
-                    return Vec::new();
+                let Some(slot) = self.slot(&obj) else {
+                    return;
                 };
                 let new = Arc::new(obj);
                 let mut state = self.write();
-                let old = state.objects.insert(key.clone(), new.clone());
-                self.reindex(&mut state, &key, old.as_deref(), Some(&new));
-                vec![Change {
-                    key,
+                let old = state.objects.insert(slot.clone(), new.clone());
+                self.reindex(&mut state, &slot, old.as_deref(), Some(&new));
+                drop(state);
+                report(Change {
+                    key: slot.key(),
                     old,
                     new: Some(new),
-                }]
+                });
             }
             watcher::Event::Delete(obj) => {
-                let Some(key) = ObjectKey::of(&obj) else {
-                    return Vec::new();
+                let Some(slot) = self.slot(&obj) else {
+                    return;
                 };
                 let mut state = self.write();
-                let old = state.objects.remove(&key);
-                self.reindex(&mut state, &key, old.as_deref(), None);
-                vec![Change {
-                    key,
+                let old = state.objects.remove(&slot);
+                self.reindex(&mut state, &slot, old.as_deref(), None);
+                drop(state);
+                self.deletions += 1;
+                if self.deletions >= 1024 {
+                    self.drop_unused_namespaces();
+                }
+                report(Change {
+                    key: slot.key(),
                     old: Some(old.unwrap_or_else(|| Arc::new(obj))),
                     new: None,
-                }]
+                });
             }
         }
+    }
+
+    /// Where `obj` is filed (`None` if it has no name), its namespace shared with the
+    /// other keys of that namespace.
+    fn slot(&mut self, obj: &K) -> Option<Slot> {
+        let meta = obj.meta();
+        let name = meta.name.as_deref()?;
+        let namespace = meta.namespace.as_deref().map(|ns| {
+            if let Some(shared) = self.namespaces.get(ns) {
+                return shared.clone();
+            }
+            let shared: Arc<str> = Arc::from(ns);
+            self.namespaces.insert(shared.clone());
+            shared
+        });
+        Some(Slot {
+            namespace,
+            name: name.into(),
+        })
+    }
+
+    /// Forgets namespaces no key uses any more.
+    fn drop_unused_namespaces(&mut self) {
+        self.deletions = 0;
+        self.namespaces.retain(|ns| Arc::strong_count(ns) > 1);
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State<K>> {
         self.shared.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn replace(&self, fresh: BTreeMap<ObjectKey, Arc<K>>) -> Vec<Change<K>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State<K>> {
+        self.shared.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Makes `fresh` the cache, then reports what differs from before, in key order.
+    fn replace(&mut self, fresh: Objects<K>, report: &mut impl FnMut(Change<K>)) {
         let mut state = self.write();
-        let old = std::mem::take(&mut state.objects);
-        let mut changes = Vec::new();
-        for (key, new) in &fresh {
-            let before = old.get(key);
-            let same = before.is_some_and(|b| {
-                b.meta().resource_version.is_some()
-                    && b.meta().resource_version == new.meta().resource_version
-            });
-            if !same {
-                changes.push(Change {
-                    key: key.clone(),
-                    old: before.cloned(),
-                    new: Some(new.clone()),
-                });
-            }
-        }
-        for (key, gone) in &old {
-            if !fresh.contains_key(key) {
-                changes.push(Change {
-                    key: key.clone(),
-                    old: Some(gone.clone()),
-                    new: None,
-                });
-            }
-        }
-        changes.sort_by(|a, b| a.key.cmp(&b.key));
-        for index in state.indexes.values_mut() {
+        let old = std::mem::replace(&mut state.objects, fresh);
+        let State { objects, indexes } = &mut *state;
+        for index in indexes.values_mut() {
             index.clear();
         }
-        for (key, obj) in &fresh {
+        for (slot, obj) in objects.iter() {
             for indexer in &self.indexers {
-                let by_value = state.indexes.entry(indexer.name.clone()).or_default();
+                let by_value = indexes.entry(indexer.name.clone()).or_default();
                 for value in (indexer.values)(obj) {
-                    by_value.entry(value).or_default().insert(key.clone());
+                    by_value.entry(value).or_default().insert(slot.clone());
                 }
             }
         }
-        state.objects = fresh;
-        changes
+        drop(state);
+
+        // Only this writer changes the cache, so reading it back a batch at a time sees
+        // exactly what was just stored.
+        let mut old = old.into_iter().peekable();
+        let mut after: Option<Slot> = None;
+        loop {
+            let batch: Vec<(Slot, Arc<K>)> = {
+                let state = self.read();
+                let from = match &after {
+                    Some(slot) => Bound::Excluded(slot),
+                    None => Bound::Unbounded,
+                };
+                state
+                    .objects
+                    .range::<Slot, _>((from, Bound::Unbounded))
+                    .take(RELIST_BATCH)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            };
+            let Some((last, _)) = batch.last() else {
+                break;
+            };
+            after = Some(last.clone());
+            for (slot, new) in batch {
+                while let Some((gone, obj)) = old.next_if(|(k, _)| *k < slot) {
+                    report(Change {
+                        key: gone.key(),
+                        old: Some(obj),
+                        new: None,
+                    });
+                }
+                let before = old.next_if(|(k, _)| *k == slot).map(|(_, obj)| obj);
+                let same = before.as_ref().is_some_and(|b| {
+                    b.meta().resource_version.is_some()
+                        && b.meta().resource_version == new.meta().resource_version
+                });
+                if !same {
+                    report(Change {
+                        key: slot.key(),
+                        old: before,
+                        new: Some(new),
+                    });
+                }
+            }
+        }
+        for (gone, obj) in old {
+            report(Change {
+                key: gone.key(),
+                old: Some(obj),
+                new: None,
+            });
+        }
+        self.drop_unused_namespaces();
     }
 
-    fn reindex(&self, state: &mut State<K>, key: &ObjectKey, old: Option<&K>, new: Option<&K>) {
+    fn reindex(&self, state: &mut State<K>, slot: &Slot, old: Option<&K>, new: Option<&K>) {
         for indexer in &self.indexers {
             let by_value = state.indexes.entry(indexer.name.clone()).or_default();
             if let Some(old) = old {
                 for value in (indexer.values)(old) {
                     if let Some(keys) = by_value.get_mut(&value) {
-                        keys.remove(key);
+                        keys.remove(slot);
                         if keys.is_empty() {
                             by_value.remove(&value);
                         }
@@ -389,7 +587,7 @@ impl<K: Resource> Writer<K> {
             }
             if let Some(new) = new {
                 for value in (indexer.values)(new) {
-                    by_value.entry(value).or_default().insert(key.clone());
+                    by_value.entry(value).or_default().insert(slot.clone());
                 }
             }
         }
@@ -513,5 +711,112 @@ mod tests {
         )));
         assert!(store.by_label("app", "web").unwrap().is_empty());
         assert!(matches!(store.by_owner("x"), Err(Error::NoSuchIndex(_))));
+    }
+
+    #[test]
+    fn a_large_relist_is_reported_in_key_order_after_the_cache_holds_it() {
+        let mut w = Writer::new(vec![Index::labels()]);
+        let store = w.store();
+        let name = |i: usize| format!("o-{i:04}");
+        w.apply(watcher::Event::Init);
+        for i in 0..1000 {
+            w.apply(watcher::Event::InitApply(cm(
+                "a",
+                &name(i),
+                "1",
+                &[("k", "v")],
+            )));
+        }
+        w.apply(watcher::Event::InitDone);
+        // Relist: every third object gone, every fifth changed, new ones in between.
+        w.apply(watcher::Event::Init);
+        for i in 0..1000 {
+            if i % 3 == 0 {
+                continue;
+            }
+            let rv = if i % 5 == 0 { "2" } else { "1" };
+            w.apply(watcher::Event::InitApply(cm(
+                "a",
+                &name(i),
+                rv,
+                &[("k", "v")],
+            )));
+            if i % 7 == 0 {
+                let new = format!("{}-new", name(i));
+                w.apply(watcher::Event::InitApply(cm("a", &new, "3", &[])));
+            }
+        }
+        let mut reported = Vec::new();
+        w.apply_each(watcher::Event::InitDone, |change| {
+            // The cache already holds the outcome, and reading it here does not deadlock.
+            assert_eq!(store.get(&change.key).is_some(), change.new.is_some());
+            reported.push((
+                change.key.to_string(),
+                change.old.is_some(),
+                change.new.is_some(),
+            ));
+        });
+        let mut expected = Vec::new();
+        for i in 0..1000 {
+            let key = format!("a/{}", name(i));
+            if i % 3 == 0 {
+                expected.push((key.clone(), true, false));
+            } else if i % 5 == 0 {
+                expected.push((key.clone(), true, true));
+            }
+            if i % 3 != 0 && i % 7 == 0 {
+                expected.push((format!("{key}-new"), false, true));
+            }
+        }
+        assert_eq!(reported, expected);
+        assert_eq!(store.by_label("k", "v").unwrap().len(), 1000 - 334);
+    }
+
+    #[test]
+    fn namespaces_are_shared_and_forgotten_once_unused() {
+        let mut w = Writer::new(vec![]);
+        let store = w.store();
+        w.apply(watcher::Event::Init);
+        for ns in ["a", "b"] {
+            for name in ["x", "y"] {
+                w.apply(watcher::Event::InitApply(cm(ns, name, "1", &[])));
+            }
+        }
+        w.apply(watcher::Event::InitDone);
+        assert_eq!(w.namespaces.len(), 2);
+        let shared = w.namespaces.iter().find(|ns| &***ns == "a").unwrap();
+        assert_eq!(
+            Arc::strong_count(shared),
+            3,
+            "one copy for both keys of namespace a"
+        );
+        // A relist without namespace b forgets it.
+        w.apply(watcher::Event::Init);
+        w.apply(watcher::Event::InitApply(cm("a", "x", "1", &[])));
+        w.apply(watcher::Event::InitDone);
+        let left: Vec<&str> = w.namespaces.iter().map(|ns| &**ns).collect();
+        assert_eq!(left, ["a"]);
+        assert_eq!(names(&store.list()), ["a/x"]);
+    }
+
+    #[test]
+    fn keys_can_be_walked_a_page_at_a_time_and_looked_up_in_any_cluster() {
+        let mut w = Writer::new(vec![]);
+        let store = w.store();
+        w.apply(watcher::Event::Init);
+        for (ns, n) in [("b", "x"), ("a", "z"), ("a", "b"), ("c", "a")] {
+            w.apply(watcher::Event::InitApply(cm(ns, n, "1", &[])));
+        }
+        w.apply(watcher::Event::InitDone);
+        let first = store.keys_after(None, 3);
+        assert_eq!(first, store.keys()[..3]);
+        let rest = store.keys_after(first.last(), 3);
+        assert_eq!(rest, [ObjectKey::namespaced("c", "a")]);
+        assert!(store.keys_after(rest.last(), 3).is_empty());
+        let in_cluster = ObjectKey::namespaced("a", "z").in_cluster(Some("east".into()));
+        assert!(store.contains(&in_cluster));
+        assert!(store.get(&in_cluster).is_some());
+        assert!(!store.contains(&ObjectKey::cluster("z")));
+        assert!(store.list_namespace("b").len() == 1 && store.list_namespace("d").is_empty());
     }
 }

@@ -13,6 +13,11 @@
 //! (`controller`, `object`, `reconcile_id`) and a panic guard. The result goes through the
 //! error policy (see [`reconcile`](crate::reconcile)) and the
 //! [hot-loop detector](crate::hotloop).
+//!
+//! The primary's first list is not copied into the queue whole: workers take its keys from
+//! the cache a batch at a time, in key order and ahead of keys queued by later changes (a
+//! change to a key not reached yet is folded into it), so every object is reconciled once,
+//! in the order queuing the whole list would give, without a second copy of every key.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -64,7 +69,7 @@ type ErrorPolicy<K> =
 
 /// What a trigger needs to enqueue keys.
 struct Wiring<K> {
-    queue: WorkQueue<ObjectKey>,
+    queue: KeyQueue,
     primary: Store<K>,
 }
 
@@ -242,8 +247,8 @@ impl<K: CachedResource> Controller<K> {
     }
 
     /// Keeps `metadata.managedFields` in the primary resource's cache. By default they are
-    /// dropped as objects arrive: they are most of an object's size once server-side apply is
-    /// in use, and a reconciler rarely reads them. (The cache is shared: it keeps them if any
+    /// skipped as objects are parsed: they are most of an object's size once server-side apply
+    /// is in use, and a reconciler rarely reads them. (The cache is shared: it keeps them if any
     /// controller reading it asks to.)
     pub fn keep_managed_fields(mut self) -> Self {
         self.keep_managed_fields = true;
@@ -302,14 +307,15 @@ impl<K: CachedResource> Controller<K> {
                     .collect()
             };
             let resource = api.resource_url().to_string();
+            // A trigger reads ownerReferences only: managedFields are skipped unparsed.
             if let Some(api) = metadata {
-                let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+                let stream = move || crate::informer::watch_lean(api, config);
                 let map = move |obj: &kube::core::PartialObjectMeta<C>| owners(obj.meta());
                 trigger(informers, resource, stream, wiring, Arc::new(map))
             } else {
                 // Metadata-only Apis of one namespace exist for dynamic types only; a
                 // namespaced watch is small anyway.
-                let stream = move || futures::StreamExt::boxed(watcher::watcher(api, config));
+                let stream = move || crate::informer::watch_lean(api, config);
                 let map = move |obj: &C| owners(obj.meta());
                 trigger(informers, resource, stream, wiring, Arc::new(map))
             }
@@ -347,13 +353,13 @@ impl<K: CachedResource> Controller<K> {
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let cluster = informers.cluster().cloned();
-        let queue = WorkQueue::build(
+        let queue = KeyQueue::new(WorkQueue::build(
             self.rate_limit.clone(),
             Some((
                 metrics.clone(),
                 queue_labels(&self.name, cluster.as_deref()),
             )),
-        );
+        ));
         let informer = informers.get(self.api.clone(), self.config.clone());
         if self.keep_managed_fields {
             informer.keep_managed_fields();
@@ -374,15 +380,24 @@ impl<K: CachedResource> Controller<K> {
             let queue = queue.clone();
             let predicate = self.predicate.clone();
             let hot = hot.clone();
-            informer.subscribe(Arc::new(move |change: &Change<K>| match &change.new {
-                None => queue.add(change.key.clone()),
-                Some(new) => {
-                    if predicate.allows(change.old.as_deref(), new) {
-                        hot.on_change(&change.key, || {
-                            let old = serde_json::to_value(change.old.as_deref()?).ok()?;
-                            Some((old, serde_json::to_value(new.as_ref()).ok()?))
-                        });
-                        queue.add(change.key.clone());
+            let store = primary.clone();
+            informer.subscribe(Arc::new(move |change: &Change<K>| {
+                if !store.is_ready() {
+                    // The first list, reported before the store is marked ready: its keys
+                    // are fed from the cache as workers drain the queue.
+                    queue.sweep.start(&queue.queue);
+                    return;
+                }
+                match &change.new {
+                    None => queue.sweep.add_or_defer(&queue.queue, &change.key, false),
+                    Some(new) => {
+                        if predicate.allows(change.old.as_deref(), new) {
+                            hot.on_change(&change.key, || {
+                                let old = serde_json::to_value(change.old.as_deref()?).ok()?;
+                                Some((old, serde_json::to_value(new.as_ref()).ok()?))
+                            });
+                            queue.add(&change.key);
+                        }
                     }
                 }
             }));
@@ -425,6 +440,7 @@ impl<K: CachedResource> Controller<K> {
             cancel: CancellationToken::new(),
             ready,
             written: std::sync::Mutex::new(HashMap::new()),
+            predicate: self.predicate,
         });
         let concurrency = self.concurrency;
         Runnable {
@@ -480,13 +496,13 @@ where
                         | watcher::Event::Apply(obj)
                         | watcher::Event::Delete(obj) => {
                             for key in map(&obj) {
-                                queue.add(key);
+                                queue.add(&key);
                             }
                         }
                         watcher::Event::InitDone => {
                             if !first {
                                 for key in primary.keys() {
-                                    queue.add(key);
+                                    queue.add(&key);
                                 }
                             }
                             first = false;
@@ -522,7 +538,7 @@ fn owner_key<K>(primary: &Store<K>, namespace: Option<&str>, name: &str) -> Obje
         Some(ns) => {
             let namespaced = ObjectKey::namespaced(ns, name);
             let cluster = ObjectKey::cluster(name);
-            if primary.get(&namespaced).is_none() && primary.get(&cluster).is_some() {
+            if !primary.contains(&namespaced) && primary.contains(&cluster) {
                 cluster
             } else {
                 namespaced
@@ -549,7 +565,7 @@ struct Worker<K, Ctx, E> {
     kind: String,
     error_policy: Option<ErrorPolicy<K>>,
     store: Store<K>,
-    queue: WorkQueue<ObjectKey>,
+    queue: KeyQueue,
     hot: Arc<HotLoopDetector>,
     reconcile: ReconcileFn<K, Ctx, E>,
     ctx: Arc<Ctx>,
@@ -564,6 +580,217 @@ struct Worker<K, Ctx, E> {
     /// The last resourceVersion reconciles wrote to each object, and when: the next
     /// reconcile of it waits until the cache has caught up.
     written: std::sync::Mutex<HashMap<ObjectKey, (u64, Instant)>>,
+    /// The primary resource's predicate (the initial sweep applies it as it feeds keys).
+    predicate: Arc<dyn Predicate<K>>,
+}
+
+/// A key as the controller's queue holds it: namespace and name in one allocation.
+///
+/// The queue holds every key of a burst at once (all the children of a large list changing
+/// queue their owners), and an [`ObjectKey`]'s size and two strings were most of its memory.
+/// The cluster is left out: one controller's queue holds one cluster's keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct QueueKey {
+    /// The namespace, then the name.
+    text: Box<str>,
+    /// The namespace's length in `text`, or `None` for a cluster-scoped key.
+    namespace: Option<u32>,
+}
+
+impl QueueKey {
+    fn parts(&self) -> (Option<&str>, &str) {
+        match self.namespace {
+            Some(len) => {
+                let (namespace, name) = self.text.split_at(len as usize);
+                (Some(namespace), name)
+            }
+            None => (None, &self.text),
+        }
+    }
+
+    fn key(&self) -> ObjectKey {
+        let (namespace, name) = self.parts();
+        ObjectKey {
+            cluster: None,
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl From<&ObjectKey> for QueueKey {
+    fn from(key: &ObjectKey) -> QueueKey {
+        let namespace = key.namespace.as_deref().unwrap_or_default();
+        let mut text = String::with_capacity(namespace.len() + key.name.len());
+        text.push_str(namespace);
+        text.push_str(&key.name);
+        QueueKey {
+            text: text.into_boxed_str(),
+            // Namespaces are DNS labels; one longer than u32::MAX cannot be stored anyway.
+            namespace: key
+                .namespace
+                .as_ref()
+                .map(|ns| u32::try_from(ns.len()).unwrap_or(u32::MAX)),
+        }
+    }
+}
+
+impl PartialOrd for QueueKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for QueueKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+/// A key's namespace and name, the order the sweep walks the cache in.
+fn parts(key: &ObjectKey) -> (Option<&str>, &str) {
+    (key.namespace.as_deref(), &key.name)
+}
+
+/// The controller's work queue: keys held as [`QueueKey`]s, and the primary's first list
+/// fed from the cache ([`InitialSweep`]).
+#[derive(Clone)]
+struct KeyQueue {
+    queue: WorkQueue<QueueKey>,
+    sweep: Arc<InitialSweep>,
+}
+
+impl KeyQueue {
+    fn new(queue: WorkQueue<QueueKey>) -> KeyQueue {
+        KeyQueue {
+            queue,
+            sweep: Arc::new(InitialSweep::default()),
+        }
+    }
+
+    /// Queues `key` (a change to it passed the predicate, or a trigger names it).
+    fn add(&self, key: &ObjectKey) {
+        self.sweep.add_or_defer(&self.queue, key, true);
+    }
+
+    fn add_after(&self, key: &ObjectKey, delay: Duration) {
+        self.queue.add_after(QueueKey::from(key), delay);
+    }
+
+    fn add_rate_limited(&self, key: &ObjectKey) -> Duration {
+        self.queue.add_rate_limited(QueueKey::from(key))
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        self.queue.forget(&QueueKey::from(key));
+    }
+
+    fn num_requeues(&self, key: &ObjectKey) -> u32 {
+        self.queue.num_requeues(&QueueKey::from(key))
+    }
+
+    /// The next key, after topping the queue up from the first list.
+    async fn get<K>(&self, store: &Store<K>, predicate: &dyn Predicate<K>) -> Option<ObjectKey> {
+        self.sweep.feed(&self.queue, store, predicate);
+        self.queue.get().await.map(|key| key.key())
+    }
+
+    fn done(&self, key: &ObjectKey) {
+        self.queue.done(&QueueKey::from(key));
+    }
+}
+
+/// How many keys of the first list are moved from the cache to the queue at a time, once
+/// fewer than this many of them are waiting.
+const SWEEP_BATCH: usize = 256;
+
+/// The primary's first list, fed to the queue from the cache a batch at a time instead of
+/// queued whole: queuing every key of a large cache at once holds a second copy of every
+/// key (in the queue's order and its de-duplication map) until the workers reach it, the
+/// largest allocation a controller makes after its cache. The keys go to the queue in the
+/// same (key) order, each once, ahead of keys queued by later changes
+/// ([`WorkQueue::add_first`]), and a change to a key not fed yet is folded into it, as the
+/// queue would have folded it into the queued key: the order of reconciles is the one
+/// queuing the whole list at once gives.
+#[derive(Default)]
+struct InitialSweep {
+    state: std::sync::Mutex<SweepState>,
+}
+
+#[derive(Default)]
+struct SweepState {
+    /// Whether keys of the first list are still to be fed.
+    active: bool,
+    /// The last key fed; every key after it is still to come.
+    cursor: Option<ObjectKey>,
+    /// Keys not fed yet whose change passed the predicate since the list: fed whatever
+    /// the predicate says of the object when the sweep reaches it.
+    changed: std::collections::BTreeSet<ObjectKey>,
+    /// Keys of the first list not fed yet (counted into the queue-depth metric).
+    remaining: usize,
+}
+
+impl InitialSweep {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SweepState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more object of the first list.
+    fn start(&self, queue: &WorkQueue<QueueKey>) {
+        let mut state = self.lock();
+        state.active = true;
+        state.remaining += 1;
+        queue.set_backlog(state.remaining);
+    }
+
+    /// Queues `key` for a change, unless the sweep has yet to reach it: then it is queued
+    /// when the sweep does (`passed`: the change passed the predicate).
+    fn add_or_defer(&self, queue: &WorkQueue<QueueKey>, key: &ObjectKey, passed: bool) {
+        let mut state = self.lock();
+        let ahead = state.active && state.cursor.as_ref().is_none_or(|c| parts(key) > parts(c));
+        if !ahead {
+            drop(state);
+            queue.add(QueueKey::from(key));
+        } else if passed {
+            state.changed.insert(key.clone());
+        }
+    }
+
+    /// Feeds the first list to the queue, a batch at a time, until it holds a batch's worth
+    /// of keys (or the list is done): a worker about to wait for a key never waits while
+    /// keys of the first list are left.
+    fn feed<K>(&self, queue: &WorkQueue<QueueKey>, store: &Store<K>, predicate: &dyn Predicate<K>) {
+        let mut state = self.lock();
+        while state.active && queue.len_first() < SWEEP_BATCH {
+            let keys = store.keys_after(state.cursor.as_ref(), SWEEP_BATCH);
+            for key in &keys {
+                let changed = state.changed.remove(key);
+                if changed
+                    || store
+                        .get(key)
+                        .is_some_and(|obj| predicate.allows(None, &obj))
+                {
+                    queue.add_first(QueueKey::from(key));
+                }
+            }
+            state.remaining = state.remaining.saturating_sub(keys.len());
+            if keys.len() < SWEEP_BATCH {
+                // Done. Keys that changed and were then deleted before the sweep reached
+                // them are queued, as their change queued them before.
+                state.active = false;
+                state.remaining = 0;
+                for key in std::mem::take(&mut state.changed) {
+                    queue.add_first(QueueKey::from(&key));
+                }
+            }
+            if let Some(last) = keys.into_iter().next_back() {
+                state.cursor = Some(last);
+            }
+            queue.set_backlog(state.remaining);
+        }
+    }
 }
 
 /// How often a key whose cache is behind its own write is looked at again.
@@ -602,7 +829,11 @@ where
         for _ in 0..concurrency {
             let me = self.clone();
             workers.spawn(async move {
-                while let Some(key) = me.queue.get().await {
+                loop {
+                    let next = me.queue.get(&me.store, me.predicate.as_ref()).await;
+                    let Some(key) = next else {
+                        break;
+                    };
                     me.process(&key).await;
                     me.queue.done(&key);
                 }
@@ -611,11 +842,11 @@ where
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
-                _ = tick.tick() => self.queue.update_progress_metrics(),
+                _ = tick.tick() => self.queue.queue.update_progress_metrics(),
                 _ = stop.cancelled() => break,
             }
         }
-        self.queue.shut_down();
+        self.queue.queue.shut_down();
         let drained = tokio::time::timeout(grace, async {
             while workers.join_next().await.is_some() {}
         })
@@ -641,11 +872,11 @@ where
             return;
         };
         if self.cache_behind_own_write(key, &obj) {
-            self.queue.add_after(key.clone(), READ_YOUR_WRITES_POLL);
+            self.queue.add_after(key, READ_YOUR_WRITES_POLL);
             return;
         }
         if let Some(wait) = self.hot.before(key) {
-            self.queue.add_after(key.clone(), wait);
+            self.queue.add_after(key, wait);
             return;
         }
         let info = ReconcileInfo {
@@ -658,11 +889,11 @@ where
             if let Err(stop) = m.before(&obj, &info) {
                 match stop {
                     Stop::Skip => self.queue.forget(key),
-                    Stop::Requeue(delay) => self.queue.add_after(key.clone(), delay),
+                    Stop::Requeue(delay) => self.queue.add_after(key, delay),
                     Stop::Fail(reason) => {
                         tracing::warn!(controller = %self.name, object = %key, %reason, "middleware failed the reconcile");
                         self.count_error();
-                        self.queue.add_rate_limited(key.clone());
+                        self.queue.add_rate_limited(key);
                     }
                 }
                 for m in self.middleware[..i].iter().rev() {
@@ -774,7 +1005,7 @@ where
                 match action.requeue_after() {
                     Some(delay) => {
                         self.result("requeue_after");
-                        self.queue.add_after(key.clone(), delay);
+                        self.queue.add_after(key, delay);
                     }
                     None => self.result("success"),
                 }
@@ -792,7 +1023,7 @@ where
                     OnError::Class(chosen) => chosen,
                     OnError::Requeue(delay) => {
                         tracing::warn!(%error, %class, retry_in = ?delay, "reconcile failed; requeued as the error policy says");
-                        self.queue.add_after(key.clone(), delay);
+                        self.queue.add_after(key, delay);
                         return Outcome::Failed {
                             class,
                             message: error.to_string(),
@@ -807,7 +1038,7 @@ where
                     }
                     ErrorClass::Conflict => {
                         tracing::debug!(%error, "reconcile: conflict; requeued at once");
-                        self.queue.add(key.clone());
+                        self.queue.add(key);
                     }
                     ErrorClass::Terminal => {
                         tracing::error!(%error, "reconcile failed terminally; not retrying");
@@ -821,10 +1052,10 @@ where
                         // The server's Retry-After wins over our own backoff: it knows its load.
                         let delay = match retry_after(&error) {
                             Some(after) => {
-                                self.queue.add_after(key.clone(), after);
+                                self.queue.add_after(key, after);
                                 after
                             }
-                            None => self.queue.add_rate_limited(key.clone()),
+                            None => self.queue.add_rate_limited(key),
                         };
                         tracing::warn!(%error, retry_in = ?delay, "reconcile failed");
                     }
@@ -838,17 +1069,53 @@ where
                 let message = panic_message(panic.as_ref());
                 self.metrics.panics.get_or_create(&self.labels).inc();
                 self.count_error();
-                let delay = self.queue.add_rate_limited(key.clone());
+                let delay = self.queue.add_rate_limited(key);
                 tracing::error!(panic = %message, retry_in = ?delay, "reconcile panicked");
                 Outcome::Panicked(message)
             }
             Err(_) => {
                 token.cancel();
                 self.count_error();
-                let delay = self.queue.add_rate_limited(key.clone());
+                let delay = self.queue.add_rate_limited(key);
                 tracing::warn!(timeout = ?self.timeout, retry_in = ?delay, "reconcile timed out");
                 Outcome::TimedOut
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_keys_round_trip_and_sort_as_object_keys() {
+        let mut keys = vec![
+            ObjectKey::namespaced("b", "a"),
+            ObjectKey::namespaced("a", "zz"),
+            ObjectKey::cluster("m"),
+            ObjectKey::namespaced("ab", ""),
+            ObjectKey::namespaced("a", "b"),
+            ObjectKey::cluster("ab"),
+        ];
+        let mut queued: Vec<QueueKey> = keys.iter().map(QueueKey::from).collect();
+        keys.sort();
+        queued.sort();
+        let back: Vec<ObjectKey> = queued.iter().map(QueueKey::key).collect();
+        assert_eq!(back, keys);
+        // "a" + "b" and "ab" + "" hold the same text: the namespace length tells them apart.
+        assert_ne!(
+            QueueKey::from(&ObjectKey::namespaced("a", "b")),
+            QueueKey::from(&ObjectKey::namespaced("ab", ""))
+        );
+        assert_ne!(
+            QueueKey::from(&ObjectKey::cluster("ab")),
+            QueueKey::from(&ObjectKey::namespaced("", "ab"))
+        );
+        let in_cluster = ObjectKey::namespaced("a", "b").in_cluster(Some("east".into()));
+        assert_eq!(
+            QueueKey::from(&in_cluster).key(),
+            ObjectKey::namespaced("a", "b")
+        );
     }
 }

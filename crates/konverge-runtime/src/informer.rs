@@ -7,7 +7,8 @@
 //! object, so late subscribers miss nothing.
 //!
 //! Cached objects leave out `metadata.managedFields` unless a reader asks to keep them
-//! ([`Informer::keep_managed_fields`]).
+//! ([`Informer::keep_managed_fields`]). They are skipped while the watch's JSON is parsed,
+//! not decoded and then dropped, so a list page never holds them either.
 //!
 //! [`Informers`] hands out one informer per (type, URL, selectors): controllers that own or
 //! watch the same resource share its watch and its cache.
@@ -27,6 +28,10 @@ use crate::controller::ReadyFlag;
 use crate::metrics::Metrics;
 use crate::metrics::resource_labels;
 use crate::watcher::{self, WatcherMetrics};
+
+mod lean;
+
+use lean::{Lean, LeanType};
 
 /// A change handler: must only enqueue, never block.
 pub(crate) type Handler<K> = Arc<dyn Fn(&Change<K>) + Send + Sync>;
@@ -134,13 +139,26 @@ where
         }
     }
 
-    /// Keeps `metadata.managedFields` in the cached objects; by default they are dropped as
-    /// objects arrive (they are most of an object's size once server-side apply is in use).
+    /// Keeps `metadata.managedFields` in the cached objects; by default they are skipped as
+    /// objects are parsed (they are most of an object's size once server-side apply is in use).
     /// Takes effect if called before [`run`](Self::run).
     pub fn keep_managed_fields(&self) {
         self.inner
             .keep_managed_fields
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The watch, decoding objects whole if `keep_managed_fields`, otherwise with their
+    /// managedFields skipped by the parser.
+    fn watch(
+        &self,
+        keep_managed_fields: bool,
+    ) -> futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>> {
+        let (api, config) = (self.inner.api.clone(), self.inner.config.clone());
+        if keep_managed_fields {
+            return watcher::watcher(api, config).boxed();
+        }
+        watch_lean(api, config)
     }
 
     /// Adds a change handler. Objects already cached are replayed to it first (as creates).
@@ -174,36 +192,53 @@ where
             None => (WatcherMetrics::default(), None),
         };
         let objects: Option<Gauge> = objects;
-        let stream = watcher::instrument(
-            watcher::watcher(self.inner.api.clone(), self.inner.config.clone()),
-            resource,
-            watcher_metrics,
-        );
-        futures::pin_mut!(stream);
-        let strip = !self
+        let keep = self
             .inner
             .keep_managed_fields
             .load(std::sync::atomic::Ordering::Relaxed);
+        let stream = watcher::instrument(self.watch(keep), resource, watcher_metrics);
+        futures::pin_mut!(stream);
         while let Some(item) = stream.next().await {
-            let Ok(mut event) = item else {
+            let Ok(event) = item else {
                 // The watcher logged it and is backing off.
                 continue;
             };
-            if strip {
-                event = event.modify(|obj| obj.meta_mut().managed_fields = None);
-            }
             let state = self.lock();
-            let changes = writer.apply(event);
-            for change in &changes {
+            writer.apply_each(event, |change| {
                 for handler in &state.handlers {
-                    handler(change);
+                    handler(&change);
                 }
-            }
+            });
             drop(state);
             if let Some(g) = &objects {
                 g.set(self.inner.store.len() as i64);
             }
         }
+    }
+}
+
+/// kube-runtime's watcher over `api`, its objects decoded without `metadata.managedFields`
+/// (skipped by the parser, never allocated).
+pub(crate) fn watch_lean<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let lean = Api::<Lean<K>>::all_with(api.clone().into_client(), &LeanType::of(&api));
+    watcher::watcher(lean, config)
+        .map(|item| item.map(unwrap_event))
+        .boxed()
+}
+
+fn unwrap_event<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(obj.0),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+        watcher::Event::Apply(obj) => watcher::Event::Apply(obj.0),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(obj.0),
     }
 }
 

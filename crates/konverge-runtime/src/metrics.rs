@@ -21,8 +21,6 @@
 //! | `konverge_hot_loop_detections_total`, `konverge_hot_loop_backed_off_keys` | controller |
 //!
 //! Controllers run by a [`Fleet`](crate::fleet::Fleet) add a `cluster` label to every series.
-//!
-//! Controllers run by a [`Fleet`](crate::fleet::Fleet) add a `cluster` label to every series.
 
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;

@@ -81,19 +81,27 @@ struct Inner<T> {
     metrics: Option<QueueMetrics>,
 }
 
+/// Keys are held as `Arc<T>`: a queued key is in `ready` and in `dirty` at once, a delayed
+/// one in `due` and `timers`, and after a burst (a controller's initial list queues every
+/// object) a second copy of every key would be a large share of the queue's memory.
 struct State<T> {
     /// Keys ready for a worker, in the order they became ready.
-    ready: VecDeque<T>,
+    ready: VecDeque<Arc<T>>,
+    /// Keys ready for a worker ahead of `ready`: the owner's backlog, fed a batch at a time
+    /// ([`WorkQueue::add_first`]), keeps its place ahead of keys added meanwhile.
+    first: VecDeque<Arc<T>>,
     /// Keys waiting to be processed (in `ready`, or re-added while processing), with when
     /// they last became ready (for the queue-duration metric).
-    dirty: HashMap<T, Instant>,
+    dirty: HashMap<Arc<T>, Instant>,
     /// Keys a worker holds, and since when.
-    processing: HashMap<T, Instant>,
+    processing: HashMap<Arc<T>, Instant>,
     /// Delayed keys and their due time; `timers` may hold stale entries, `due` is the truth.
-    due: HashMap<T, Instant>,
-    timers: BinaryHeap<Reverse<(Instant, u64, T)>>,
+    due: HashMap<Arc<T>, Instant>,
+    timers: BinaryHeap<Reverse<(Instant, u64, Arc<T>)>>,
     timer_seq: u64,
     failures: HashMap<T, u32>,
+    /// Keys the owner will add but holds back for now (counted in the depth metric).
+    backlog: usize,
     bucket: Bucket,
     shutting_down: bool,
 }
@@ -140,12 +148,14 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     ready: VecDeque::new(),
+                    first: VecDeque::new(),
                     dirty: HashMap::new(),
                     processing: HashMap::new(),
                     due: HashMap::new(),
                     timers: BinaryHeap::new(),
                     timer_seq: 0,
                     failures: HashMap::new(),
+                    backlog: 0,
                     bucket: Bucket {
                         tokens: f64::from(limit.burst),
                         last: None,
@@ -168,14 +178,31 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
     /// again after its worker calls [`done`](Self::done). Ignored after shutdown.
     pub fn add(&self, key: T) {
         let mut state = self.lock();
-        if self.add_locked(&mut state, key) {
+        if state.shutting_down || state.dirty.contains_key(&key) {
+            return;
+        }
+        if self.add_locked(&mut state, Arc::new(key), false) {
+            drop(state);
+            self.inner.notify.notify_one();
+        }
+    }
+
+    /// [`add`](Self::add), ahead of every key added with `add`: for a backlog the owner
+    /// holds back and feeds a batch at a time (a controller's first list), so that it is
+    /// worked through in the order it would have been had it been queued whole.
+    pub(crate) fn add_first(&self, key: T) {
+        let mut state = self.lock();
+        if state.shutting_down || state.dirty.contains_key(&key) {
+            return;
+        }
+        if self.add_locked(&mut state, Arc::new(key), true) {
             drop(state);
             self.inner.notify.notify_one();
         }
     }
 
     /// Returns whether a worker should be woken.
-    fn add_locked(&self, state: &mut State<T>, key: T) -> bool {
+    fn add_locked(&self, state: &mut State<T>, key: Arc<T>, first: bool) -> bool {
         if state.shutting_down || state.dirty.contains_key(&key) {
             return false;
         }
@@ -187,15 +214,29 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         if state.processing.contains_key(&key) {
             return false;
         }
-        state.ready.push_back(key);
+        if first {
+            state.first.push_back(key);
+        } else {
+            state.ready.push_back(key);
+        }
         self.set_depth(state);
         true
     }
 
     fn set_depth(&self, state: &State<T>) {
         if let Some(m) = &self.inner.metrics {
-            m.depth.set(state.ready.len() as i64);
+            m.depth
+                .set((state.first.len() + state.ready.len() + state.backlog) as i64);
         }
+    }
+
+    /// Counts `keys` that the queue's owner holds back to add later (a controller's initial
+    /// list, fed a batch at a time) into the `workqueue_depth` metric, so the metric shows
+    /// the whole backlog.
+    pub(crate) fn set_backlog(&self, keys: usize) {
+        let mut state = self.lock();
+        state.backlog = keys;
+        self.set_depth(&state);
     }
 
     /// Queues `key` once `delay` has passed. If it is already due sooner, the sooner time wins.
@@ -211,6 +252,7 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         if state.due.get(&key).is_some_and(|&due| due <= at) {
             return;
         }
+        let key = Arc::new(key);
         state.due.insert(key.clone(), at);
         state.timer_seq += 1;
         let seq = state.timer_seq;
@@ -279,12 +321,14 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                     };
                     if state.due.get(&key) == Some(&at) {
                         state.due.remove(&key);
-                        woke |= self.add_locked(&mut state, key);
+                        woke |= self.add_locked(&mut state, key, false);
                     }
                 }
-                if let Some(key) = state.ready.pop_front() {
+                if let Some(key) = state.first.pop_front().or_else(|| state.ready.pop_front()) {
                     let queued = state.dirty.remove(&key);
-                    state.processing.insert(key.clone(), now);
+                    let taken = T::clone(&key);
+                    state.processing.insert(key, now);
+                    state.shrink_if_sparse();
                     self.set_depth(&state);
                     if let (Some(m), Some(queued)) = (&self.inner.metrics, queued) {
                         m.metrics
@@ -292,10 +336,10 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                             .get_or_create(&m.labels)
                             .observe(seconds(now - queued));
                     }
-                    if woke && !state.ready.is_empty() {
+                    if woke && (!state.ready.is_empty() || !state.first.is_empty()) {
                         self.inner.notify.notify_one();
                     }
-                    return Some(key);
+                    return Some(taken);
                 }
                 state.timers.peek().map(|Reverse((at, _, _))| *at)
             };
@@ -322,10 +366,13 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
                 .observe(seconds(started.elapsed()));
         }
         if !state.shutting_down
-            && let Some(queued) = state.dirty.get_mut(key)
+            && let Some((again, _)) = state.dirty.get_key_value(key)
         {
-            *queued = Instant::now();
-            state.ready.push_back(key.clone());
+            let again = again.clone();
+            if let Some(queued) = state.dirty.get_mut(key) {
+                *queued = Instant::now();
+            }
+            state.ready.push_back(again);
             self.set_depth(&state);
             drop(state);
             self.inner.notify.notify_one();
@@ -346,7 +393,13 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
 
     /// Keys ready for a worker now (not counting delayed or in-progress keys).
     pub fn len(&self) -> usize {
-        self.lock().ready.len()
+        let state = self.lock();
+        state.first.len() + state.ready.len()
+    }
+
+    /// Keys added with [`add_first`](Self::add_first) and not taken yet.
+    pub(crate) fn len_first(&self) -> usize {
+        self.lock().first.len()
     }
 
     /// Whether no key is ready.
@@ -389,6 +442,22 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
             .longest_running
             .get_or_create(&m.labels)
             .set(seconds(longest));
+    }
+}
+
+impl<T: Eq + Hash> State<T> {
+    /// Gives back the memory of a burst once it has drained (a map or deque never shrinks
+    /// on its own), keeping room for twice what is left so a steady flow does not churn.
+    fn shrink_if_sparse(&mut self) {
+        const FLOOR: usize = 1024;
+        for lane in [&mut self.ready, &mut self.first] {
+            if lane.capacity() > FLOOR && lane.len() * 8 < lane.capacity() {
+                lane.shrink_to(lane.len() * 2);
+            }
+        }
+        if self.dirty.capacity() > FLOOR && self.dirty.len() * 8 < self.dirty.capacity() {
+            self.dirty.shrink_to(self.dirty.len() * 2);
+        }
     }
 }
 
@@ -589,5 +658,59 @@ mod tests {
             "{text}"
         );
         q.done(&k);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_burst_gives_its_memory_back() {
+        let q = WorkQueue::new();
+        for i in 0..10_000 {
+            q.add(format!("k{i}"));
+        }
+        for _ in 0..9_990 {
+            let k = q.get().await.unwrap();
+            q.done(&k);
+        }
+        let state = q.lock();
+        assert!(state.dirty.capacity() < 1024, "{}", state.dirty.capacity());
+        assert!(state.ready.capacity() < 1024, "{}", state.ready.capacity());
+        assert_eq!(state.ready.len(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_depth_metric_counts_keys_held_back() {
+        let metrics = Arc::new(Metrics::new());
+        let q = WorkQueue::build(
+            no_jitter(),
+            Some((metrics.clone(), crate::metrics::queue_labels("c", None))),
+        );
+        q.set_backlog(5);
+        q.add("a");
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"workqueue_depth{controller="c",name="c"} 6"#)
+        );
+        q.set_backlog(0);
+        assert_eq!(q.get().await, Some("a"));
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"workqueue_depth{controller="c",name="c"} 0"#)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_added_first_go_ahead_of_the_rest_and_are_still_deduplicated() {
+        let q = WorkQueue::new();
+        q.add("event");
+        q.add_first("b");
+        q.add_first("c");
+        q.add("later");
+        q.add("b");
+        q.add_first("event");
+        assert_eq!(q.len(), 4);
+        assert_eq!(q.len_first(), 2);
+        let order = [q.get().await, q.get().await, q.get().await, q.get().await];
+        assert_eq!(order.map(Option::unwrap), ["b", "c", "event", "later"]);
     }
 }
