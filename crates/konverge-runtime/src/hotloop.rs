@@ -99,6 +99,8 @@ struct Keys {
 pub(crate) struct HotLoopDetector {
     config: HotLoopConfig,
     controller: String,
+    /// The cluster, in a [`Fleet`](crate::fleet::Fleet): named in warnings.
+    cluster: Option<std::sync::Arc<str>>,
     keys: Mutex<Keys>,
     detections: Option<Counter>,
     backed_off: Option<Gauge>,
@@ -124,6 +126,7 @@ impl HotLoopDetector {
         HotLoopDetector {
             config,
             controller: controller.to_string(),
+            cluster: cluster.map(std::sync::Arc::from),
             keys: Mutex::new(Keys {
                 epoch: Instant::now(),
                 recent: HashMap::new(),
@@ -190,7 +193,7 @@ impl HotLoopDetector {
                 let fields: Vec<&str> = st.fields.iter().map(String::as_str).collect();
                 tracing::warn!(
                     controller = %self.controller,
-                    object = %key,
+                    object = %key.clone().in_cluster(self.cluster.clone()),
                     reconciles = st.count,
                     changing_fields = ?fields,
                     backoff = ?backoff,
