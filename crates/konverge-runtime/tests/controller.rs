@@ -20,6 +20,9 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 
+mod support;
+use support::eventually;
+
 fn source(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
@@ -109,20 +112,6 @@ async fn mirror(src: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, kube::Erro
         Some(_) => {}
     }
     Ok(Action::await_change())
-}
-
-async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn mirrors_match(api: &Api<ConfigMap>, sources: &BTreeMap<String, String>) -> bool {

@@ -9,10 +9,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use konverge_runtime::cache::Index;
 use konverge_runtime::reconcile::{ErrorClass, OnError};
 use konverge_runtime::{Action, Controller, Manager, ObjectKey, TerminalError, watcher};
-use konverge_testkit::TestEnv;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
+
+mod support;
+use support::{eventually, in_process};
 
 const CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -36,22 +38,6 @@ spec:
             properties:
               color: {type: string}
 "#;
-
-/// A server reached in-process, so the test runs in paused time.
-async fn in_process() -> TestEnv {
-    TestEnv::builder().in_process().start().await
-}
-
-async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// The Widget kind, as discovery finds it.
 async fn widgets(client: &Client) -> ApiResource {

@@ -14,6 +14,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
 
+mod support;
+use support::{eventually, get, in_process};
+
 /// One cluster's reconciler context: its client, and every key the fleet's reconciles saw.
 struct Ctx {
     client: Client,
@@ -80,35 +83,6 @@ fn with_copier(mut fleet: Fleet, seen: &Arc<Mutex<Vec<String>>>) -> Fleet {
 async fn exists(client: &Client, name: &str) -> bool {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     api.get_opt(name).await.ok().flatten().is_some()
-}
-
-/// A server reached in-process, so the test runs in paused time.
-async fn in_process() -> TestEnv {
-    TestEnv::builder().in_process().start().await
-}
-
-async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// GET over a plain socket: (status code, body).
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let code = raw[9..12].parse().unwrap();
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
-    (code, body.unwrap_or_default())
 }
 
 async fn create(client: &Client, name: &str) {

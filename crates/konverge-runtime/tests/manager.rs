@@ -14,9 +14,11 @@ use konverge_runtime::{Action, Controller, Manager, watcher};
 use konverge_testkit::TestEnv;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+
+mod support;
+use support::{eventually, get};
 
 fn cm(name: &str) -> ConfigMap {
     ConfigMap {
@@ -25,36 +27,6 @@ fn cm(name: &str) -> ConfigMap {
             ..ObjectMeta::default()
         },
         ..ConfigMap::default()
-    }
-}
-
-/// GET over a plain socket: (status code, body).
-async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let code = raw[9..12].parse().unwrap();
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
-}
-
-async fn eventually<F: Fn() -> Fut, Fut: Future<Output = bool>>(what: &str, check: F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
