@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_testkit::{Failure, Faults, Rule, StatusCode, TestEnv, Verb};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams, VersionMatch, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams, VersionMatch, WatchEvent};
 use tower::{Layer, ServiceExt};
+
+mod support;
+use support::{added_name, next, watch};
 
 fn config_map(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
@@ -37,27 +39,6 @@ fn rv(cm: &ConfigMap) -> String {
         .resource_version
         .clone()
         .expect("resourceVersion")
-}
-
-type Events = std::pin::Pin<Box<dyn Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Send>>;
-
-async fn watch(api: &Api<ConfigMap>, from: &str) -> anyhow::Result<Events> {
-    Ok(api.watch(&WatchParams::default(), from).await?.boxed())
-}
-
-/// The next item of a watch stream (`None`: the stream ended), failing after a generous time.
-async fn next(events: &mut Events) -> Option<WatchEvent<ConfigMap>> {
-    tokio::time::timeout(Duration::from_secs(10), events.next())
-        .await
-        .expect("a watch event or the end of the stream in time")
-        .map(|item| item.expect("a watch event, not a client error"))
-}
-
-fn added_name(event: Option<WatchEvent<ConfigMap>>) -> String {
-    match event {
-        Some(WatchEvent::Added(cm)) => cm.metadata.name.unwrap_or_default(),
-        other => panic!("expected ADDED, got {other:?}"),
-    }
 }
 
 /// Waits until `faults` counts `n` open watches.

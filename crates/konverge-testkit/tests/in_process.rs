@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use konverge_testkit::{Error, Rule, StatusCode, TestEnv, Verb};
 use kube::api::{
@@ -15,6 +15,9 @@ use kube::api::{
 };
 use serde_json::json;
 use tokio::time::Instant;
+
+mod support;
+use support::{added_name, next, watch};
 
 fn config_map(name: &str, value: &str) -> ConfigMap {
     ConfigMap {
@@ -40,28 +43,6 @@ fn rv(cm: &ConfigMap) -> String {
 
 async fn in_process() -> TestEnv {
     TestEnv::builder().in_process().start().await
-}
-
-type Events = std::pin::Pin<Box<dyn Stream<Item = kube::Result<WatchEvent<ConfigMap>>> + Send>>;
-
-async fn watch(api: &Api<ConfigMap>, from: &str) -> anyhow::Result<Events> {
-    Ok(api.watch(&WatchParams::default(), from).await?.boxed())
-}
-
-/// The next item of a watch stream (`None`: the stream ended). In paused time the timeout
-/// only fires once every task is idle: nothing more can arrive.
-async fn next(events: &mut Events) -> Option<WatchEvent<ConfigMap>> {
-    tokio::time::timeout(Duration::from_secs(10), events.next())
-        .await
-        .expect("a watch event or the end of the stream")
-        .map(|item| item.expect("a watch event, not a client error"))
-}
-
-fn added_name(event: Option<WatchEvent<ConfigMap>>) -> String {
-    match event {
-        Some(WatchEvent::Added(cm)) => cm.metadata.name.unwrap_or_default(),
-        other => panic!("expected ADDED, got {other:?}"),
-    }
 }
 
 /// What the request log holds: verb, status, injected.
