@@ -282,71 +282,55 @@ async fn validating_webhooks_allow_deny_and_see_the_request_as_kube_sends_it() -
     );
     assert!(request.get("subResource").is_none());
 
-    let e = cms
-        .create(
-            &PostParams::default(),
-            &config_map("forbidden", json!({"verdict": "forbid"})),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused(e),
+    // Each verdict: the object's name, what the webhook answers, and the refusal kube-apiserver
+    // makes of it (code, reason, message).
+    let refusals: [(&str, &str, u16, &str, &str); 4] = [
         (
+            "forbidden",
+            "forbid",
             403,
-            "Forbidden".into(),
-            r#"admission webhook "policy.example.com" denied the request: no thanks"#.into()
-        )
-    );
-    let e = cms
-        .create(
-            &PostParams::default(),
-            &config_map("silent", json!({"verdict": "silent"})),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused(e),
+            "Forbidden",
+            r#"admission webhook "policy.example.com" denied the request: no thanks"#,
+        ),
+        // kube-apiserver passes on the webhook's reason, here none.
         (
+            "silent",
+            "silent",
             400,
-            // kube-apiserver passes on the webhook's reason, here none.
-            "".into(),
-            r#"admission webhook "policy.example.com" denied the request without explanation"#
-                .into()
-        )
-    );
-    // A reason Kubernetes does not name is passed on as the webhook gave it.
-    let e = cms
-        .create(
-            &PostParams::default(),
-            &config_map("custom", json!({"verdict": "custom"})),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused(e),
+            "",
+            r#"admission webhook "policy.example.com" denied the request without explanation"#,
+        ),
+        // A reason Kubernetes does not name is passed on as the webhook gave it.
         (
+            "custom",
+            "custom",
             403,
-            "ImageNotAllowed".into(),
-            r#"admission webhook "policy.example.com" denied the request: pull from the mirror"#
-                .into()
-        )
-    );
-    // A code under 400 becomes 400; a reason without a message is the message.
-    let e = cms
-        .create(
-            &PostParams::default(),
-            &config_map("reason", json!({"verdict": "reason"})),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused(e),
+            "ImageNotAllowed",
+            r#"admission webhook "policy.example.com" denied the request: pull from the mirror"#,
+        ),
+        // A code under 400 becomes 400; a reason without a message is the message.
         (
+            "reason",
+            "reason",
             400,
-            "NotAcceptable".into(),
-            r#"admission webhook "policy.example.com" denied the request: NotAcceptable"#.into()
-        )
-    );
+            "NotAcceptable",
+            r#"admission webhook "policy.example.com" denied the request: NotAcceptable"#,
+        ),
+    ];
+    for (name, verdict, code, reason, message) in refusals {
+        let e = cms
+            .create(
+                &PostParams::default(),
+                &config_map(name, json!({"verdict": verdict})),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused(e),
+            (code, reason.into(), message.into()),
+            "verdict {verdict}"
+        );
+    }
     assert!(cms.get_opt("forbidden").await?.is_none());
 
     // An update carries the object before.
