@@ -14,7 +14,11 @@ use konverge_apiserver::{ApiServer, AuthorizationMode};
 use konverge_store::{KvStore, MemStore};
 use konverge_store_disk::DiskStore;
 
+use konverge_apiserver::serve::in_process::Identity;
 use konverge_apiserver::serve::{Credentials, Serve, write_kubeconfig};
+use konverge_controllers::manager::ServiceAccountTokens;
+use konverge_controllers::{ControllerManager, Selection};
+use konverge_runtime::leader::LeaseConfig;
 
 #[derive(clap::Args)]
 pub(crate) struct UpArgs {
@@ -43,6 +47,12 @@ pub(crate) struct UpArgs {
     /// mapping is reached through its EndpointSlices.
     #[arg(long = "webhook-service", value_name = "NAMESPACE/NAME:PORT=HOST:PORT", value_parser = parse_webhook_service)]
     webhook_services: Vec<WebhookService>,
+    /// kube-controller-manager's controllers to run, with its syntax: `*` runs every one,
+    /// `NAME` enables one, `-NAME` disables one, the first entry naming a controller decides
+    /// (`*,-cronjob-controller`; kcm's canonical names or their aliases). An empty list runs
+    /// none: an API server alone.
+    #[arg(long, default_value = "*", value_name = "LIST")]
+    controllers: String,
 }
 
 /// A `--webhook-service` mapping.
@@ -154,8 +164,48 @@ async fn shutdown_signal() {
     }
 }
 
+/// Starts kube-controller-manager's controllers beside `server`, as kcm runs beside
+/// kube-apiserver: in-process clients (no socket, no TLS), informers and the
+/// `kube-system/kube-controller-manager` Lease as `system:kube-controller-manager`, each
+/// controller as its own ServiceAccount in `kube-system` (kcm's
+/// `--use-service-account-credentials`).
+async fn start_controllers(
+    server: &Arc<ApiServer>,
+    token: &str,
+    selection: Selection,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<konverge_runtime::RunningManager> {
+    let kcm = server.client(Identity::Impersonating {
+        token: token.to_string(),
+        user: "system:kube-controller-manager".into(),
+    });
+    let admin = server.client(Identity::Token(token.to_string()));
+    let for_token = server.clone();
+    let tokens =
+        ServiceAccountTokens::new(admin, move |token| for_token.client(Identity::Token(token)));
+    // One `konverge up` per data directory: after a restart, the same identity takes its Lease
+    // back at once instead of waiting for it to expire.
+    let identity = format!(
+        "{}_{}",
+        konverge_runtime::leader::host_name(),
+        data_dir.display()
+    );
+    let lease = LeaseConfig::new("kube-system", "kube-controller-manager").with_identity(identity);
+    let running = ControllerManager::new(kcm)
+        .selection(selection)
+        .credentials(tokens)
+        .leader_election(lease)
+        .spawn()
+        .await?;
+    Ok(running)
+}
+
 pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    let selection: Selection = args
+        .controllers
+        .parse()
+        .with_context(|| format!("--controllers {:?}", args.controllers))?;
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
@@ -198,7 +248,13 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("export KUBECONFIG={}", kubeconfig.display());
     println!("kubectl get namespaces");
+    let controllers = start_controllers(&server, &credentials.token, selection, &data_dir)
+        .await
+        .context("starting kube-controller-manager's controllers")?;
     serving.until(shutdown_signal()).await;
+    if let Err(error) = controllers.stop().await {
+        tracing::warn!(%error, "the controllers did not stop cleanly");
+    }
     println!("konverge stopped");
     Ok(())
 }

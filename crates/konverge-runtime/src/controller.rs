@@ -338,6 +338,32 @@ impl<K: CachedResource> Controller<K> {
         self
     }
 
+    /// Reconciles the objects `map` names whenever an object in the manager's shared cache
+    /// of `api` (the [`Store`] that [`Manager::store`](crate::Manager::store) returns for the
+    /// same `api` and `config`) changes. `map` sees the whole [`Change`] — the object before
+    /// and after, `new: None` for a deletion — once the cache holds it, so a reconcile it
+    /// triggers reads the change from that cache. This is how a controller keeps children in
+    /// a cache and is woken by them without a second watch: kube-controller-manager's
+    /// controllers map a pod to its controller owner, or to every owner whose selector
+    /// matches it, this way.
+    pub fn watches_cached<C, F>(mut self, api: Api<C>, config: watcher::Config, map: F) -> Self
+    where
+        C: CachedResource,
+        F: Fn(&Change<C>) -> Vec<ObjectKey> + Send + Sync + 'static,
+    {
+        self.triggers.push(Box::new(move |informers, wiring| {
+            let informer = informers.get(api, config);
+            let queue = wiring.queue.clone();
+            informer.subscribe(Arc::new(move |change: &Change<C>| {
+                for key in map(change) {
+                    queue.add(&key);
+                }
+            }));
+            Arc::new(informer.store())
+        }));
+        self
+    }
+
     /// Connects the controller to shared informers and returns what the manager runs.
     pub(crate) fn wire<Ctx, E, F, Fut>(
         self,

@@ -255,7 +255,9 @@ pub fn default_identity() -> String {
     format!("{}_{:016x}", host_name(), rand::random::<u64>())
 }
 
-fn host_name() -> String {
+/// This machine's name, as kube's leader election puts it first in an identity: `HOSTNAME`
+/// (in a Pod, the Pod's name), else the kernel's host name, else `localhost`.
+pub fn host_name() -> String {
     // In a Pod, HOSTNAME is the Pod name; elsewhere fall back to the kernel's host name.
     let from_env = std::env::var("HOSTNAME").ok();
     let from_kernel = || std::fs::read_to_string("/proc/sys/kernel/hostname").ok();

@@ -11,6 +11,9 @@ use futures::StreamExt;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::serve::{Serve, Serving};
 use konverge_apiserver::{ApiServer, AuthorizationMode};
+use konverge_controllers::manager::ServiceAccountTokens;
+use konverge_controllers::{Clock, ControllerManager, Selection};
+use konverge_runtime::RunningManager;
 use konverge_store::{
     KvStore, MemStore, RangeRequest, RangeResponse, Revision, Txn, TxnResponse, WatchRequest,
     WatchStream,
@@ -85,6 +88,9 @@ pub enum Error {
         "this TestEnv is in-process: it has no socket, so no URL or kubeconfig (its clients call the server in-process)"
     )]
     NoSocket,
+    /// kube-controller-manager's controllers could not start.
+    #[error("starting kube-controller-manager's controllers: {0}")]
+    Controllers(#[source] konverge_controllers::Error),
 }
 
 /// Which store a [`TestEnv`] runs on.
@@ -116,6 +122,7 @@ pub struct TestEnvBuilder {
     control_loops: bool,
     authorization: AuthorizationMode,
     webhooks: InProcess,
+    controllers: Selection,
 }
 
 impl TestEnvBuilder {
@@ -204,6 +211,26 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Which of kube-controller-manager's controllers run beside the server (default: all of
+    /// them, as on a cluster: Deployments get ReplicaSets, ReplicaSets get pods, Services get
+    /// EndpointSlices, ...). They run as kcm runs them — each as its own ServiceAccount in
+    /// `kube-system`, on Tokio's clock (virtual in paused time) — and reach the server past
+    /// the [`Faults`] and outside the [`RequestLog`], like [`TestEnv::direct_client`]: the
+    /// faults and the log are the controller under test's. [`Selection::none`] (or
+    /// [`bare`](Self::bare)) leaves an API server alone, as envtest runs one.
+    pub fn controllers(mut self, selection: Selection) -> Self {
+        self.controllers = selection;
+        self
+    }
+
+    /// An API server alone: no kube-controller-manager controllers
+    /// ([`controllers`](Self::controllers)`(Selection::none())`). The server's own control
+    /// loops (garbage collection, namespace finalization) still run; see
+    /// [`control_loops`](Self::control_loops).
+    pub fn bare(self) -> Self {
+        self.controllers(Selection::none())
+    }
+
     /// Starts the environment.
     ///
     /// # Panics
@@ -260,10 +287,12 @@ impl TestEnvBuilder {
             Some((url, _)) => socket_client(url, &inner.token, "default")?,
             None => in_process_client(&inner, &inner.token, "default"),
         };
+        let controllers = start_controllers(&inner).await?;
         Ok(TestEnv {
             client,
             socket,
             inner,
+            _controllers: controllers,
         })
     }
 
@@ -310,6 +339,72 @@ fn socket_client(url: &str, token: &str, namespace: &str) -> Result<kube::Client
 /// A client that calls `inner`'s server in-process through its faults, as the user of the
 /// bearer `token`. It retries 429, 503 and 504 answers as a client built from a
 /// `kube::Config` does, so both kinds of client meet faults the same way.
+/// A client past the faults and the request log that follows restarts (see
+/// [`TestEnv::direct_client`]): as the holder of `token` (the admin's by default),
+/// impersonating `user` if given.
+fn direct_client(inner: &Arc<Inner>, token: Option<String>, user: Option<&str>) -> kube::Client {
+    direct_client_weak(Arc::downgrade(inner), token, user)
+}
+
+fn direct_client_weak(
+    inner: Weak<Inner>,
+    token: Option<String>,
+    user: Option<&str>,
+) -> kube::Client {
+    let user = user.and_then(|u| http::HeaderValue::from_str(u).ok());
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let (inner, token, user) = (inner.clone(), token.clone(), user.clone());
+        async move {
+            let Some(inner) = inner.upgrade() else {
+                return Err(Error::Stopped);
+            };
+            let router = {
+                let _up = inner.up.read().await;
+                inner.server().router()
+            };
+            if !request.headers().contains_key(http::header::AUTHORIZATION) {
+                let bearer = format!("Bearer {}", token.as_deref().unwrap_or(&inner.token));
+                if let Ok(value) = http::HeaderValue::from_str(&bearer) {
+                    request
+                        .headers_mut()
+                        .insert(http::header::AUTHORIZATION, value);
+                }
+            }
+            if let Some(user) = user {
+                request.headers_mut().insert("impersonate-user", user);
+            }
+            match router.oneshot(request).await {
+                Ok(response) => Ok(response),
+                Err(never) => match never {},
+            }
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+/// Starts the controllers the builder selected, as `konverge up` does: informers as
+/// `system:kube-controller-manager`, each controller as its ServiceAccount, past the faults.
+async fn start_controllers(inner: &Arc<Inner>) -> Result<Option<RunningManager>, Error> {
+    let selection = inner.builder.controllers.clone();
+    if selection.enabled().next().is_none() {
+        return Ok(None);
+    }
+    let kcm = direct_client(inner, None, Some("system:kube-controller-manager"));
+    let admin = direct_client(inner, None, None);
+    let weak = Arc::downgrade(inner);
+    let tokens = ServiceAccountTokens::new(admin, move |token| {
+        direct_client_weak(weak.clone(), Some(token), None)
+    });
+    let running = ControllerManager::new(kcm)
+        .selection(selection)
+        .credentials(tokens)
+        .clock(Clock::tokio())
+        .spawn()
+        .await
+        .map_err(Error::Controllers)?;
+    Ok(Some(running))
+}
+
 fn in_process_client(inner: &Arc<Inner>, token: &str, namespace: &str) -> kube::Client {
     let inner = Arc::downgrade(inner);
     let bearer = http::HeaderValue::from_str(&format!("Bearer {token}")).ok();
@@ -377,6 +472,8 @@ pub struct TestEnv {
     /// The URL and address of the loopback port; `None` in-process.
     socket: Option<(String, SocketAddr)>,
     inner: Arc<Inner>,
+    /// kube-controller-manager's controllers (stopped when dropped).
+    _controllers: Option<RunningManager>,
 }
 
 /// What changes when the server restarts, and what it needs to start again.
@@ -493,6 +590,7 @@ impl TestEnv {
             control_loops: true,
             authorization: AuthorizationMode::Rbac,
             webhooks: InProcess::default(),
+            controllers: Selection::all(),
         }
     }
 
@@ -561,32 +659,7 @@ impl TestEnv {
     /// and observers, which should not count as the controller under test. It follows
     /// restarts: while the server is down its requests wait, then go to the new server.
     pub fn direct_client(&self) -> kube::Client {
-        let inner = Arc::downgrade(&self.inner);
-        let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
-            let inner = inner.clone();
-            async move {
-                let Some(inner) = inner.upgrade() else {
-                    return Err(Error::Stopped);
-                };
-                let router = {
-                    let _up = inner.up.read().await;
-                    inner.server().router()
-                };
-                if !request.headers().contains_key(http::header::AUTHORIZATION) {
-                    let bearer = format!("Bearer {}", inner.token);
-                    if let Ok(value) = http::HeaderValue::from_str(&bearer) {
-                        request
-                            .headers_mut()
-                            .insert(http::header::AUTHORIZATION, value);
-                    }
-                }
-                match router.oneshot(request).await {
-                    Ok(response) => Ok(response),
-                    Err(never) => match never {},
-                }
-            }
-        });
-        kube::Client::new(service, "default")
+        direct_client(&self.inner, None, None)
     }
 
     /// Restarts the API server, as when its process is killed and started again: every

@@ -12,6 +12,9 @@
 //! - [`kubeconfig()`]: the `kube::config::Kubeconfig` that points kubectl, client-go, kube-rs and
 //!   the Python client at the server; [`write_kubeconfig`] writes it as `DATA_DIR/kubeconfig`;
 //!   [`for_user`] makes one for another user of the same cluster.
+//! - [`in_process`]: a `kube::Client` that calls the router in-process, as a given identity
+//!   ([`ApiServer::client`](crate::ApiServer::client)): what the control loops `konverge up`
+//!   runs beside the server use.
 //!
 //! What `konverge up` does:
 //!
@@ -49,6 +52,7 @@
 pub mod credentials;
 mod fsutil;
 pub mod https;
+pub mod in_process;
 pub mod kubeconfig;
 
 #[cfg(test)]

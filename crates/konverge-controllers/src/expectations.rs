@@ -1,0 +1,128 @@
+//! Expectations: the children a controller created or deleted that its cache has not shown
+//! yet (kcm's `UIDTrackingControllerExpectations`).
+//!
+//! A cache lags the API server. A ReplicaSet that created three pods and reconciles again
+//! before its cache has them would create three more. So a controller records each child it
+//! creates or deletes under its own key, and acts on its children only once its cache has
+//! caught up: every created child seen, every deleted child gone or terminating. kcm counts
+//! events to get there; here the cache itself is asked, by uid, so a missed event can never
+//! leave a controller waiting. As in kcm, expectations older than five minutes are
+//! forgotten, so a write whose answer was lost cannot stall a controller forever.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// kcm's `ExpectationsTimeout`.
+pub const TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// What the cache holds of one child, by uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Not in the cache.
+    Absent,
+    /// In the cache.
+    Present,
+    /// In the cache with a deletion timestamp.
+    Terminating,
+}
+
+#[derive(Debug)]
+struct Pending {
+    creations: BTreeSet<String>,
+    deletions: BTreeSet<String>,
+    since: Instant,
+}
+
+/// Expectations of one controller, by the owner's key (`namespace/name`).
+#[derive(Debug, Default)]
+pub struct Expectations {
+    pending: Mutex<BTreeMap<String, Pending>>,
+}
+
+impl Expectations {
+    /// No expectations.
+    pub fn new() -> Expectations {
+        Expectations::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<String, Pending>) -> T) -> T {
+        f(&mut self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn entry<'m>(map: &'m mut BTreeMap<String, Pending>, key: &str) -> &'m mut Pending {
+        map.entry(key.to_string()).or_insert_with(|| Pending {
+            creations: BTreeSet::new(),
+            deletions: BTreeSet::new(),
+            since: Instant::now(),
+        })
+    }
+
+    /// `key` created the child `uid`.
+    pub fn created(&self, key: &str, uid: impl Into<String>) {
+        self.with(|map| Self::entry(map, key).creations.insert(uid.into()));
+    }
+
+    /// `key` deleted the child `uid`.
+    pub fn deleted(&self, key: &str, uid: impl Into<String>) {
+        self.with(|map| Self::entry(map, key).deletions.insert(uid.into()));
+    }
+
+    /// Whether `key`'s cache has caught up with its writes, asking `seen` what the cache
+    /// holds of each child. Children seen as expected are forgotten; all of `key`'s
+    /// expectations are forgotten once they are five minutes old.
+    pub fn satisfied(&self, key: &str, seen: impl Fn(&str) -> Seen) -> bool {
+        self.with(|map| {
+            let Some(pending) = map.get_mut(key) else {
+                return true;
+            };
+            pending.creations.retain(|uid| seen(uid) == Seen::Absent);
+            pending.deletions.retain(|uid| seen(uid) == Seen::Present);
+            let done = pending.creations.is_empty() && pending.deletions.is_empty();
+            if done || pending.since.elapsed() >= TIMEOUT {
+                map.remove(key);
+                return true;
+            }
+            false
+        })
+    }
+
+    /// Forgets `key` (the owner is gone).
+    pub fn forget(&self, key: &str) {
+        self.with(|map| map.remove(key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_the_cache_then_forgets() {
+        let expectations = Expectations::new();
+        assert!(expectations.satisfied("ns/rs", |_| Seen::Absent));
+        expectations.created("ns/rs", "a");
+        expectations.deleted("ns/rs", "b");
+        assert!(!expectations.satisfied("ns/rs", |_| Seen::Present));
+        // "a" seen; "b" still present.
+        assert!(!expectations.satisfied("ns/rs", |uid| match uid {
+            "a" => Seen::Present,
+            _ => Seen::Present,
+        }));
+        assert!(expectations.satisfied("ns/rs", |uid| match uid {
+            "b" => Seen::Terminating,
+            _ => Seen::Absent,
+        }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expire_after_five_minutes() {
+        let expectations = Expectations::new();
+        expectations.created("ns/rs", "lost");
+        assert!(!expectations.satisfied("ns/rs", |_| Seen::Absent));
+        tokio::time::sleep(TIMEOUT).await;
+        assert!(expectations.satisfied("ns/rs", |_| Seen::Absent));
+    }
+}
