@@ -11,7 +11,8 @@
 //!   `store` (the disk store against a real etcd), `api` (readiness, memory and verb
 //!   throughput of `konverge up`), `controller` (konverge-runtime against kube-runtime),
 //!   `doctor` (the doctor's memory and findings on 10,000 objects), `auth` (RBAC against
-//!   AlwaysAllow for a ServiceAccount's requests).
+//!   AlwaysAllow for a ServiceAccount's requests), `workloads` (the deployment and replicaset
+//!   controllers' requests per pod, against kube-controller-manager's).
 
 mod bench;
 mod doctor;

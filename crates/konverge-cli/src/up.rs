@@ -16,6 +16,7 @@ use konverge_store_disk::DiskStore;
 
 use konverge_apiserver::serve::in_process::Identity;
 use konverge_apiserver::serve::{Credentials, Serve, write_kubeconfig};
+use konverge_controllers::kubelet::SimulatedNodes;
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{ControllerManager, Selection};
 use konverge_runtime::leader::LeaseConfig;
@@ -53,6 +54,11 @@ pub(crate) struct UpArgs {
     /// none: an API server alone.
     #[arg(long, default_value = "*", value_name = "LIST")]
     controllers: String,
+    /// Simulated nodes (`node-1`, `node-2`, ...): kubelets that run the pods bound to them
+    /// (status, IPs, readiness, restarts; no containers) and a scheduler that binds pods with
+    /// kube-scheduler's rules. 0 runs neither: pods stay Pending.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
 }
 
 /// A `--webhook-service` mapping.
@@ -173,6 +179,7 @@ async fn start_controllers(
     server: &Arc<ApiServer>,
     token: &str,
     selection: Selection,
+    nodes: usize,
     data_dir: &std::path::Path,
 ) -> anyhow::Result<konverge_runtime::RunningManager> {
     let kcm = server.client(Identity::Impersonating {
@@ -181,8 +188,9 @@ async fn start_controllers(
     });
     let admin = server.client(Identity::Token(token.to_string()));
     let for_token = server.clone();
-    let tokens =
-        ServiceAccountTokens::new(admin, move |token| for_token.client(Identity::Token(token)));
+    let tokens = ServiceAccountTokens::new(admin.clone(), move |token| {
+        for_token.client(Identity::Token(token))
+    });
     // One `konverge up` per data directory: after a restart, the same identity takes its Lease
     // back at once instead of waiting for it to expire.
     let identity = format!(
@@ -191,12 +199,14 @@ async fn start_controllers(
         data_dir.display()
     );
     let lease = LeaseConfig::new("kube-system", "kube-controller-manager").with_identity(identity);
-    let running = ControllerManager::new(kcm)
+    let mut manager = ControllerManager::new(kcm)
         .selection(selection)
         .credentials(tokens)
-        .leader_election(lease)
-        .spawn()
-        .await?;
+        .leader_election(lease);
+    if nodes > 0 {
+        manager = manager.simulated_nodes(SimulatedNodes::new(nodes), admin);
+    }
+    let running = manager.spawn().await?;
     Ok(running)
 }
 
@@ -248,9 +258,15 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("export KUBECONFIG={}", kubeconfig.display());
     println!("kubectl get namespaces");
-    let controllers = start_controllers(&server, &credentials.token, selection, &data_dir)
-        .await
-        .context("starting kube-controller-manager's controllers")?;
+    let controllers = start_controllers(
+        &server,
+        &credentials.token,
+        selection,
+        args.nodes,
+        &data_dir,
+    )
+    .await
+    .context("starting kube-controller-manager's controllers")?;
     serving.until(shutdown_signal()).await;
     if let Err(error) = controllers.stop().await {
         tracing::warn!(%error, "the controllers did not stop cleanly");

@@ -58,7 +58,12 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> anyhow::Result<Cluster> {
-        let up = tokio::task::spawn_blocking(common::Up::start).await?;
+        // An API server alone: the twins' own writes are what the doctor must find, not a
+        // Deployment's status filling in as kube-controller-manager's controllers roll it out.
+        let up = tokio::task::spawn_blocking(|| {
+            common::Up::start_with(&["--controllers", "", "--nodes", "0"])
+        })
+        .await?;
         let kubeconfig = kube::config::Kubeconfig::read_from(up.kubeconfig())?;
         let config = kube::Config::from_custom_kubeconfig(
             kubeconfig,

@@ -13,6 +13,10 @@ pub enum Error {
     /// turn into a pod); kcm logs these and does not retry until the object changes.
     #[error("{0}")]
     Invalid(#[source] konverge_runtime::TerminalError),
+    /// What the controller read does not add up yet (a status behind its spec, a node not
+    /// in the cache yet): kcm returns an error and retries with backoff, and so does this.
+    #[error("{0}")]
+    Unsettled(String),
     /// `--controllers` names a controller kcm does not have.
     #[error("{0:?} is not a known controller")]
     UnknownController(String),

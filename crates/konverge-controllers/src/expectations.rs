@@ -78,8 +78,15 @@ impl Expectations {
             let Some(pending) = map.get_mut(key) else {
                 return true;
             };
-            pending.creations.retain(|uid| seen(uid) == Seen::Absent);
-            pending.deletions.retain(|uid| seen(uid) == Seen::Present);
+            // A child created and then deleted by the same controller may come and go
+            // between two looks: absent, both writes are behind it.
+            let Pending {
+                creations,
+                deletions,
+                ..
+            } = pending;
+            creations.retain(|uid| seen(uid) == Seen::Absent && !deletions.contains(uid));
+            deletions.retain(|uid| seen(uid) == Seen::Present);
             let done = pending.creations.is_empty() && pending.deletions.is_empty();
             if done || pending.since.elapsed() >= TIMEOUT {
                 map.remove(key);
@@ -115,6 +122,20 @@ mod tests {
             "b" => Seen::Terminating,
             _ => Seen::Absent,
         }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_child_created_and_deleted_before_the_cache_saw_it_is_not_awaited() {
+        let expectations = Expectations::new();
+        expectations.created("ns/rs", "a");
+        expectations.deleted("ns/rs", "a");
+        assert!(expectations.satisfied("ns/rs", |_| Seen::Absent));
+        expectations.created("ns/rs", "b");
+        expectations.deleted("ns/rs", "b");
+        assert!(
+            !expectations.satisfied("ns/rs", |_| Seen::Present),
+            "seen created: its deletion is still awaited"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -5,9 +5,12 @@
 //! all come from [`cache`]: pass [`api`] and [`config`] to `Controller::new` and
 //! `Controller::watches_cached` so the manager shares one informer per kind between them.
 
-use konverge_runtime::Store;
+use std::time::Duration;
+
 use konverge_runtime::cache::Index;
 use konverge_runtime::controller::CachedResource;
+use konverge_runtime::hotloop::HotLoopConfig;
+use konverge_runtime::{Controller, Store};
 use konverge_runtime::{Manager, watcher};
 use kube::Api;
 
@@ -17,6 +20,22 @@ where
     K: CachedResource<DynamicType = ()>,
 {
     Api::all(manager.client())
+}
+
+/// A controller of every `K`, on the shared cache of `K`, with the hot-loop detector's
+/// back-off capped at a second: kcm's objects are written by several controllers in quick
+/// succession (the deployment controller scales a ReplicaSet while the replicaset controller
+/// writes its status), which the detector cannot tell from echoes of one controller's own
+/// writes. A loop is still reported and counted in the metrics; it only never stalls a
+/// rollout for minutes.
+pub fn controller<K>(manager: &Manager) -> Controller<K>
+where
+    K: CachedResource<DynamicType = ()>,
+{
+    Controller::new(api::<K>(manager), config()).hot_loop(HotLoopConfig {
+        max_backoff: Duration::from_secs(1),
+        ..HotLoopConfig::default()
+    })
 }
 
 /// How the shared caches watch: everything, no selectors.

@@ -36,16 +36,38 @@
 //!   (creations and deletions not yet seen in the cache), [`informers`] (the shared caches),
 //!   [`events`] (Events as kcm records them), [`clock`] (the time a controller
 //!   reads, virtual in paused-time tests).
-//! - The controllers, one module each, named as kcm's `pkg/controller/` directories.
+//! - The controllers, one module each, named as kcm's `pkg/controller/` directories:
+//!   [`replicaset`] (ReplicaSets and ReplicationControllers), [`deployment`],
+//!   [`statefulset`], [`daemonset`], [`job`] (with the cronjob and ttl-after-finished
+//!   controllers), [`endpoints`] (Endpoints, EndpointSlices and their mirroring),
+//!   [`disruption`], [`podgc`], [`nodelifecycle`] (with taint-based eviction), [`volume`]
+//!   (the PersistentVolume binder).
+//! - Simulated nodes, so that pods run without running anything: [`kubelet`]
+//!   ([`SimulatedNodes`](kubelet::SimulatedNodes): Node objects, Lease heartbeats, and the
+//!   pod status sequence a kubelet writes, with lifecycle rules by annotation) and
+//!   [`scheduler`] (binds pods with kube-scheduler's filters, scores, messages and
+//!   preemption). [`ControllerManager::simulated_nodes`] runs both beside the controllers.
 
 pub mod clock;
 pub mod controller_ref;
+pub mod daemonset;
+pub mod deployment;
+pub mod disruption;
+pub mod endpoints;
 pub mod error;
 pub mod events;
 pub mod expectations;
 pub mod informers;
+pub mod job;
+pub mod kubelet;
 pub mod manager;
+pub mod nodelifecycle;
+pub mod podgc;
 pub mod pods;
+pub mod replicaset;
+pub mod scheduler;
+pub mod statefulset;
+pub mod volume;
 
 pub use clock::Clock;
 pub use error::{Error, Result};

@@ -48,7 +48,24 @@ pub struct Descriptor {
 }
 
 /// Every controller of this crate, in the order kcm starts them.
-pub const CONTROLLERS: &[Descriptor] = &[];
+pub const CONTROLLERS: &[Descriptor] = &[
+    crate::daemonset::DAEMONSET,
+    crate::deployment::DEPLOYMENT,
+    crate::disruption::DISRUPTION,
+    crate::podgc::PODGC,
+    crate::statefulset::STATEFULSET,
+    crate::endpoints::ENDPOINTS,
+    crate::endpoints::ENDPOINTSLICE,
+    crate::endpoints::ENDPOINTSLICE_MIRRORING,
+    crate::nodelifecycle::NODE_LIFECYCLE,
+    crate::nodelifecycle::TAINT_EVICTION,
+    crate::job::JOB,
+    crate::job::CRONJOB,
+    crate::job::TTL_AFTER_FINISHED,
+    crate::volume::PERSISTENTVOLUME_BINDER,
+    crate::replicaset::REPLICATION_CONTROLLER,
+    crate::replicaset::REPLICASET,
+];
 
 /// Which controllers run, in kcm's `--controllers` syntax: a comma-separated list where `*`
 /// is every controller on by default, `name` turns one on and `-name` turns one off; the
@@ -218,6 +235,7 @@ pub struct ControllerManager {
     credentials: Arc<dyn Credentials>,
     clock: Clock,
     lease: Option<LeaseConfig>,
+    nodes: Option<(crate::kubelet::SimulatedNodes, Client)>,
 }
 
 impl std::fmt::Debug for ControllerManager {
@@ -237,7 +255,21 @@ impl ControllerManager {
             selection: Selection::all(),
             clock: Clock::system(),
             lease: None,
+            nodes: None,
         }
+    }
+
+    /// Runs simulated nodes beside the controllers: `nodes`' kubelets and kube-scheduler's
+    /// rules ([`scheduler`](crate::scheduler)), both acting through `client`, so that pods
+    /// get scheduled, run and become ready. Without it (and with no nodes of its own) a
+    /// cluster's pods stay Pending, as under envtest.
+    pub fn simulated_nodes(
+        mut self,
+        nodes: crate::kubelet::SimulatedNodes,
+        client: Client,
+    ) -> Self {
+        self.nodes = Some((nodes, client));
+        self
     }
 
     /// Which controllers run.
@@ -278,6 +310,10 @@ impl ControllerManager {
                 clock: self.clock.clone(),
             };
             (descriptor.add)(&mut manager, setup);
+        }
+        if let Some((nodes, client)) = self.nodes {
+            crate::scheduler::add(&mut manager, client.clone(), self.clock.clone());
+            nodes.add(&mut manager, client, self.clock.clone());
         }
         Ok(manager)
     }

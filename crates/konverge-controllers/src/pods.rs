@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodTemplateSpec, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 /// A pod still counted by its controller: neither Succeeded nor Failed, and not being
@@ -91,6 +91,28 @@ pub fn from_template(
         },
         spec: template.spec.clone(),
         status: None,
+    }
+}
+
+/// Whether `toleration` tolerates `taint` (kube's `Toleration.ToleratesTaint`, which the
+/// scheduler, the DaemonSet controller and taint eviction all use): the same effect (or any,
+/// when empty), the same key (or any, when empty), and for `Equal` (the default) the same
+/// value; `Exists` ignores the value.
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or("");
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or("");
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or("") {
+        "" | "Equal" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+        "Exists" => true,
+        _ => false,
     }
 }
 

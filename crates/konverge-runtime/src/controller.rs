@@ -707,6 +707,11 @@ impl KeyQueue {
         self.queue.add_rate_limited(QueueKey::from(key))
     }
 
+    fn add_at_once_then_rate_limited(&self, key: &ObjectKey) -> Duration {
+        self.queue
+            .add_at_once_then_rate_limited(QueueKey::from(key))
+    }
+
     fn forget(&self, key: &ObjectKey) {
         self.queue.forget(&QueueKey::from(key));
     }
@@ -1063,8 +1068,12 @@ where
                         self.queue.forget(key);
                     }
                     ErrorClass::Conflict => {
-                        tracing::debug!(%error, "reconcile: conflict; requeued at once");
-                        self.queue.add(key);
+                        // At once: the cache is about to have the newer version. If the next
+                        // attempt conflicts again the cache is behind, and retrying at once
+                        // would spin (in paused time, with the clock stopped) until it catches
+                        // up: repeats back off from the base delay instead.
+                        let delay = self.queue.add_at_once_then_rate_limited(key);
+                        tracing::debug!(%error, retry_in = ?delay, "reconcile: conflict; requeued");
                     }
                     ErrorClass::Terminal => {
                         tracing::error!(%error, "reconcile failed terminally; not retrying");

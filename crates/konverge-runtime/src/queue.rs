@@ -288,6 +288,24 @@ impl<T: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<T> {
         delay
     }
 
+    /// Queues `key` at once if it has not failed since it was last [forgotten](Self::forget)
+    /// (and counts this as its first failure); otherwise after its backoff, as
+    /// [`add_rate_limited`](Self::add_rate_limited). For a failure that is expected to clear
+    /// at once but would spin if it did not. Returns the delay.
+    pub fn add_at_once_then_rate_limited(&self, key: T) -> Duration {
+        {
+            let mut state = self.lock();
+            let failures = state.failures.entry(key.clone()).or_insert(0);
+            if *failures > 0 {
+                drop(state);
+                return self.add_rate_limited(key);
+            }
+            *failures = 1;
+        }
+        self.add(key);
+        Duration::ZERO
+    }
+
     /// Clears `key`'s failure count, so its next retry starts from the base delay.
     pub fn forget(&self, key: &T) {
         self.lock().failures.remove(key);
@@ -507,6 +525,21 @@ mod tests {
         assert_eq!(q.get().await, Some("a"));
         assert_eq!(q.get().await, Some("c"));
         assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_once_the_first_time_then_backed_off_until_forgotten() {
+        let q = WorkQueue::with_rate_limit(no_jitter());
+        assert_eq!(q.add_at_once_then_rate_limited("k"), Duration::ZERO);
+        assert_eq!(q.get().await, Some("k"));
+        q.done(&"k");
+        assert_eq!(
+            q.add_at_once_then_rate_limited("k"),
+            Duration::from_millis(10),
+            "a repeat backs off (the first failure counted as one)"
+        );
+        q.forget(&"k");
+        assert_eq!(q.add_at_once_then_rate_limited("k"), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

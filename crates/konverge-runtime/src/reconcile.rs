@@ -6,7 +6,7 @@
 //! | class | what happens |
 //! |---|---|
 //! | [`ErrorClass::NotFound`] | done: the object (or what it needed) is gone; a new event will come |
-//! | [`ErrorClass::Conflict`] | requeued at once: the cache is about to catch up with the newer version |
+//! | [`ErrorClass::Conflict`] | requeued at once: the cache is about to catch up with the newer version; a conflict again right after backs off as a retry does (the cache is behind, and retrying at once would spin) |
 //! | [`ErrorClass::Terminal`] | not retried (counted in `controller_runtime_terminal_reconcile_errors_total`) |
 //! | [`ErrorClass::Retry`] | retried with per-object exponential backoff and jitter, or after the server's `Retry-After` when it sent one ([`retry_after`]) |
 //!

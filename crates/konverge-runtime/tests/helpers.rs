@@ -303,7 +303,8 @@ async fn deleting_object_without_our_finalizer_is_skipped() -> anyhow::Result<()
 /// desired status are removed; a status computed from a stale object is refused as a conflict.
 #[tokio::test]
 async fn status_is_written_only_when_it_changes() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    // An API server alone: the deployment controller would write the Deployment's status.
+    let env = TestEnv::builder().bare().start().await;
     let client = env.client();
     let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let created = api

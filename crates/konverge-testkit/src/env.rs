@@ -11,6 +11,7 @@ use futures::StreamExt;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::serve::{Serve, Serving};
 use konverge_apiserver::{ApiServer, AuthorizationMode};
+use konverge_controllers::kubelet::SimulatedNodes;
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{Clock, ControllerManager, Selection};
 use konverge_runtime::RunningManager;
@@ -123,6 +124,11 @@ pub struct TestEnvBuilder {
     authorization: AuthorizationMode,
     webhooks: InProcess,
     controllers: Selection,
+    /// The key ServiceAccount tokens are signed with: the same across restarts, as a
+    /// kube-apiserver restarted with its `--service-account-signing-key-file`, so tokens
+    /// issued before a restart still authenticate after it.
+    service_account_key: Vec<u8>,
+    nodes: usize,
 }
 
 impl TestEnvBuilder {
@@ -223,6 +229,15 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Runs `count` simulated nodes (`node-1`, ...) beside the controllers: kubelets that take
+    /// the pods bound to them through what a kubelet writes (Running, IPs, Ready, restarts,
+    /// completion; no containers run) and a scheduler that binds pods with kube-scheduler's
+    /// rules, on Tokio's clock (default: none, so pods stay Pending as under envtest).
+    pub fn nodes(mut self, count: usize) -> Self {
+        self.nodes = count;
+        self
+    }
+
     /// An API server alone: no kube-controller-manager controllers
     /// ([`controllers`](Self::controllers)`(Selection::none())`). The server's own control
     /// loops (garbage collection, namespace finalization) still run; see
@@ -313,6 +328,7 @@ impl TestEnvBuilder {
             .watch_cache(self.watch_cache.clone())
             .webhooks(self.webhooks.webhooks().clone())
             .record_admissions(ADMISSION_RECORDS)
+            .service_account_key(self.service_account_key.clone())
             .build()
             .await
             .map_err(Error::Server)
@@ -386,22 +402,24 @@ fn direct_client_weak(
 /// `system:kube-controller-manager`, each controller as its ServiceAccount, past the faults.
 async fn start_controllers(inner: &Arc<Inner>) -> Result<Option<RunningManager>, Error> {
     let selection = inner.builder.controllers.clone();
-    if selection.enabled().next().is_none() {
+    let nodes = inner.builder.nodes;
+    if selection.enabled().next().is_none() && nodes == 0 {
         return Ok(None);
     }
     let kcm = direct_client(inner, None, Some("system:kube-controller-manager"));
     let admin = direct_client(inner, None, None);
     let weak = Arc::downgrade(inner);
-    let tokens = ServiceAccountTokens::new(admin, move |token| {
+    let tokens = ServiceAccountTokens::new(admin.clone(), move |token| {
         direct_client_weak(weak.clone(), Some(token), None)
     });
-    let running = ControllerManager::new(kcm)
+    let mut manager = ControllerManager::new(kcm)
         .selection(selection)
         .credentials(tokens)
-        .clock(Clock::tokio())
-        .spawn()
-        .await
-        .map_err(Error::Controllers)?;
+        .clock(Clock::tokio());
+    if nodes > 0 {
+        manager = manager.simulated_nodes(SimulatedNodes::new(nodes), admin);
+    }
+    let running = manager.spawn().await.map_err(Error::Controllers)?;
     Ok(Some(running))
 }
 
@@ -591,6 +609,9 @@ impl TestEnv {
             authorization: AuthorizationMode::Rbac,
             webhooks: InProcess::default(),
             controllers: Selection::all(),
+            service_account_key:
+                konverge_apiserver::auth::tokens::ServiceAccountTokens::generate_key(),
+            nodes: 0,
         }
     }
 

@@ -41,7 +41,8 @@ fn owned_by<K: Resource>(obj: &K, manager: &str) -> String {
 
 #[tokio::test]
 async fn built_in_lists_are_keyed_and_selectors_owned_whole() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    // An API server alone: the deployment controller would write the Deployment's status.
+    let env = TestEnv::builder().bare().start().await;
     let deployments: Api<Deployment> = Api::namespaced(env.client(), "default");
     let alice = PatchParams::apply("alice");
 

@@ -240,10 +240,17 @@ async fn wait_for_successes(metrics: &Metrics, n: f64) {
     }
 }
 
+/// An API server alone: the audit stamps every labelled object of every kind, and these tests
+/// count writes per object, which kube-controller-manager's controllers (a Deployment's status,
+/// its ReplicaSets and pods) would add to.
+async fn audit_env() -> TestEnv {
+    TestEnv::builder().bare().start().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_labelled_kind_is_stamped_once_and_a_converged_world_is_never_written_again()
 -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = audit_env().await;
     let check = setup(&env).await?;
     let plan = discover(&env.client()).await?;
     for kind in KINDS {
@@ -283,7 +290,7 @@ async fn every_labelled_kind_is_stamped_once_and_a_converged_world_is_never_writ
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_label_added_later_and_a_new_version_are_picked_up() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = audit_env().await;
     let check = setup(&env).await?;
     let plan = discover(&env.client()).await?;
     let _running = start(env.client(), &plan);
@@ -348,7 +355,7 @@ async fn a_label_added_later_and_a_new_version_are_picked_up() -> anyhow::Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_races_server_errors_and_dropped_watches_do_not_stop_it() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = audit_env().await;
     let check = setup(&env).await?;
     let plan = discover(&env.client()).await?;
     // Stamps refused as if the object had changed meanwhile, and by a failing server.
@@ -401,7 +408,7 @@ async fn it_converges_and_stays_converged_under_10_seeded_fault_plans() {
 async fn one_plan(seed: u64) {
     let plan = FaultPlan::random(seed);
     let fail = |e: &dyn std::fmt::Display| -> ! { panic!("{plan}\n{e}") };
-    let env = TestEnv::start().await;
+    let env = audit_env().await;
     let check = setup(&env).await.unwrap_or_else(|e| fail(&e));
     let audit = discover(&env.client()).await.unwrap_or_else(|e| fail(&e));
     let (running, _) = start(env.client(), &audit);
@@ -496,7 +503,7 @@ subjects:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinds_it_may_not_watch_are_reported_and_left_alone() -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = audit_env().await;
     let check = setup(&env).await?;
     env.apply_manifests(RBAC).await?;
     let client = env.client_for("ops", "auditor").await?;
@@ -544,7 +551,7 @@ async fn kinds_it_may_not_watch_are_reported_and_left_alone() -> anyhow::Result<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_twin_that_stamps_the_resource_version_is_caught_rewriting_its_stamp()
 -> anyhow::Result<()> {
-    let env = TestEnv::start().await;
+    let env = audit_env().await;
     let check = setup(&env).await?;
     let plan = discover(&env.client()).await?;
     let (_running, metrics) = start_in(Mode::StampsResourceVersion, env.client(), &plan);

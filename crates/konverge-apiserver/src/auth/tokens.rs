@@ -129,10 +129,18 @@ pub struct Bound {
 impl ServiceAccountTokens {
     /// Tokens signed with a new random key (valid until the server stops).
     pub fn generate() -> Self {
+        Self::from_pkcs8(&Self::generate_key()).expect("a key ring just made")
+    }
+
+    /// A new random signing key, in PKCS#8 DER (for
+    /// [`ApiServerBuilder::service_account_key`](crate::ApiServerBuilder::service_account_key):
+    /// a server restarted with the same key accepts the tokens it issued before).
+    pub fn generate_key() -> Vec<u8> {
         let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-            .expect("the system random generator works");
-        Self::from_pkcs8(pkcs8.as_ref()).expect("a key ring just made")
+        EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+            .expect("the system random generator works")
+            .as_ref()
+            .to_vec()
     }
 
     /// Tokens signed with an ECDSA P-256 key in PKCS#8 DER (what `konverge up` keeps in

@@ -8,6 +8,7 @@ mod controller;
 mod doctor;
 mod store;
 mod up;
+mod workloads;
 
 use clap::Subcommand;
 
@@ -24,6 +25,9 @@ pub(crate) enum Target {
     /// Peak memory and findings of `konverge doctor` on 10,000 objects, some in a hot loop,
     /// vs a cluster of bootstrap objects only.
     Doctor(doctor::DoctorArgs),
+    /// API requests and writes per pod of the deployment and replicaset controllers, for a
+    /// Deployment created, scaled, rolled and rolled back.
+    Workloads(workloads::WorkloadsArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
@@ -33,5 +37,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Controller(args) => controller::run(args).await,
         Target::Doctor(args) => doctor::run(args).await,
         Target::Auth(args) => auth::run(args).await,
+        Target::Workloads(args) => workloads::run(args).await,
     }
 }

@@ -17,19 +17,24 @@ pub(crate) struct Up {
 
 impl Up {
     pub(crate) fn start() -> Up {
+        Up::start_with(&[])
+    }
+
+    /// `konverge up` with `args` added (`--controllers ""`, `--nodes 0`, ...).
+    pub(crate) fn start_with(args: &[&str]) -> Up {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
-        Up::start_in(dir, port)
+        Up::start_in(dir, port, args)
     }
 
     /// Stops the server (SIGTERM, as Ctrl-C would) and starts it again on the same data
     /// directory and port.
     pub(crate) fn restart(self) -> Up {
         let port = self.port;
-        Up::start_in(self.stop(), port)
+        Up::start_in(self.stop(), port, &[])
     }
 
     /// Stops the server (SIGTERM, as Ctrl-C would) and hands back its data directory.
@@ -46,10 +51,11 @@ impl Up {
         std::mem::replace(&mut self.dir, placeholder)
     }
 
-    fn start_in(dir: tempfile::TempDir, port: u16) -> Up {
+    fn start_in(dir: tempfile::TempDir, port: u16, args: &[&str]) -> Up {
         let mut child = Command::new(env!("CARGO_BIN_EXE_konverge"))
             .args(["up", "--port", &port.to_string(), "--data-dir"])
             .arg(dir.path())
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
