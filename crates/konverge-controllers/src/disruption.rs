@@ -36,10 +36,10 @@ use kube::{Resource, ResourceExt};
 
 use crate::clock::Clock;
 use crate::controller_ref::{controller_of, selector};
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 use crate::pods;
 
 /// kcm's disruption controller.

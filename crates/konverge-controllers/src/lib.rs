@@ -29,7 +29,8 @@
 //! # The map
 //!
 //! - [`manager`]: [`ControllerManager`], [`Selection`], [`Credentials`], and
-//!   [`CONTROLLERS`] — every controller with kcm's name, aliases and ServiceAccount.
+//!   [`CONTROLLERS`] — every controller with kcm's name, aliases and ServiceAccount, each a
+//!   [`Descriptor`] ([`descriptor`]).
 //! - What kcm's controllers share (kcm's `pkg/controller/controller_utils.go` and
 //!   `controller_ref_manager.go`): [`pods`] (pod state, pods from templates),
 //!   [`controller_ref`] (adopting and releasing children by selector), [`expectations`]
@@ -52,6 +53,7 @@ pub mod clock;
 pub mod controller_ref;
 pub mod daemonset;
 pub mod deployment;
+pub mod descriptor;
 pub mod disruption;
 pub mod endpoints;
 pub mod error;
@@ -70,5 +72,6 @@ pub mod statefulset;
 pub mod volume;
 
 pub use clock::Clock;
+pub use descriptor::{Descriptor, Setup};
 pub use error::{Error, Result};
-pub use manager::{CONTROLLERS, ControllerManager, Credentials, Descriptor, Selection, Setup};
+pub use manager::{CONTROLLERS, ControllerManager, Credentials, Selection};

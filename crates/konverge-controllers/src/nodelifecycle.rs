@@ -43,10 +43,10 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's node lifecycle controller.
 pub const NODE_LIFECYCLE: Descriptor = Descriptor {

@@ -32,9 +32,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 
 use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 use crate::pods;
 
 /// kcm's pod garbage collector.

@@ -50,11 +50,11 @@ use self::kind::{ReplicaKind, ReplicaStatus};
 use self::status::ManageFailure;
 use crate::clock::Clock;
 use crate::controller_ref;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::expectations::{Expectations, Seen};
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 use crate::pods;
 
 /// kcm's replicaset controller.

@@ -49,10 +49,10 @@ use kube::{Resource, ResourceExt};
 
 use crate::clock::Clock;
 use crate::controller_ref::selector;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's PersistentVolume binder.
 pub const PERSISTENTVOLUME_BINDER: Descriptor = Descriptor {

@@ -52,11 +52,11 @@ use self::history::HASH_LABEL;
 use self::manage::NodePods;
 use crate::clock::Clock;
 use crate::controller_ref::{self, controller_of, new_controller_ref};
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
 use crate::expectations::{self, Expectations, Seen};
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 use crate::pods;
 
 /// kcm's daemonset controller.

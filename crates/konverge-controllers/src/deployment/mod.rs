@@ -42,10 +42,10 @@ use kube::{Client, ResourceExt};
 
 use crate::clock::Clock;
 use crate::controller_ref;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's deployment controller.
 pub const DEPLOYMENT: Descriptor = Descriptor {

@@ -33,11 +33,11 @@ use super::{
     ANNOTATION_LAST_CHANGE_TRIGGER_TIME, ANNOTATION_LEADER, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
     LABEL_SKIP_MIRROR,
 };
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
 use crate::expectations::Expectations;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's EndpointSlice mirroring controller.
 pub const ENDPOINTSLICE_MIRRORING: Descriptor = Descriptor {

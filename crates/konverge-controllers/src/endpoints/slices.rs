@@ -37,10 +37,10 @@ use super::{
     ANNOTATION_LAST_CHANGE_TRIGGER_TIME, LABEL_HEADLESS, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
     LABEL_ZONE,
 };
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
 use crate::expectations::{Expectations, Seen};
-use crate::manager::{Descriptor, Setup};
 use crate::{informers, pods};
 
 /// kcm's EndpointSlice controller.

@@ -34,9 +34,9 @@ use super::{
     LABEL_HEADLESS,
 };
 use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
-use crate::manager::{Descriptor, Setup};
 use crate::{informers, pods};
 
 /// kcm's endpoints controller.

@@ -40,10 +40,10 @@ use super::{
 };
 use crate::clock::Clock;
 use crate::controller_ref::{self, claim, controller_of, new_controller_ref, recheck_owner};
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::expectations::{Expectations, Seen};
-use crate::manager::{Descriptor, Setup};
 use crate::{informers, pods};
 
 /// kcm's `job-controller`.

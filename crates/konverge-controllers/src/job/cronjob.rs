@@ -28,10 +28,10 @@ use super::schedule::{Schedule, load_zone};
 use super::{CRONJOB_SCHEDULED_TIMESTAMP, finished_condition, is_finished, is_succeeded};
 use crate::clock::Clock;
 use crate::controller_ref::{controller_of, new_controller_ref};
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's `cronjob-controller`.
 pub const CRONJOB: Descriptor = Descriptor {

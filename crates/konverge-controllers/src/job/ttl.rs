@@ -13,9 +13,9 @@ use kube::{Client, ResourceExt};
 
 use super::finished_condition;
 use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's `ttl-after-finished-controller`.
 pub const TTL_AFTER_FINISHED: Descriptor = Descriptor {

@@ -28,10 +28,10 @@ use serde_json::json;
 
 use super::{pod_cache, pods_on_node};
 use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
 use crate::informers;
-use crate::manager::{Descriptor, Setup};
 
 /// kcm's taint eviction controller; like kcm it acts as the node controller's
 /// ServiceAccount.

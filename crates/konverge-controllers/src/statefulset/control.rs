@@ -25,8 +25,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
-use super::Ctx;
 use super::claims::{ClaimView, Owner, Ownership, has_stale_ref};
+use super::context::Ctx;
 use super::history;
 use super::identity::{self, ordinal};
 use super::spec::{Retention, Spec, Strategy};

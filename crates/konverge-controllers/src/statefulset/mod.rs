@@ -20,6 +20,7 @@
 //! available.
 
 pub mod claims;
+mod context;
 pub mod control;
 pub mod history;
 pub mod identity;
@@ -38,13 +39,13 @@ use konverge_runtime::{Action, ErrorClass, Manager, ObjectKey, Store, predicate}
 use kube::ResourceExt;
 use kube::api::Api;
 
+use self::context::Ctx;
 use self::control::{Failure, Sync};
 use self::spec::Spec;
-use crate::clock::Clock;
+use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::expectations::{Expectations, Seen};
-use crate::manager::{Descriptor, Setup};
 use crate::{controller_ref, informers, pods};
 
 /// kcm's statefulset controller.
@@ -69,17 +70,6 @@ const CONFLICT_RETRY: Duration = Duration::from_millis(100);
 
 /// How soon a sync waiting for its pod cache looks again if no pod event wakes it first.
 const EXPECTATIONS_RETRY: Duration = Duration::from_secs(5);
-
-/// What every sync shares.
-pub(crate) struct Ctx {
-    client: kube::Client,
-    clock: Clock,
-    events: Events,
-    expectations: Expectations,
-    pods: Store<Pod>,
-    claims: Store<PersistentVolumeClaim>,
-    revisions: Store<ControllerRevision>,
-}
 
 fn add(manager: &mut Manager, setup: Setup) {
     let sets = informers::cache::<StatefulSet>(manager);
