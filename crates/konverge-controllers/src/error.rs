@@ -18,7 +18,7 @@ pub enum Error {
     #[error("{0}")]
     Unsettled(String),
     /// `--controllers` names a controller kcm does not have.
-    #[error("{0:?} is not a known controller")]
+    #[error("{0:?} is not in the list of known controllers")]
     UnknownController(String),
     /// A controller's ServiceAccount credentials could not be had.
     #[error("credentials for the {account} ServiceAccount: {source}")]

@@ -320,4 +320,16 @@ mod tests {
         assert!(!selection(&["replicaset"]).enables(&deployment));
         assert!(!Selection::none().enables(&deployment));
     }
+
+    #[test]
+    fn unknown_names_are_refused_with_kcms_words() {
+        let error = "*,-deploymnet".parse::<Selection>().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "\"deploymnet\" is not in the list of known controllers"
+        );
+        let selection: Selection = "*,-cronjob".parse().expect("an alias");
+        assert_eq!(selection.enabled().count(), CONTROLLERS.len() - 1);
+        assert_eq!("".parse::<Selection>().expect("empty").enabled().count(), 0);
+    }
 }
