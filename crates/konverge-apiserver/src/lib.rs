@@ -24,6 +24,8 @@
 //!   built-in admission plugins, ValidatingAdmissionPolicy ([`admission::policy`]) and the
 //!   admission webhooks ([`admission::webhook`]), with the rule and selector matching they
 //!   share ([`admission::matching`]).
+//! - [`logs`]: `pods/log`, checked as kube-apiserver checks it and answered by whoever runs
+//!   the (simulated) kubelets, through the [`PodLogs`] hook.
 //! - [`webhook`]: calling admission and CRD conversion webhooks over HTTPS (by URL or
 //!   Service), or in-process.
 //! - [`controllers`]: what runs without a request: bootstrap objects, garbage collection,
@@ -46,6 +48,7 @@ pub mod auth;
 pub mod controllers;
 pub mod error;
 pub mod http;
+pub mod logs;
 pub mod metrics;
 pub mod registry;
 pub mod resources;
@@ -72,6 +75,7 @@ pub const ADMIN_USER: &str = "kubernetes-admin";
 pub const ADMIN_GROUPS: [&str; 2] = ["system:masters", "system:authenticated"];
 
 pub use controllers::bootstrap::SYSTEM_NAMESPACES;
+pub use logs::{LogLine, PodLogs};
 
 /// Builds an [`ApiServer`].
 #[derive(Clone)]
@@ -278,6 +282,7 @@ impl ApiServerBuilder {
             tokens,
             address: RwLock::new("127.0.0.1:6443".into()),
             stop: CancellationToken::new(),
+            pod_logs: RwLock::new(None),
         });
         server.metrics.set_build_info(&server.version_info());
         controllers::bootstrap::run(&server.registry).await?;
@@ -322,6 +327,8 @@ pub struct ApiServer {
     address: RwLock<String>,
     /// Cancelled by [`ApiServer::stop`]: ends the control loops.
     stop: CancellationToken,
+    /// What answers `pods/log` ([`ApiServer::set_pod_logs`]).
+    pod_logs: RwLock<Option<Arc<dyn logs::PodLogs>>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -388,6 +395,21 @@ impl ApiServer {
     /// Records the address clients reach the server at (reported by `/api`).
     pub fn set_address(&self, address: impl Into<String>) {
         *self.address.write().unwrap_or_else(|e| e.into_inner()) = address.into();
+    }
+
+    /// Lets `logs` answer `GET .../pods/{name}/log` for the pods on the nodes it runs (the
+    /// simulated kubelets, which start after the server); replaces any earlier hook. Without
+    /// one, log requests for scheduled pods are refused as needing a kubelet.
+    pub fn set_pod_logs(&self, logs: Arc<dyn logs::PodLogs>) {
+        *self.pod_logs.write().unwrap_or_else(|e| e.into_inner()) = Some(logs);
+    }
+
+    /// The hook that answers `pods/log`, if one is set.
+    pub(crate) fn pod_logs(&self) -> Option<Arc<dyn logs::PodLogs>> {
+        self.pod_logs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// How credentials become users.

@@ -695,12 +695,20 @@ async fn pods_bind_evict_and_need_a_kubelet() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    let (code, status) = t
-        .raw(
+    // A pod no node runs has no log to stream: 204, as kube-apiserver answers.
+    let (code, body) = t
+        .call(
             "GET",
             "/api/v1/namespaces/default/pods/web/log",
-            None,
-            Vec::new(),
+            Value::Null,
+        )
+        .await;
+    assert_eq!((code, body), (204, Value::Null));
+    let (code, status) = t
+        .call(
+            "GET",
+            "/api/v1/namespaces/default/pods/web/exec?command=ls&stdout=true",
+            Value::Null,
         )
         .await;
     assert_eq!(
@@ -769,7 +777,7 @@ async fn pods_bind_evict_and_need_a_kubelet() {
     );
     assert_eq!(
         status["details"]["causes"][0]["message"],
-        "The disruption budget web needs 0 healthy pods and has 0 currently"
+        "The disruption budget web is still being processed by the server."
     );
     assert_eq!(
         status["message"],
@@ -798,7 +806,27 @@ async fn pods_bind_evict_and_need_a_kubelet() {
     )
     .await;
     assert_eq!(code, 200, "{status}");
-    assert!(pods.get_opt("web").await.unwrap().is_none());
+    // The eviction deletes the running pod gracefully: it terminates for its grace period
+    // (the kubelet, which this test has none of, would delete it when stopped).
+    let evicted = pods.get("web").await.unwrap();
+    assert!(evicted.metadata.deletion_timestamp.is_some());
+    assert_eq!(evicted.metadata.deletion_grace_period_seconds, Some(30));
+    // A log request for a pod on a node nobody runs says it needs that node's kubelet.
+    let (code, status) = t
+        .call(
+            "GET",
+            "/api/v1/namespaces/default/pods/web/log",
+            Value::Null,
+        )
+        .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (503, Some("ServiceUnavailable"))
+    );
+    assert_eq!(
+        status["message"],
+        r#"the log subresource needs the kubelet of node "node-1", and this server runs no nodes"#
+    );
 }
 
 /// A built-in status write keeps the metadata it changes (a custom resource's would not).

@@ -16,7 +16,7 @@ use konverge_store_disk::DiskStore;
 
 use konverge_apiserver::serve::in_process::Identity;
 use konverge_apiserver::serve::{Credentials, Serve, write_kubeconfig};
-use konverge_controllers::kubelet::SimulatedNodes;
+use konverge_controllers::kubelet::{Kubelets, SimulatedNodes};
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{ControllerManager, Selection};
 use konverge_runtime::leader::LeaseConfig;
@@ -56,9 +56,95 @@ pub(crate) struct UpArgs {
     controllers: String,
     /// Simulated nodes (`node-1`, `node-2`, ...): kubelets that run the pods bound to them
     /// (status, IPs, readiness, restarts; no containers) and a scheduler that binds pods with
-    /// kube-scheduler's rules. 0 runs neither: pods stay Pending.
+    /// kube-scheduler's rules. `kubectl logs` shows what their containers "printed" (a start
+    /// line, the command and args, the exit; or the pod's `konverge.dev/log` annotation). 0
+    /// runs neither: pods stay Pending.
     #[arg(long, default_value_t = 1)]
     nodes: usize,
+    /// Zones to spread the simulated nodes over, comma-separated, round robin (`a,b`: node-1
+    /// in `a`, node-2 in `b`, node-3 in `a`, ...), as their `topology.kubernetes.io/zone`
+    /// label. Each zone must be a valid label value. Default: no zone label.
+    #[arg(long, value_delimiter = ',', value_name = "ZONES", value_parser = parse_zone)]
+    node_zones: Vec<String>,
+    /// Each simulated node's capacity (and allocatable), comma-separated `RESOURCE=QUANTITY`
+    /// pairs that replace the defaults one by one (`cpu=4,memory=16Gi,pods=110`; the defaults
+    /// are cpu=8, memory=32Gi, pods=110, ephemeral-storage=100Gi). RESOURCE is `cpu`,
+    /// `memory`, `pods`, `ephemeral-storage`, `hugepages-<size>` or an extended resource
+    /// (`example.com/gpu`); QUANTITY is a Kubernetes quantity (`500m`, `1.5Gi`, `1e3`), not
+    /// negative.
+    #[arg(long, value_delimiter = ',', value_name = "RESOURCE=QUANTITY", value_parser = parse_capacity)]
+    node_capacity: Vec<Capacity>,
+}
+
+/// One `--node-capacity` entry, the quantity in its canonical form (`1024Mi` is `1Gi`), as a
+/// kubelet reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Capacity {
+    resource: String,
+    quantity: String,
+}
+
+fn parse_capacity(arg: &str) -> Result<Capacity, String> {
+    let (resource, quantity) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("{arg:?} is not RESOURCE=QUANTITY (e.g. cpu=4 or memory=16Gi)"))?;
+    let resource = resource.trim();
+    let quantity = quantity.trim();
+    check_resource_name(resource)?;
+    konverge_apimachinery::quantity::parse(quantity)
+        .map_err(|error| format!("{arg:?}: {quantity:?} is not a quantity: {error}"))?;
+    let value = konverge_apimachinery::quantity::value(quantity)
+        .ok_or_else(|| format!("{arg:?}: {quantity:?} is too large a quantity"))?;
+    if value.nanos < 0 {
+        return Err(format!("{arg:?}: the quantity must not be negative"));
+    }
+    Ok(Capacity {
+        resource: resource.to_string(),
+        quantity: value.canonical,
+    })
+}
+
+/// A node's resource names: the ones a kubelet reports, or an extended resource
+/// (`example.com/gpu`, a qualified name with a prefix), as node validation accepts.
+fn check_resource_name(resource: &str) -> Result<(), String> {
+    const KNOWN: &[&str] = &["cpu", "memory", "pods", "ephemeral-storage"];
+    let extended = resource.contains('/')
+        && konverge_apimachinery::selector::validate_label_key(resource).is_ok();
+    let hugepages = resource
+        .strip_prefix("hugepages-")
+        .is_some_and(|size| konverge_apimachinery::quantity::parse(size).is_ok());
+    if KNOWN.contains(&resource) || extended || hugepages {
+        return Ok(());
+    }
+    Err(format!(
+        "unknown resource {resource:?}: use cpu, memory, pods, ephemeral-storage, \
+         hugepages-<size> or an extended resource name (example.com/gpu)"
+    ))
+}
+
+fn parse_zone(arg: &str) -> Result<String, String> {
+    if arg.is_empty() {
+        return Err("a zone name must not be empty".into());
+    }
+    konverge_apimachinery::selector::validate_label_value(arg)
+        .map_err(|error| format!("{arg:?} is not a zone label value: {error}"))?;
+    Ok(arg.to_string())
+}
+
+/// The simulated nodes `--nodes`, `--node-zones` and `--node-capacity` ask for; `None` for
+/// none.
+fn simulated_nodes(args: &UpArgs) -> Option<SimulatedNodes> {
+    if args.nodes == 0 {
+        return None;
+    }
+    let mut nodes = SimulatedNodes::new(args.nodes);
+    if !args.node_zones.is_empty() {
+        nodes = nodes.zones(args.node_zones.iter().cloned());
+    }
+    for capacity in &args.node_capacity {
+        nodes = nodes.capacity(capacity.resource.clone(), capacity.quantity.clone());
+    }
+    Some(nodes)
 }
 
 /// A `--webhook-service` mapping.
@@ -170,6 +256,29 @@ async fn shutdown_signal() {
     }
 }
 
+/// Answers `pods/log` with what the simulated kubelets' containers "printed", as
+/// kube-apiserver answers it with the pod's kubelet's `containerLogs`.
+struct KubeletLogs(Kubelets);
+
+impl konverge_apiserver::PodLogs for KubeletLogs {
+    fn logs(
+        &self,
+        pod: &serde_json::Value,
+        container: &str,
+        previous: bool,
+    ) -> Result<Option<Vec<konverge_apiserver::LogLine>>, String> {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone())
+            .map_err(|error| format!("the pod cannot be read: {error}"))?;
+        let lines = self.0.logs(&pod, container, previous)?;
+        Ok(lines.map(|lines| {
+            lines
+                .into_iter()
+                .map(|(time, text)| konverge_apiserver::LogLine { time, text })
+                .collect()
+        }))
+    }
+}
+
 /// Starts kube-controller-manager's controllers beside `server`, as kcm runs beside
 /// kube-apiserver: in-process clients (no socket, no TLS), informers and the
 /// `kube-system/kube-controller-manager` Lease as `system:kube-controller-manager`, each
@@ -179,7 +288,7 @@ async fn start_controllers(
     server: &Arc<ApiServer>,
     token: &str,
     selection: Selection,
-    nodes: usize,
+    nodes: Option<SimulatedNodes>,
     data_dir: &std::path::Path,
 ) -> anyhow::Result<konverge_runtime::RunningManager> {
     let kcm = server.client(Identity::Impersonating {
@@ -203,8 +312,8 @@ async fn start_controllers(
         .selection(selection)
         .credentials(tokens)
         .leader_election(lease);
-    if nodes > 0 {
-        manager = manager.simulated_nodes(SimulatedNodes::new(nodes), admin);
+    if let Some(nodes) = nodes {
+        manager = manager.simulated_nodes(nodes, admin);
     }
     let running = manager.spawn().await?;
     Ok(running)
@@ -216,6 +325,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .controllers
         .parse()
         .with_context(|| format!("--controllers {:?}", args.controllers))?;
+    let nodes = simulated_nodes(&args);
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
@@ -258,15 +368,12 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     println!("export KUBECONFIG={}", kubeconfig.display());
     println!("kubectl get namespaces");
-    let controllers = start_controllers(
-        &server,
-        &credentials.token,
-        selection,
-        args.nodes,
-        &data_dir,
-    )
-    .await
-    .context("starting kube-controller-manager's controllers")?;
+    if let Some(nodes) = &nodes {
+        server.set_pod_logs(Arc::new(KubeletLogs(nodes.kubelets())));
+    }
+    let controllers = start_controllers(&server, &credentials.token, selection, nodes, &data_dir)
+        .await
+        .context("starting kube-controller-manager's controllers")?;
     serving.until(shutdown_signal()).await;
     if let Err(error) = controllers.stop().await {
         tracing::warn!(%error, "the controllers did not stop cleanly");
@@ -305,5 +412,125 @@ mod tests {
                 .unwrap_err()
                 .contains("is not a HOST:PORT address")
         );
+    }
+
+    #[test]
+    fn node_capacities_parse_to_canonical_quantities_or_say_what_is_wrong() {
+        let capacity = |resource: &str, quantity: &str| Capacity {
+            resource: resource.into(),
+            quantity: quantity.into(),
+        };
+        assert_eq!(parse_capacity("cpu=4"), Ok(capacity("cpu", "4")));
+        assert_eq!(
+            parse_capacity("memory=16Gi"),
+            Ok(capacity("memory", "16Gi"))
+        );
+        assert_eq!(
+            parse_capacity("memory=1024Mi"),
+            Ok(capacity("memory", "1Gi"))
+        );
+        assert_eq!(parse_capacity("cpu=1500m"), Ok(capacity("cpu", "1500m")));
+        assert_eq!(
+            parse_capacity("example.com/gpu=2"),
+            Ok(capacity("example.com/gpu", "2"))
+        );
+        assert_eq!(
+            parse_capacity("hugepages-2Mi=1Gi"),
+            Ok(capacity("hugepages-2Mi", "1Gi"))
+        );
+        assert_eq!(
+            parse_capacity("cpu"),
+            Err("\"cpu\" is not RESOURCE=QUANTITY (e.g. cpu=4 or memory=16Gi)".into())
+        );
+        assert_eq!(
+            parse_capacity("memory=16GB"),
+            Err("\"memory=16GB\": \"16GB\" is not a quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".into())
+        );
+        assert_eq!(
+            parse_capacity("memory=16K"),
+            Err(
+                "\"memory=16K\": \"16K\" is not a quantity: unable to parse quantity's suffix"
+                    .into()
+            )
+        );
+        assert_eq!(
+            parse_capacity("cpu=-1"),
+            Err("\"cpu=-1\": the quantity must not be negative".into())
+        );
+        let unknown = parse_capacity("cpus=4").unwrap_err();
+        assert!(
+            unknown.starts_with("unknown resource \"cpus\": use cpu, memory, pods"),
+            "{unknown}"
+        );
+        assert!(parse_capacity("/gpu=1").is_err());
+    }
+
+    #[test]
+    fn node_zones_are_label_values() {
+        assert_eq!(parse_zone("eu-west-1a"), Ok("eu-west-1a".to_string()));
+        assert_eq!(
+            parse_zone(""),
+            Err("a zone name must not be empty".to_string())
+        );
+        let bad = parse_zone("zone a").unwrap_err();
+        assert!(
+            bad.starts_with("\"zone a\" is not a zone label value: a valid label must be"),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn node_flags_shape_the_simulated_nodes() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            up: UpArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "up",
+            "--nodes",
+            "3",
+            "--node-zones",
+            "a,b",
+            "--node-capacity",
+            "cpu=4,memory=16Gi",
+        ])
+        .expect("valid flags");
+        assert_eq!(cli.up.node_zones, ["a", "b"]);
+        assert_eq!(
+            cli.up.node_capacity,
+            [
+                Capacity {
+                    resource: "cpu".into(),
+                    quantity: "4".into()
+                },
+                Capacity {
+                    resource: "memory".into(),
+                    quantity: "16Gi".into()
+                }
+            ]
+        );
+        let nodes = simulated_nodes(&cli.up).expect("three nodes");
+        assert_eq!(nodes.node_names(), ["node-1", "node-2", "node-3"]);
+        let none = Cli::try_parse_from(["up", "--nodes", "0"]).expect("valid flags");
+        assert!(simulated_nodes(&none.up).is_none());
+        let error = Cli::try_parse_from(["up", "--node-capacity", "cpu=4,memory=lots"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("invalid value 'memory=lots' for '--node-capacity <RESOURCE=QUANTITY>'"),
+            "{error}"
+        );
+        assert!(
+            error.contains("\"memory=lots\": \"lots\" is not a quantity"),
+            "{error}"
+        );
+        let error = Cli::try_parse_from(["up", "--node-zones", "a,,b"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("a zone name must not be empty"), "{error}");
     }
 }

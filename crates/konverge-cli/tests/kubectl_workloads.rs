@@ -6,39 +6,9 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::poll::{json, kubectl, until};
 use serde_json::Value;
-
-/// Runs kubectl on a blocking thread.
-async fn kubectl(up: &Arc<common::Up>, args: &[&str]) -> String {
-    let (up, args): (Arc<common::Up>, Vec<String>) =
-        (up.clone(), args.iter().map(|a| a.to_string()).collect());
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        up.ok(&args)
-    })
-    .await
-    .expect("kubectl ran")
-}
-
-async fn json(up: &Arc<common::Up>, args: &[&str]) -> Value {
-    let mut full = args.to_vec();
-    full.extend(["-o", "json"]);
-    serde_json::from_str(&kubectl(up, &full).await).expect("kubectl -o json")
-}
-
-/// Polls `args` (as JSON) until `done` holds, for at most 20 seconds.
-async fn until(up: &Arc<common::Up>, args: &[&str], done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..200 {
-        let value = json(up, args).await;
-        if done(&value) {
-            return value;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("kubectl {args:?}: not there within 20 s");
-}
 
 fn images(rs: &Value) -> Vec<String> {
     rs["items"]

@@ -5,8 +5,10 @@
 //! all come from [`cache`]: pass [`api`] and [`config`] to `Controller::new` and
 //! `Controller::watches_cached` so the manager shares one informer per kind between them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use konverge_runtime::cache::Index;
 use konverge_runtime::controller::CachedResource;
 use konverge_runtime::hotloop::HotLoopConfig;
@@ -55,4 +57,34 @@ where
     manager
         .store_with_index(api::<K>(manager), config(), Index::owners())
         .unwrap_or_else(|_| manager.store(api::<K>(manager), config()))
+}
+
+/// The name of the shared pod cache's index by `spec.nodeName`.
+const POD_NODE_INDEX: &str = "spec.nodeName";
+
+/// The manager's shared cache of Pods ([`cache`]), also indexed by `spec.nodeName` (pods not
+/// bound to a node are not filed), for the controllers that look at one node's pods.
+pub fn pods_by_node(manager: &Manager) -> Store<Pod> {
+    let pods = cache::<Pod>(manager);
+    let index = Index::new(POD_NODE_INDEX, |pod: &Pod| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty())
+            .into_iter()
+            .collect()
+    });
+    manager
+        .store_with_index(api::<Pod>(manager), config(), index)
+        .unwrap_or(pods)
+}
+
+/// The pods bound to `node`: through the index when [`pods_by_node`] built the store, by
+/// scanning every pod otherwise.
+pub fn pods_on(pods: &Store<Pod>, node: &str) -> Vec<Arc<Pod>> {
+    pods.index(POD_NODE_INDEX, node).unwrap_or_else(|_| {
+        let mut all = pods.list();
+        all.retain(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
+        all
+    })
 }

@@ -44,8 +44,10 @@
 //!   [`disruption`], [`podgc`], [`nodelifecycle`] (with taint-based eviction), [`volume`]
 //!   (the PersistentVolume binder).
 //! - Simulated nodes, so that pods run without running anything: [`kubelet`]
-//!   ([`SimulatedNodes`](kubelet::SimulatedNodes): Node objects, Lease heartbeats, and the
-//!   pod status sequence a kubelet writes, with lifecycle rules by annotation) and
+//!   ([`SimulatedNodes`](kubelet::SimulatedNodes): Node objects, Lease heartbeats, the pod
+//!   status sequence and Events a kubelet writes, probes, preStop sleeps and logs, with
+//!   lifecycle rules by annotation or [`Rule`](kubelet::Rule); its
+//!   [`Kubelets`](kubelet::Kubelets) handle stops and starts nodes and crashes pods) and
 //!   [`scheduler`] (binds pods with kube-scheduler's filters, scores, messages and
 //!   preemption). [`ControllerManager::simulated_nodes`] runs both beside the controllers.
 

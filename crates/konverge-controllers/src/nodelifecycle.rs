@@ -34,7 +34,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, ObjectReference, Pod, PodCondition, Taint};
-use konverge_runtime::cache::{Change, Index};
+use konverge_runtime::cache::Change;
 use konverge_runtime::predicate;
 use konverge_runtime::{Action, Manager, ObjectKey, Store};
 use kube::ResourceExt;
@@ -68,9 +68,6 @@ pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The label that keeps a node out of kcm's disruption checks.
 const EXCLUDE_DISRUPTION: &str = "node.kubernetes.io/exclude-disruption";
-
-/// The index of the shared pod cache by `spec.nodeName` (kcm's `nodeNameKeyIndex`).
-pub(crate) const NODE_NAME_INDEX: &str = "spec.nodeName";
 
 /// The node lifecycle controller's settings (kcm's flags).
 #[derive(Clone, Debug)]
@@ -116,28 +113,6 @@ struct Ctx {
     all_disrupted: Mutex<bool>,
 }
 
-/// The shared pod cache with its `spec.nodeName` index.
-pub(crate) fn pod_cache(manager: &Manager) -> Store<Pod> {
-    let pods = informers::cache::<Pod>(manager);
-    let index = Index::new(NODE_NAME_INDEX, |pod: &Pod| {
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty())
-            .into_iter()
-            .collect()
-    });
-    manager
-        .store_with_index(informers::api::<Pod>(manager), informers::config(), index)
-        .unwrap_or(pods)
-}
-
-/// The pods bound to `node` (empty if the index is missing, which cannot happen once
-/// [`pod_cache`] built the store).
-pub(crate) fn pods_on_node(pods: &Store<Pod>, node: &str) -> Vec<Arc<Pod>> {
-    pods.index(NODE_NAME_INDEX, node).unwrap_or_default()
-}
-
 fn add(manager: &mut Manager, setup: Setup) {
     add_with(manager, setup, Config::default());
 }
@@ -152,7 +127,7 @@ pub fn add_with(manager: &mut Manager, setup: Setup, config: Config) {
         config,
         nodes: nodes.clone(),
         leases: informers::cache::<Lease>(manager),
-        pods: pod_cache(manager),
+        pods: informers::pods_by_node(manager),
         health: Mutex::new(HashMap::new()),
         known: Mutex::new(BTreeSet::new()),
         retry: Mutex::new(BTreeSet::new()),
@@ -580,7 +555,7 @@ async fn mark_pods_not_ready_if_needed(
 /// kcm's `MarkPodsNotReady`: each pod on the node gets `Ready` False, and a `NodeNotReady`
 /// warning.
 async fn mark_pods_not_ready(ctx: &Ctx, node: &str) -> Result<()> {
-    for pod in pods_on_node(&ctx.pods, node) {
+    for pod in informers::pods_on(&ctx.pods, node) {
         let Some(ready) = crate::pods::condition(&pod, "Ready") else {
             continue;
         };

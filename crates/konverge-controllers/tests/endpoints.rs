@@ -387,7 +387,8 @@ async fn a_terminating_pod_is_serving_and_terminating_but_not_ready() {
     .await;
     assert!(ips(&ep.subsets.as_ref().expect("subsets")[0].not_ready_addresses).is_empty());
 
-    // Let the pod go.
+    // Let the pod go: its finalizer released, then deleted for good (no kubelet runs its
+    // node to end its grace period).
     pods.patch(
         "shop-0",
         &PatchParams::default(),
@@ -395,6 +396,9 @@ async fn a_terminating_pod_is_serving_and_terminating_but_not_ready() {
     )
     .await
     .expect("released");
+    pods.delete("shop-0", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("deleted for good");
     support::wait_for_list(
         &slices_api(&client),
         "kubernetes.io/service-name=shop",

@@ -521,7 +521,17 @@ async fn a_deleted_pod_is_stopped_and_removed_for_good() {
     pods.delete("gone", &DeleteParams::default())
         .await
         .expect("the pod is deleted");
-    assert!(pods.get_opt("gone").await.expect("a read").is_none());
+    // Terminating (its grace period) until the kubelet stopped it and deleted it for good.
+    let terminating = pods.get_opt("gone").await.expect("a read");
+    assert!(terminating.is_some_and(|p| p.metadata.deletion_timestamp.is_some()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while pods.get_opt("gone").await.expect("a read").is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gone hangs Terminating"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // A finalizer keeps a deleted pod Terminating: its containers are stopped meanwhile.
     let pods = create_pod(&env, "held", json!({}), json!({})).await;
@@ -550,16 +560,18 @@ async fn a_deleted_pod_is_stopped_and_removed_for_good() {
         ("False", Some("PodCompleted"))
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    // This server marks every deletion with a grace period of 0 already, so the simulated
-    // kubelet has nothing to delete again (on a cluster it deletes with grace 0 itself), and
-    // the stopped status is written once.
+    // The deletion gave the pod its grace period: the kubelet stopped its containers
+    // (the stopped status written once) and then deleted it with grace 0, once; the
+    // finalizer holds it meanwhile.
     assert_eq!(env.requests().count(Verb::Update, "pods/status"), 1);
     assert_eq!(
         env.requests().count(Verb::Delete, "pods"),
-        1,
+        2,
         "{:?}",
         env.requests()
     );
+    let pod = pods.get("held").await.expect("the pod");
+    assert_eq!(pod.metadata.deletion_grace_period_seconds, Some(0));
     let release = json!({"metadata": {"finalizers": null}});
     pods.patch("held", &PatchParams::default(), &Patch::Merge(&release))
         .await

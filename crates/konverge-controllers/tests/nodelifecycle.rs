@@ -223,7 +223,11 @@ async fn conditions_and_unschedulable_become_no_schedule_taints() {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("created");
-    support::wait_for_list(&pods, "", Duration::from_secs(5), |items| items.is_empty()).await;
+    // No kubelet runs node "a": the evicted pod stays Terminating, as on a cluster.
+    support::wait_for(&pods, "fragile", Duration::from_secs(5), |p| {
+        p.metadata.deletion_timestamp.is_some()
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

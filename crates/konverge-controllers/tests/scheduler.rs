@@ -522,8 +522,15 @@ async fn a_higher_priority_pod_preempts_the_fewest_lower_priority_pods() {
         .await
         .expect("the class is created");
     pod(&client, "high", "3", json!({"priorityClassName": "high"})).await;
-    // Nothing plays the kubelet's graceful termination here: the victim goes at once, and
-    // the preemptor takes its place.
+    // The victim terminates gracefully; the test plays its kubelet's final delete, and the
+    // preemptor takes its place.
+    support::wait_for(&pods, "low-0", Duration::from_secs(10), |p| {
+        p.metadata.deletion_timestamp.is_some()
+    })
+    .await;
+    pods.delete("low-0", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("the kubelet's final delete");
     assert_eq!(bound(&client, "high").await, "node-a");
     let high = pods.get("high").await.expect("high");
     let nominated = high

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use konverge_apiserver::registry::WatchCacheConfig;
 use konverge_apiserver::serve::{Serve, Serving};
 use konverge_apiserver::{ApiServer, AuthorizationMode};
-use konverge_controllers::kubelet::SimulatedNodes;
+use konverge_controllers::kubelet::{Kubelets, SimulatedNodes};
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{Clock, ControllerManager, Selection};
 use konverge_runtime::RunningManager;
@@ -129,6 +129,7 @@ pub struct TestEnvBuilder {
     /// issued before a restart still authenticate after it.
     service_account_key: Vec<u8>,
     nodes: usize,
+    zones: Vec<String>,
 }
 
 impl TestEnvBuilder {
@@ -238,6 +239,16 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Spreads the simulated nodes ([`nodes`](Self::nodes)) over these zones, round robin in
+    /// the order given: `node-1` in the first, `node-2` in the second, ... — each labelled
+    /// `topology.kubernetes.io/zone`, as a cloud provider's nodes are, for topology spread
+    /// and affinity to act on, and for [`Fault::ZoneOutage`](crate::Fault::ZoneOutage)
+    /// (default: no zones).
+    pub fn zones(mut self, zones: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.zones = zones.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// An API server alone: no kube-controller-manager controllers
     /// ([`controllers`](Self::controllers)`(Selection::none())`). The server's own control
     /// loops (garbage collection, namespace finalization) still run; see
@@ -302,11 +313,12 @@ impl TestEnvBuilder {
             Some((url, _)) => socket_client(url, &inner.token, "default")?,
             None => in_process_client(&inner, &inner.token, "default"),
         };
-        let controllers = start_controllers(&inner).await?;
+        let (controllers, kubelets) = start_controllers(&inner).await?;
         Ok(TestEnv {
             client,
             socket,
             inner,
+            kubelets,
             _controllers: controllers,
         })
     }
@@ -399,12 +411,15 @@ fn direct_client_weak(
 }
 
 /// Starts the controllers the builder selected, as `konverge up` does: informers as
-/// `system:kube-controller-manager`, each controller as its ServiceAccount, past the faults.
-async fn start_controllers(inner: &Arc<Inner>) -> Result<Option<RunningManager>, Error> {
+/// `system:kube-controller-manager`, each controller as its ServiceAccount, past the faults;
+/// and the simulated nodes, whose kubelets' handle comes back.
+async fn start_controllers(
+    inner: &Arc<Inner>,
+) -> Result<(Option<RunningManager>, Option<Kubelets>), Error> {
     let selection = inner.builder.controllers.clone();
     let nodes = inner.builder.nodes;
     if selection.enabled().next().is_none() && nodes == 0 {
-        return Ok(None);
+        return Ok((None, None));
     }
     let kcm = direct_client(inner, None, Some("system:kube-controller-manager"));
     let admin = direct_client(inner, None, None);
@@ -416,11 +431,14 @@ async fn start_controllers(inner: &Arc<Inner>) -> Result<Option<RunningManager>,
         .selection(selection)
         .credentials(tokens)
         .clock(Clock::tokio());
+    let mut kubelets = None;
     if nodes > 0 {
-        manager = manager.simulated_nodes(SimulatedNodes::new(nodes), admin);
+        let simulated = SimulatedNodes::new(nodes).zones(inner.builder.zones.clone());
+        kubelets = Some(simulated.kubelets());
+        manager = manager.simulated_nodes(simulated, admin);
     }
     let running = manager.spawn().await.map_err(Error::Controllers)?;
-    Ok(Some(running))
+    Ok((Some(running), kubelets))
 }
 
 fn in_process_client(inner: &Arc<Inner>, token: &str, namespace: &str) -> kube::Client {
@@ -490,6 +508,8 @@ pub struct TestEnv {
     /// The URL and address of the loopback port; `None` in-process.
     socket: Option<(String, SocketAddr)>,
     inner: Arc<Inner>,
+    /// The simulated nodes' kubelets, when there are any.
+    kubelets: Option<Kubelets>,
     /// kube-controller-manager's controllers (stopped when dropped).
     _controllers: Option<RunningManager>,
 }
@@ -612,7 +632,17 @@ impl TestEnv {
             service_account_key:
                 konverge_apiserver::auth::tokens::ServiceAccountTokens::generate_key(),
             nodes: 0,
+            zones: Vec::new(),
         }
+    }
+
+    /// The simulated nodes' kubelets ([`TestEnvBuilder::nodes`]), to act on them as a
+    /// cluster's nodes are acted on: stop and start a kubelet (a node lost and back), crash
+    /// a pod's containers, make the next pods admitted fail to pull or start slowly. `None`
+    /// without simulated nodes. [`FaultPlan::run_on`](crate::FaultPlan::run_on) uses it for
+    /// the plan's cluster faults.
+    pub fn kubelets(&self) -> Option<Kubelets> {
+        self.kubelets.clone()
     }
 
     /// A client for the server, as the admin, through the [`Faults`] (a cheap clone; all

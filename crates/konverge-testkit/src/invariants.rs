@@ -1,7 +1,7 @@
 //! Invariants of a whole controller, checked while a test drives its inputs: it converges,
 //! a resync of a converged world writes nothing, no object grows under add/remove churn,
 //! no object is rewritten again and again, finalizers are released, children are created in
-//! dependency order.
+//! dependency order, and properties given to [`Invariants::always`] hold on every change.
 //!
 //! [`Invariants`] watches the resources a test names, straight from the server (past the
 //! faults, and outside the [`RequestLog`]), and keeps every change it sees: the object, its
@@ -197,6 +197,24 @@ pub enum Violation {
         /// Each object, its finalizers and who set them.
         held: Vec<String>,
     },
+    /// A property given to [`Invariants::always`] did not hold, for longer than its grace.
+    #[error("invariant {invariant:?} broken for {lasted:?}{} (grace {grace:?}), from {since:?} after the checks started: {reason}{}", if *.ongoing { " and still broken" } else { "" }, .after.as_ref().map(|c| format!("\n  first broken by: {c}")).unwrap_or_default())]
+    Broken {
+        /// The property's name.
+        invariant: String,
+        /// What its check said when the breach began.
+        reason: String,
+        /// When the breach began, from [`InvariantsBuilder::start`].
+        since: Duration,
+        /// How long it lasted (until the check, if it is still broken).
+        lasted: Duration,
+        /// How long a breach was allowed to last.
+        grace: Duration,
+        /// Whether it was still broken when checked.
+        ongoing: bool,
+        /// The change after which it broke (`None`: it did not hold when it was given).
+        after: Option<String>,
+    },
     /// A child was created before the children it depends on.
     #[error("out of order: {created} was created before any {dependency}{}", .owner.as_ref().map(|o| format!(" (owner {o})")).unwrap_or_default())]
     OutOfOrder {
@@ -228,11 +246,82 @@ struct State {
     history: Vec<Change>,
     /// Watches that have listed everything once.
     ready: usize,
+    /// What [`Invariants::always`] was given, evaluated on every change.
+    properties: Vec<Property>,
+}
+
+/// A check of the world as a whole, for [`Invariants::always`].
+type Check = Box<dyn Fn(&World) -> Result<(), String> + Send + Sync>;
+
+/// A property that must hold of the world on every change, give or take `grace`.
+struct Property {
+    name: String,
+    grace: Duration,
+    check: Check,
+    /// The breach going on now, if any.
+    open: Option<Breach>,
+    /// The first breach that outlasted the grace, and how long it lasted.
+    broken: Option<(Breach, Duration)>,
+}
+
+/// A stretch of time over which a property did not hold.
+#[derive(Debug, Clone)]
+struct Breach {
+    since: Instant,
+    /// What the check said when the breach began.
+    reason: String,
+    /// The change after which it began (none: when the property was given).
+    after: Option<String>,
+}
+
+impl Property {
+    /// Checks `world` as of `now`; `after` describes the change that made it so.
+    fn evaluate(&mut self, world: &World, now: Instant, after: impl FnOnce() -> Option<String>) {
+        match ((self.check)(world), &self.open) {
+            (Ok(()), Some(breach)) => {
+                let lasted = now.saturating_duration_since(breach.since);
+                if lasted > self.grace && self.broken.is_none() {
+                    self.broken = Some((breach.clone(), lasted));
+                }
+                self.open = None;
+            }
+            (Err(reason), None) => {
+                self.open = Some(Breach {
+                    since: now,
+                    reason,
+                    after: after(),
+                });
+            }
+            (Ok(()), None) | (Err(_), Some(_)) => {}
+        }
+    }
+
+    /// The first breach longer than the grace, counting one still open at `now`.
+    fn violation(&self, started: Instant, now: Instant) -> Option<Violation> {
+        let (breach, lasted, ongoing) = match (&self.broken, &self.open) {
+            (Some((breach, lasted)), _) => (breach, *lasted, false),
+            (None, Some(open)) if now.saturating_duration_since(open.since) > self.grace => {
+                (open, now.saturating_duration_since(open.since), true)
+            }
+            _ => return None,
+        };
+        Some(Violation::Broken {
+            invariant: self.name.clone(),
+            reason: breach.reason.clone(),
+            since: breach.since.saturating_duration_since(started),
+            lasted,
+            grace: self.grace,
+            ongoing,
+            after: breach.after.clone(),
+        })
+    }
 }
 
 struct Shared {
     state: Mutex<State>,
     changed: Notify,
+    /// When the watches started.
+    started: Instant,
 }
 
 impl Shared {
@@ -279,12 +368,18 @@ impl Shared {
                 .as_str()
                 .and_then(|rv| rv.parse().ok()),
         };
-        state.history.push(change);
         if deleted {
             state.world.objects.remove(&key);
         } else {
             state.world.objects.insert(key, Arc::new(object.clone()));
         }
+        let State {
+            world, properties, ..
+        } = &mut *state;
+        for property in properties.iter_mut() {
+            property.evaluate(world, change.at, || Some(describe(&change)));
+        }
+        state.history.push(change);
         drop(state);
         self.changed.notify_waiters();
     }
@@ -401,6 +496,7 @@ impl InvariantsBuilder<'_> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Notify::new(),
+            started: Instant::now(),
         });
         // Past the faults and the request log: the observer must see every change, and
         // must not count as a client of the controller under test.
@@ -538,6 +634,72 @@ impl Invariants {
             .rev()
             .map(describe)
             .collect()
+    }
+
+    /// **Always**: `check` must accept the world (the objects as last seen) on every change
+    /// the watches see from now on — a safety property, such as "a WebApp is never
+    /// Available while fewer of its pods are ready than it asks for", where
+    /// [`converges`](Self::converges) says only where things end up. It is evaluated now
+    /// and after every change of a watched object, in the order the changes were seen; a
+    /// breach runs from the change after which `check` first said `Err(reason)` to the
+    /// change after which it said `Ok` again. [`always_held`](Self::always_held) reports
+    /// the first breach that lasted longer than `grace`, under `name`.
+    ///
+    /// Why a grace: a status derived from other objects trails them. When a pod stops being
+    /// ready, its ReplicaSet's status, then its Deployment's, then an operator's status
+    /// follow, each a write after the one before — and each resource is watched on its own
+    /// stream, so the order the checks see changes of different resources in is not quite
+    /// the order they happened in. `grace` is how long the world may disagree with itself;
+    /// zero makes every disagreement a violation. Tokio's clock measures it, so in paused
+    /// time a breach lasts exactly as long as the simulated world took to catch up.
+    ///
+    /// ```no_run
+    /// # async fn example(check: konverge_testkit::Invariants) -> Result<(), konverge_testkit::Violation> {
+    /// use std::time::Duration;
+    ///
+    /// check.always("at most 3 config maps", Duration::ZERO, |world| {
+    ///     match world.list("configmaps").count() {
+    ///         n if n <= 3 => Ok(()),
+    ///         n => Err(format!("{n} config maps")),
+    ///     }
+    /// });
+    /// // ... drive the controller ...
+    /// check.always_held()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn always(
+        &self,
+        name: impl Into<String>,
+        grace: Duration,
+        check: impl Fn(&World) -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        let mut property = Property {
+            name: name.into(),
+            grace,
+            check: Box::new(check),
+            open: None,
+            broken: None,
+        };
+        let mut state = self.shared.state();
+        property.evaluate(&state.world, Instant::now(), || None);
+        state.properties.push(property);
+    }
+
+    /// Whether every property given to [`always`](Self::always) held: the first breach
+    /// (in the order the properties were given) that lasted longer than its grace, a breach
+    /// still going on included, is a [`Violation::Broken`] naming the property, what its
+    /// check said, when the breach began and after which change.
+    pub fn always_held(&self) -> Result<(), Violation> {
+        let state = self.shared.state();
+        let now = Instant::now();
+        match state
+            .properties
+            .iter()
+            .find_map(|p| p.violation(self.shared.started, now))
+        {
+            Some(violation) => Err(violation),
+            None => Ok(()),
+        }
     }
 
     /// **Converges**: waits until `desired` accepts the world and nothing has changed for the

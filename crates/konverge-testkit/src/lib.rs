@@ -50,12 +50,23 @@
 //! and stale caches) from a seed: the same seed replays the same faults, and a plan prints
 //! its seed.
 //!
+//! [`FaultPlan::cluster`] adds faults of the cluster under the controller, for an
+//! environment with simulated nodes ([`TestEnvBuilder::nodes`], spread over
+//! [`TestEnvBuilder::zones`]): nodes lost for a while or for good, nodes drained as `kubectl
+//! drain` does (PodDisruptionBudgets respected), zones down, containers crashing, image
+//! pulls failing, pods slow to start, pods evicted — nodes and pods [picked](Pick) by the
+//! seed. [`FaultPlan::run_on`] carries a plan out on a [`TestEnv`], the cluster faults
+//! through its kubelets ([`TestEnv::kubelets`], [`Kubelets`]), and reports what each fault
+//! did and to which node or pod ([`Happened`]).
+//!
 //! [`TestEnv::invariants`] checks a whole controller while a test drives its inputs
 //! ([`Invariants`]): it **converges** (the desired state is reached and writes stop), is
 //! **idempotent** (a resync of a converged world writes nothing), stays **bounded** (no
 //! object grows when the same inputs are added and removed again and again, nothing nears
 //! 1.5 MiB), has **no hot loop** (no object rewritten over and over), **releases
-//! finalizers**, and creates children **in dependency order**. A failed check is a
+//! finalizers**, and creates children **in dependency order**; a property of the test's
+//! own holds **always**, on every change the watches see ([`Invariants::always`]). A failed
+//! check is a
 //! [`Violation`] that names the object, the field manager and the fields.
 //!
 //! # Paused time
@@ -74,7 +85,9 @@
 //!   [`TestEnv::in_process_client`] and [`TestEnv::direct_client`], every fault
 //!   ([`Faults::delay`] and a restart's `down` are Tokio sleeps), the [`RequestLog`],
 //!   [`TestEnv::restart`], in-process webhooks ([`TestEnvBuilder::webhook`]), [`Invariants`]
-//!   and [`FaultPlan`]s (Tokio timers);
+//!   and [`FaultPlan`]s (Tokio timers), kube-controller-manager's controllers and the
+//!   simulated nodes with their cluster faults (on Tokio's clock: minutes of a node's life
+//!   take a second or two);
 //! - does not: the disk store ([`TestEnvBuilder::disk`]; its work runs on threads of its own,
 //!   which the virtual clock does not wait for), anything over a socket — the loopback port of
 //!   an environment that is not in-process, admission webhooks reached over HTTPS, an HTTP
@@ -146,13 +159,16 @@
 //! - [`Faults`], [`Rule`], [`Failure`], [`FaultLayer`]: fault injection; the layer also
 //!   wraps [`ApiServer::router`](konverge_apiserver::ApiServer::router) for in-process tests
 //!   without a socket.
-//! - [`FaultPlan`], [`Step`], [`Fault`]: seeded schedules of faults.
+//! - [`FaultPlan`], [`Step`], [`Fault`], [`Pick`], [`Happened`]: seeded schedules of
+//!   faults, of the API and of the cluster; [`Kubelets`], [`KubeletRule`],
+//!   [`KubeletBehaviour`]: the simulated nodes' kubelets, acted on directly.
 //! - [`Invariants`], [`InvariantsBuilder`], [`Violation`], [`World`], [`Change`],
 //!   [`ObjectRef`]: invariant checks over a whole controller.
 //! - [`RequestLog`], [`RequestRecord`], [`RequestInfo`], [`Verb`]: request accounting, and how
 //!   a request's verb and resource are read from its method and path (as kube-apiserver
 //!   does).
 
+mod cluster;
 mod env;
 mod faults;
 mod invariants;
@@ -163,6 +179,7 @@ mod requests;
 mod stale;
 mod webhooks;
 
+pub use cluster::{Happened, Pick};
 pub use env::{Error, TestEnv, TestEnvBuilder};
 pub use faults::{Failure, FaultLayer, FaultService, Faults, Rule};
 pub use http::StatusCode;
@@ -171,6 +188,9 @@ pub use invariants::{
     World,
 };
 pub use konverge_apiserver::admission::{Decision, Ran, Record as AdmissionRecord};
+pub use konverge_controllers::kubelet::{
+    Behaviour as KubeletBehaviour, Kubelets, Rule as KubeletRule,
+};
 pub use permissions::{Denial, Permissions, Unused, Used};
 pub use plan::{Fault, FaultPlan, Step};
 pub use request_info::{RequestInfo, Verb};

@@ -482,9 +482,35 @@ async fn resource(
         (_, Some("eviction")) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
+            let mut opts = crate::registry::DeleteOptions {
+                dry_run: query.write_options()?.dry_run,
+                ..Default::default()
+            };
+            if let Some(delete) = obj.get("deleteOptions").filter(|d| d.is_object()) {
+                request::apply_delete_options(&mut opts, delete)?;
+            }
             let answer =
-                crate::registry::subresources::evict(registry, ns, name.unwrap_or(""), obj).await?;
+                crate::registry::subresources::evict(registry, ns, name.unwrap_or(""), obj, &opts)
+                    .await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
+        }
+        (_, Some("log")) if rt.group.is_empty() && rt.plural == "pods" => {
+            let name = name.unwrap_or("");
+            let opts = crate::logs::LogOptions::parse(req.uri().query())?;
+            opts.validate(name)?;
+            let pod = crate::logs::read_pod(registry, ns, name).await?;
+            let hook = server.pod_logs();
+            let answer = crate::logs::answer(hook.as_deref(), &pod, &opts, jiff::Timestamp::now())?;
+            return match answer {
+                crate::logs::Answer::Log(text) => {
+                    Ok(bytes_response(StatusCode::OK, text, Some("text/plain")))
+                }
+                crate::logs::Answer::NoNode => Ok(StatusCode::NO_CONTENT.into_response()),
+                crate::logs::Answer::NoKubelet => Err(
+                    crate::registry::subresources::needs_kubelet(registry, &rt, ns, name, "log")
+                        .await,
+                ),
+            };
         }
         (_, Some(kubelet @ ("log" | "exec" | "attach" | "portforward" | "proxy"))) => {
             if kubelet != "log" {
@@ -740,6 +766,11 @@ async fn resource(
             let (deleted, warnings) = registry.delete_warned(&rt, ns, name, &opts).await?;
             let response = match deleted {
                 Deleted::Pending(obj) => respond(StatusCode::OK, &obj, protobuf),
+                // Pods answer with the pod as it was last (kube-apiserver's pod storage
+                // returns deleted objects); other kinds with a Status.
+                Deleted::Gone(obj) if rt.group.is_empty() && rt.plural == "pods" => {
+                    respond(StatusCode::OK, &obj, protobuf)
+                }
                 Deleted::Gone(obj) => {
                     let status = json!({
                         "kind": "Status",

@@ -176,6 +176,7 @@ pub(crate) struct Query {
     field_manager: Option<String>,
     pub(crate) force: Option<bool>,
     propagation_policy: Option<String>,
+    grace_period_seconds: Option<String>,
     pub(crate) include_object: IncludeObject,
 }
 
@@ -231,6 +232,7 @@ impl Query {
                 "fieldManager" => q.field_manager = Some(value),
                 "force" => q.force = Some(parse_bool("force", &value)?),
                 "propagationPolicy" => q.propagation_policy = Some(value),
+                "gracePeriodSeconds" => q.grace_period_seconds = Some(value),
                 "includeObject" => {
                     q.include_object = match value.as_str() {
                         "None" => IncludeObject::None,
@@ -243,8 +245,8 @@ impl Query {
                         }
                     }
                 }
-                // Accepted and meaningless here: pretty-printing, gracePeriodSeconds on
-                // objects without grace periods, and the legacy orphanDependents.
+                // Accepted and meaningless here: pretty-printing and the legacy
+                // orphanDependents.
                 _ => {}
             }
         }
@@ -361,32 +363,56 @@ impl Query {
         let mut opts = DeleteOptions {
             dry_run: self.dry_run()?,
             propagation: parse_propagation(self.propagation_policy.as_deref())?,
+            grace_period_seconds: match self.grace_period_seconds.as_deref() {
+                None | Some("") => None,
+                Some(text) => Some(text.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "strconv.ParseInt: parsing {text:?}: invalid syntax"
+                    ))
+                })?),
+            },
             ..DeleteOptions::default()
         };
         if body.is_empty() {
             return Ok(opts);
         }
-        let body = decode_object(body)?;
-        if let Some(policy) = body.get("propagationPolicy").and_then(Value::as_str) {
-            opts.propagation = parse_propagation(Some(policy))?;
-        }
-        if body.get("orphanDependents") == Some(&Value::Bool(true)) && opts.propagation.is_none() {
-            opts.propagation = Some(Propagation::Orphan);
-        }
-        if let Some(dry_run) = body.get("dryRun").and_then(Value::as_array) {
-            opts.dry_run |= dry_run.iter().any(|v| v == "All");
-        }
-        if let Some(uid) = body.pointer("/preconditions/uid").and_then(Value::as_str) {
-            opts.precondition_uid = Some(uid.to_string());
-        }
-        if let Some(rv) = body
-            .pointer("/preconditions/resourceVersion")
-            .and_then(Value::as_str)
-        {
-            opts.precondition_resource_version = Some(rv.to_string());
-        }
+        apply_delete_options(&mut opts, &decode_object(body)?)?;
         Ok(opts)
     }
+}
+
+/// Takes what a `DeleteOptions` object (a DELETE's body, an Eviction's `deleteOptions`) sets
+/// into `opts`.
+pub(crate) fn apply_delete_options(opts: &mut DeleteOptions, body: &Value) -> Result<()> {
+    if let Some(policy) = body.get("propagationPolicy").and_then(Value::as_str) {
+        opts.propagation = parse_propagation(Some(policy))?;
+    }
+    if body.get("orphanDependents") == Some(&Value::Bool(true)) && opts.propagation.is_none() {
+        opts.propagation = Some(Propagation::Orphan);
+    }
+    if let Some(dry_run) = body.get("dryRun").and_then(Value::as_array) {
+        opts.dry_run |= dry_run.iter().any(|v| v == "All");
+    }
+    match body.get("gracePeriodSeconds") {
+        None | Some(Value::Null) => {}
+        Some(grace) => {
+            opts.grace_period_seconds = Some(grace.as_i64().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "json: cannot unmarshal {grace} into Go struct field DeleteOptions.gracePeriodSeconds of type int64"
+                ))
+            })?);
+        }
+    }
+    if let Some(uid) = body.pointer("/preconditions/uid").and_then(Value::as_str) {
+        opts.precondition_uid = Some(uid.to_string());
+    }
+    if let Some(rv) = body
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str)
+    {
+        opts.precondition_resource_version = Some(rv.to_string());
+    }
+    Ok(())
 }
 
 fn parse_propagation(policy: Option<&str>) -> Result<Option<Propagation>> {

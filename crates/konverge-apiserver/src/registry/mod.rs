@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 pub use cache::WatchCacheConfig;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};
-use update::{Change, Outcome, mark_deleted};
+use update::{Change, Outcome, decide_delete};
 pub use watch::{WatchEvent, WatchOptions};
 
 use crate::admission::Operation;
@@ -130,6 +130,10 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     /// `preconditions.resourceVersion`.
     pub precondition_resource_version: Option<String>,
+    /// `gracePeriodSeconds`: how long a pod may take to stop (its
+    /// `terminationGracePeriodSeconds` when unset; negative means one second). Objects
+    /// without graceful deletion ignore it.
+    pub grace_period_seconds: Option<i64>,
     /// Who deletes (`None`: the server itself), as admission sees it.
     pub user: Option<crate::auth::user::UserInfo>,
 }
@@ -139,7 +143,8 @@ pub struct DeleteOptions {
 pub enum Deleted {
     /// The object is gone; this is how it was.
     Gone(Value),
-    /// The object waits for finalizers; this is how it is now (with `deletionTimestamp`).
+    /// The object waits for finalizers or for its grace period (a pod that is terminating);
+    /// this is how it is now (with `deletionTimestamp`).
     Pending(Value),
 }
 
@@ -1186,7 +1191,15 @@ impl Registry {
         if &unchanged == current {
             return Ok(Change::Unchanged(unchanged));
         }
-        if merged.pointer("/metadata/deletionTimestamp").is_some()
+        // An update that removes the last finalizer deletes the object, unless a graceful
+        // deletion is still counting down (a terminating pod goes when its kubelet deletes
+        // it), as kube-apiserver's `shouldDeleteDuringUpdate`.
+        let grace_left = current
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if current.pointer("/metadata/deletionTimestamp").is_some()
+            && grace_left == 0
             && meta::pending_finalizers(&merged, is_namespace(rt)).is_empty()
         {
             return Ok(Change::Delete(merged));
@@ -1270,7 +1283,7 @@ impl Registry {
                         ),
                     ));
                 }
-                Ok(mark_deleted(rt, current, opts.propagation))
+                Ok(decide_delete(rt, current, opts, jiff::Timestamp::now()))
             })
             .await?;
         if outcome == Outcome::Deleted && rt.allocates_addresses && !opts.dry_run {

@@ -1,7 +1,8 @@
 //! Subresources and resources that act rather than store: binding a pod to a node, evicting
-//! a pod (honouring its PodDisruptionBudget), the component statuses, and the kubelet
-//! subresources (logs, exec, attach, port forwarding, proxies) that a server without nodes
-//! answers as kube-apiserver answers for a pod with no reachable node.
+//! a pod (honouring its PodDisruptionBudget, and deleting it gracefully), the component
+//! statuses, and the kubelet subresources (exec, attach, port forwarding, proxies; logs when
+//! no [`PodLogs`](crate::PodLogs) hook answers them) that a server without nodes answers as
+//! kube-apiserver answers for a pod with no reachable node.
 
 use serde_json::{Value, json};
 
@@ -102,13 +103,25 @@ pub async fn bind(
     Ok(success(201))
 }
 
-/// `POST .../pods/{name}/eviction`: deletes the pod unless that would take a
-/// PodDisruptionBudget below what it allows.
+/// How often an eviction retries a write that lost a race (kube's `EvictionsRetry` steps).
+const EVICTION_RETRIES: usize = 20;
+/// How many evictions a budget may have pending before it refuses more
+/// (`MaxDisruptedPodSize`).
+const MAX_DISRUPTED_PODS: usize = 2000;
+
+/// `POST .../pods/{name}/eviction`, as kube-apiserver's `EvictionREST`: a pod that has
+/// finished, never started or is terminating is deleted at once; otherwise its
+/// PodDisruptionBudget must allow a disruption, which the eviction takes off the budget
+/// (`disruptionsAllowed` decremented, the pod recorded in `disruptedPods`, guarded by the
+/// budget's resourceVersion) before deleting the pod. The delete is the Eviction's
+/// `deleteOptions` (`opts`, with the request's dry run), so the pod terminates gracefully as
+/// any deleted pod.
 pub async fn evict(
     registry: &Registry,
     ns: Option<&str>,
     name: &str,
     eviction: Value,
+    opts: &DeleteOptions,
 ) -> Result<Value> {
     let body_name = eviction
         .pointer("/metadata/name")
@@ -120,87 +133,293 @@ pub async fn evict(
         ));
     }
     let pods = pods(registry)?;
-    let pod = registry.get(&pods, ns, name, None).await?;
-    let phase = pod
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    // Pods that have finished (or never started) do not count against a budget.
-    let guarded = !matches!(phase, "Succeeded" | "Failed" | "Pending");
-    if guarded
-        && let Some(budgets) = registry
-            .catalog()
-            .get("policy", "v1", "poddisruptionbudgets")
-    {
-        let labels = crate::resources::meta::labels(&pod);
-        let listed = registry
-            .list(&budgets, ns, &crate::registry::ListOptions::default())
-            .await?;
-        let matching: Vec<&Value> = listed
-            .items
-            .iter()
-            .map(|b| &**b)
-            .filter(|b| {
-                b.pointer("/spec/selector")
-                    .filter(|s| s.is_object())
-                    .and_then(|s| konverge_apimachinery::selector::LabelSelector::from_json(s).ok())
-                    .is_some_and(|s| !s.is_empty() && s.matches(&labels))
-            })
-            .collect();
-        if matching.len() > 1 {
-            return Err(ApiError::internal(
-                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            ));
+    let client_resource_version = opts.precondition_resource_version.is_some();
+    let mut attempt = 0;
+    let pod = loop {
+        let pod = registry.get(&pods, ns, name, None).await?;
+        if !ignores_budgets(&pod) {
+            break pod;
         }
-        if let Some(budget) = matching.first() {
-            let allowed = budget
-                .pointer("/status/disruptionsAllowed")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if allowed <= 0 {
-                let budget_name = budget
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let desired = budget
-                    .pointer("/status/desiredHealthy")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let healthy = budget
-                    .pointer("/status/currentHealthy")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let mut err = ApiError::too_many_requests(
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                    0,
-                );
-                err.details = Some(Box::new(Details {
-                    causes: vec![crate::error::Cause {
-                        reason: "DisruptionBudget".into(),
-                        message: format!(
-                            "The disruption budget {budget_name} needs {desired} healthy pods and has {healthy} currently"
-                        ),
-                        field: String::new(),
-                    }],
-                    ..Details::default()
-                }));
-                return Err(err);
+        // A pending pod could start and become ready meanwhile: delete only the pod read.
+        let mut delete = opts.clone();
+        if !finished_or_terminating(&pod) && !client_resource_version {
+            delete.precondition_resource_version = resource_version(&pod);
+        }
+        match registry.delete(&pods, ns, name, &delete).await {
+            Ok(_) => return Ok(success(201)),
+            Err(e)
+                if e.reason == Reason::Conflict
+                    && !client_resource_version
+                    && attempt + 1 < EVICTION_RETRIES =>
+            {
+                attempt += 1;
             }
+            Err(e) => return Err(e),
+        }
+    };
+    let Some(budget) = budget_of(registry, ns, &pod).await? else {
+        registry.delete(&pods, ns, name, opts).await?;
+        return Ok(success(201));
+    };
+    let budget_name = str_at(&budget, "/metadata/name").to_string();
+    let desired = int_at(&budget, "/status/desiredHealthy");
+    let healthy = int_at(&budget, "/status/currentHealthy");
+    // An unready pod is not among the healthy ones: when the budget is met without it, it
+    // goes without taking a disruption, as long as it does not become ready meanwhile.
+    let unready_spare = !pod_ready(&pod) && healthy >= desired && desired > 0;
+    let mut delete = opts.clone();
+    if unready_spare {
+        if !client_resource_version {
+            delete.precondition_resource_version = resource_version(&pod);
+        }
+    } else {
+        take_disruption(registry, ns, budget, name, opts.dry_run).await?;
+    }
+    match registry.delete(&pods, ns, name, &delete).await {
+        Ok(_) => Ok(success(201)),
+        Err(e) if e.reason == Reason::Conflict && unready_spare && !client_resource_version => {
+            Err(still_processing(&budget_name))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Pods whose eviction disrupts nothing more (kube's `canIgnorePDB`).
+fn ignores_budgets(pod: &Value) -> bool {
+    matches!(
+        str_at(pod, "/status/phase"),
+        "Succeeded" | "Failed" | "Pending"
+    ) || pod.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn finished_or_terminating(pod: &Value) -> bool {
+    matches!(str_at(pod, "/status/phase"), "Succeeded" | "Failed")
+        || pod.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| str_at(c, "/type") == "Ready" && str_at(c, "/status") == "True")
+        })
+}
+
+fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn int_at(value: &Value, pointer: &str) -> i64 {
+    value.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn resource_version(value: &Value) -> Option<String> {
+    Some(str_at(value, "/metadata/resourceVersion"))
+        .filter(|rv| !rv.is_empty())
+        .map(String::from)
+}
+
+/// The one PodDisruptionBudget of the pod's namespace whose (non-empty, valid) selector
+/// matches it; more than one is refused as kube-apiserver refuses it.
+async fn budget_of(registry: &Registry, ns: Option<&str>, pod: &Value) -> Result<Option<Value>> {
+    let Some(budgets) = registry
+        .catalog()
+        .get("policy", "v1", "poddisruptionbudgets")
+    else {
+        return Ok(None);
+    };
+    let labels = crate::resources::meta::labels(pod);
+    let listed = registry
+        .list(&budgets, ns, &crate::registry::ListOptions::default())
+        .await?;
+    let mut matching = listed.items.iter().map(|b| &**b).filter(|b| {
+        b.pointer("/spec/selector")
+            .filter(|s| s.is_object())
+            .and_then(|s| konverge_apimachinery::selector::LabelSelector::from_json(s).ok())
+            .is_some_and(|s| !s.is_empty() && s.matches(&labels))
+    });
+    let first = matching.next().cloned();
+    if matching.next().is_some() {
+        return Err(ApiError::internal(
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        ));
+    }
+    Ok(first)
+}
+
+/// Takes one disruption off `budget` for `pod` (kube's `checkAndDecrement`), reading the
+/// budget again when another eviction or the disruption controller wrote it first.
+async fn take_disruption(
+    registry: &Registry,
+    ns: Option<&str>,
+    mut budget: Value,
+    pod: &str,
+    dry_run: bool,
+) -> Result<()> {
+    let budgets = registry
+        .catalog()
+        .get("policy", "v1", "poddisruptionbudgets")
+        .ok_or_else(|| ApiError::internal("poddisruptionbudgets are not served"))?;
+    let name = str_at(&budget, "/metadata/name").to_string();
+    for _ in 0..EVICTION_RETRIES {
+        let Some(decremented) = decrement(&budget, pod)? else {
+            return Ok(());
+        };
+        if dry_run {
+            return Ok(());
+        }
+        match registry
+            .update(
+                &budgets,
+                ns,
+                &name,
+                decremented,
+                Some("status"),
+                &WriteOptions::default(),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.reason == Reason::Conflict => {
+                budget = registry.get(&budgets, ns, &name, None).await?;
+            }
+            Err(e) => return Err(e),
         }
     }
-    let opts = DeleteOptions {
-        dry_run: eviction
-            .pointer("/deleteOptions/dryRun")
-            .and_then(Value::as_array)
-            .is_some_and(|d| d.iter().any(|v| v == "All")),
-        precondition_uid: eviction
-            .pointer("/deleteOptions/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(String::from),
-        ..DeleteOptions::default()
+    let mut timeout = ApiError::timeout(format!(
+        "couldn't update PodDisruptionBudget {name:?} due to conflicts"
+    ));
+    timeout.details = Some(Box::new(Details {
+        retry_after_seconds: Some(10),
+        ..Details::default()
+    }));
+    Err(timeout)
+}
+
+/// The budget with one disruption taken for `pod`, or the refusal: not yet observed by the
+/// disruption controller (429), no disruption allowed (429 naming what it needs), a
+/// negative allowance or too many evictions pending (403).
+fn decrement(budget: &Value, pod: &str) -> Result<Option<Value>> {
+    let name = str_at(budget, "/metadata/name");
+    let forbidden = |why: &str| {
+        ApiError::forbidden(
+            Target {
+                group: "policy",
+                resource: "poddisruptionbudget",
+                name,
+            },
+            why,
+        )
     };
-    registry.delete(&pods, ns, name, &opts).await?;
-    Ok(success(201))
+    if int_at(budget, "/status/observedGeneration") < int_at(budget, "/metadata/generation") {
+        return Err(still_processing(name));
+    }
+    let allowed = int_at(budget, "/status/disruptionsAllowed");
+    if allowed < 0 {
+        return Err(forbidden("pdb disruptions allowed is negative"));
+    }
+    let pending = budget
+        .pointer("/status/disruptedPods")
+        .and_then(Value::as_object)
+        .map_or(0, |m| m.len());
+    if pending > MAX_DISRUPTED_PODS {
+        return Err(forbidden(
+            "DisruptedPods map too big - too many evictions not confirmed by PDB controller",
+        ));
+    }
+    if allowed == 0 {
+        return Err(budget_refusal(
+            0,
+            format!(
+                "The disruption budget {name} needs {} healthy pods and has {} currently",
+                int_at(budget, "/status/desiredHealthy"),
+                int_at(budget, "/status/currentHealthy"),
+            ),
+        ));
+    }
+    let mut budget = budget.clone();
+    let status = budget
+        .as_object_mut()
+        .map(|o| o.entry("status").or_insert_with(|| json!({})));
+    let Some(Value::Object(status)) = status else {
+        return Ok(None);
+    };
+    status.insert("disruptionsAllowed".into(), json!(allowed - 1));
+    if allowed == 1 {
+        let observed = status
+            .get("observedGeneration")
+            .cloned()
+            .unwrap_or(json!(0));
+        insufficient_pods(status, observed);
+    }
+    let disrupted = status.entry("disruptedPods").or_insert_with(|| json!({}));
+    if let Some(disrupted) = disrupted.as_object_mut() {
+        disrupted.insert(pod.to_string(), json!(crate::resources::meta::now()));
+    } else {
+        *disrupted = json!({ pod: crate::resources::meta::now() });
+    }
+    Ok(Some(budget))
+}
+
+/// Sets the budget's `DisruptionAllowed` condition False `InsufficientPods`, as
+/// `SetStatusCondition` does (the transition time moves only when the status changes).
+fn insufficient_pods(status: &mut serde_json::Map<String, Value>, observed: Value) {
+    let conditions = status.entry("conditions").or_insert_with(|| json!([]));
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    let Some(conditions) = conditions.as_array_mut() else {
+        return;
+    };
+    let fresh = json!({
+        "type": "DisruptionAllowed",
+        "status": "False",
+        "reason": "InsufficientPods",
+        "message": "",
+        "observedGeneration": observed,
+        "lastTransitionTime": crate::resources::meta::now(),
+    });
+    match conditions
+        .iter_mut()
+        .find(|c| str_at(c, "/type") == "DisruptionAllowed")
+    {
+        Some(existing) => {
+            if str_at(existing, "/status") == "False" {
+                existing["reason"] = fresh["reason"].clone();
+                existing["message"] = fresh["message"].clone();
+                existing["observedGeneration"] = fresh["observedGeneration"].clone();
+            } else {
+                *existing = fresh;
+            }
+        }
+        None => conditions.push(fresh),
+    }
+}
+
+/// 429 with kube's `DisruptionBudget` cause.
+fn budget_refusal(retry_after_seconds: u32, cause: String) -> ApiError {
+    let mut err = ApiError::too_many_requests(
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        retry_after_seconds,
+    );
+    let mut details = err.details.take().map(|d| *d).unwrap_or_default();
+    details.causes.push(crate::error::Cause {
+        reason: "DisruptionBudget".into(),
+        message: cause,
+        field: String::new(),
+    });
+    err.details = Some(Box::new(details));
+    err
+}
+
+/// 429: the budget changed since the disruption controller last looked at it.
+fn still_processing(name: &str) -> ApiError {
+    budget_refusal(
+        10,
+        format!("The disruption budget {name} is still being processed by the server."),
+    )
 }
 
 /// The options object a connect request (`exec`, `attach`, `portforward`, `proxy`) carries

@@ -17,6 +17,9 @@ pub(crate) struct TestServer {
     pub(crate) client: kube::Client,
     #[allow(dead_code)]
     pub(crate) store: Arc<dyn KvStore>,
+    /// The server itself, for what is set on it after it is built.
+    #[allow(dead_code)]
+    pub(crate) server: Arc<ApiServer>,
     /// The server's router, to call in-process (no client retries in between).
     #[allow(dead_code)]
     pub(crate) router: axum::Router,
@@ -63,6 +66,7 @@ impl TestServer {
         let client = kube::Client::try_from(config).expect("client");
         TestServer {
             client,
+            server,
             router: in_process,
             store,
             _dir: dir,
@@ -71,7 +75,7 @@ impl TestServer {
     }
 
     /// A request to the router in-process: what the server answers, with no client in
-    /// between (kube::Client retries 429s).
+    /// between (kube::Client retries 429s). A `null` body is sent as no body.
     #[allow(dead_code)]
     pub(crate) async fn call(
         &self,
@@ -84,9 +88,11 @@ impl TestServer {
             .method(method)
             .uri(path)
             .header("content-type", "application/json")
-            .body(axum::body::Body::from(
-                serde_json::to_vec(&body).expect("json"),
-            ))
+            .body(axum::body::Body::from(if body.is_null() {
+                Vec::new()
+            } else {
+                serde_json::to_vec(&body).expect("json")
+            }))
             .expect("request");
         let response = self.router.clone().oneshot(req).await.expect("infallible");
         let code = response.status().as_u16();

@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+pub(crate) mod poll;
+
 pub(crate) struct Up {
     pub(crate) child: Child,
     pub(crate) dir: tempfile::TempDir,

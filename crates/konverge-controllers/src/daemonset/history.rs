@@ -20,14 +20,12 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::Ctx;
+use super::context::Ctx;
 use crate::controller_ref::{self, new_controller_ref};
 use crate::error::Result;
 use crate::pods;
 
-/// The label naming the revision a pod or revision belongs to
-/// (`apps.DefaultDaemonSetUniqueLabelKey`).
-pub const HASH_LABEL: &str = "controller-revision-hash";
+pub use super::context::HASH_LABEL;
 
 /// kcm's `revisionHistoryLimit` default (the API server defaults it too).
 const DEFAULT_HISTORY_LIMIT: i32 = 10;

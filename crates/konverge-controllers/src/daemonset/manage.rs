@@ -12,9 +12,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodTemplateSpec};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 
-use super::history::HASH_LABEL;
+use super::context::{Ctx, HASH_LABEL, Requeue, allows_surge, by_age, key_of, min_ready_seconds};
 use super::placement::{self, add_daemon_tolerations, pin_to_node};
-use super::{Ctx, Requeue, allows_surge, by_age, key_of, min_ready_seconds};
 use crate::controller_ref::new_controller_ref;
 use crate::error::{Error, Result};
 use crate::pods;

@@ -29,12 +29,13 @@
 //! node that is gone).
 
 pub mod backoff;
+mod context;
 pub mod history;
 pub mod manage;
 pub mod placement;
+mod strategy;
 pub mod update;
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,9 +49,8 @@ use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 
 use self::backoff::Backoff;
-use self::history::HASH_LABEL;
+use self::context::{Ctx, HASH_LABEL, Requeue, by_age, is_updated, key_of, min_ready_seconds};
 use self::manage::NodePods;
-use crate::clock::Clock;
 use crate::controller_ref::{self, controller_of, new_controller_ref};
 use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
@@ -69,18 +69,6 @@ pub const DAEMONSET: Descriptor = Descriptor {
 
 /// kcm's `ConcurrentDaemonSetSyncs` default.
 const WORKERS: usize = 2;
-
-/// What the reconciler works with.
-struct Ctx {
-    client: kube::Client,
-    clock: Clock,
-    events: Events,
-    expectations: Arc<Expectations>,
-    backoff: Backoff,
-    pods: Store<Pod>,
-    nodes: Store<Node>,
-    revisions: Store<ControllerRevision>,
-}
 
 fn add(manager: &mut Manager, setup: Setup) {
     let daemon_sets = informers::cache::<DaemonSet>(manager);
@@ -127,11 +115,6 @@ fn add(manager: &mut Manager, setup: Setup) {
             node_trigger(daemon_sets),
         );
     manager.add(controller, reconcile, ctx);
-}
-
-/// The key expectations are kept under: `namespace/name`.
-fn key_of(ds: &DaemonSet) -> String {
-    format!("{}/{}", ds.namespace().unwrap_or_default(), ds.name_any())
 }
 
 fn key_of_parts(key: &ObjectKey) -> String {
@@ -261,57 +244,6 @@ fn node_trigger(
             }
         }
     }
-}
-
-/// The shortest delay after which a sync wants to look again.
-#[derive(Debug, Default)]
-struct Requeue(Option<Duration>);
-
-impl Requeue {
-    fn within(&mut self, delay: Duration) {
-        self.0 = Some(self.0.map_or(delay, |d| d.min(delay)));
-    }
-
-    fn action(&self) -> Action {
-        self.0.map_or_else(Action::await_change, Action::requeue)
-    }
-}
-
-fn min_ready_seconds(ds: &DaemonSet) -> i32 {
-    ds.spec
-        .as_ref()
-        .and_then(|s| s.min_ready_seconds)
-        .unwrap_or(0)
-}
-
-/// Whether `ds` may run two pods on a node during an update (kcm's `AllowsSurge`).
-fn allows_surge(ds: &DaemonSet) -> bool {
-    update::surge_count(ds, 1).is_ok_and(|n| n > 0)
-}
-
-/// Whether `pod` runs the revision `hash` (kcm's `IsPodUpdated`). kcm also compares the
-/// `pod-template-generation` label, but against the printed address of the generation
-/// rather than its value, so that comparison never holds; only the hash decides.
-fn is_updated(pod: &Pod, hash: &str) -> bool {
-    !hash.is_empty() && pods::labels(pod).get(HASH_LABEL).map(String::as_str) == Some(hash)
-}
-
-/// Scheduled pods first, then the oldest, then by name (kcm's
-/// `podByCreationTimestampAndPhase`).
-fn by_age(a: &Pod, b: &Pod) -> Ordering {
-    let scheduled = |p: &Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty())
-    };
-    scheduled(b)
-        .cmp(&scheduled(a))
-        .then_with(|| {
-            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            created(a).cmp(&created(b))
-        })
-        .then_with(|| a.metadata.name.cmp(&b.metadata.name))
 }
 
 /// Claims `ds`'s pods: those it controls and still selects, and orphans it selects
@@ -448,7 +380,7 @@ async fn sync(
     let node_pods = by_node(daemon_pods, false);
     let wrote = manage::manage(ctx, ds, nodes, &node_pods, hash, requeue).await?;
     // kcm updates only once the manage loop's writes are in the cache.
-    if !wrote && update::is_rolling(ds) {
+    if !wrote && strategy::is_rolling(ds) {
         update::rolling_update(ctx, ds, nodes, &node_pods, hash).await?;
     }
     history::cleanup(ctx, ds, old, daemon_pods).await

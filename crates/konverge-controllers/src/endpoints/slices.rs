@@ -21,7 +21,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use konverge_runtime::cache::{Change, Index};
+use konverge_runtime::cache::Change;
 use konverge_runtime::{Action, Manager, ObjectKey, Store, predicate};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -67,9 +67,6 @@ const WORKERS: usize = 5;
 /// (kcm retries with back-off; a Node appearing syncs it at once).
 const MISSING_NODE_RETRY: Duration = Duration::from_secs(5);
 
-/// The index of the pod cache by node name this controller adds.
-const POD_NODE_INDEX: &str = "endpointslice-controller.nodeName";
-
 /// How soon a Service is looked at again while the cache has not caught up with its
 /// slices' creations and deletions (a slice event usually comes first).
 const CACHE_WAIT: Duration = Duration::from_secs(1);
@@ -86,17 +83,9 @@ struct Ctx {
 }
 
 fn add(manager: &mut Manager, setup: Setup) {
-    let by_node = Index::new(POD_NODE_INDEX, |pod: &Pod| {
-        node_name(pod)
-            .map(|n| vec![n.to_string()])
-            .unwrap_or_default()
-    });
-    // Controllers are added before anything starts, so this cannot fail; if it did, a Node
-    // change would scan every pod instead.
-    let _ = manager.store_with_index(informers::api::<Pod>(manager), informers::config(), by_node);
     let ctx = Arc::new(Ctx {
         services: informers::cache::<Service>(manager),
-        pods: informers::cache::<Pod>(manager),
+        pods: informers::pods_by_node(manager),
         nodes: informers::cache::<Node>(manager),
         slices: informers::cache::<EndpointSlice>(manager),
         triggers: TriggerTimes::new(),
@@ -179,11 +168,7 @@ fn services_for_node_change(ctx: &Ctx, change: &Change<Node>) -> Vec<ObjectKey> 
         return Vec::new();
     }
     let node = change.key.name.as_str();
-    let on_node = ctx.pods.index(POD_NODE_INDEX, node).unwrap_or_else(|_| {
-        let mut all = ctx.pods.list();
-        all.retain(|pod| node_name(pod) == Some(node));
-        all
-    });
+    let on_node = informers::pods_on(&ctx.pods, node);
     let mut keys = BTreeSet::new();
     for pod in on_node {
         let namespace = pod.namespace().unwrap_or_default();

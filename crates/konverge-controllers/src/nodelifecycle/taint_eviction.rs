@@ -26,7 +26,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::{pod_cache, pods_on_node};
 use crate::clock::Clock;
 use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
@@ -52,7 +51,7 @@ struct Ctx {
 }
 
 fn add(manager: &mut Manager, setup: Setup) {
-    let pods = pod_cache(manager);
+    let pods = informers::pods_by_node(manager);
     let ctx = Arc::new(Ctx {
         events: Events::new(setup.client.clone(), "taint-eviction-controller"),
         client: setup.client,
@@ -79,7 +78,7 @@ fn add(manager: &mut Manager, setup: Setup) {
                 {
                     return Vec::new();
                 }
-                pods_on_node(&pods, &change.key.name)
+                informers::pods_on(&pods, &change.key.name)
                     .iter()
                     .filter_map(|p| ObjectKey::of(p.as_ref()))
                     .collect()

@@ -21,6 +21,8 @@ pub(crate) const REASON_TOO_MANY_PODS: &str = "Too many pods";
 pub(crate) const REASON_PREEMPTION_NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
 /// DefaultPreemption's reason for a node where no pod could be removed to make room.
 pub(crate) const REASON_NO_VICTIMS: &str = "No preemption victims found for incoming pod.";
+/// kube-scheduler's `MaxNodeScore`: every score plugin's scores are scaled to 0..=this.
+pub(crate) const MAX_NODE_SCORE: i64 = 100;
 /// kube-scheduler's `ErrNoNodesAvailable`.
 pub(crate) const NO_NODES_AVAILABLE: &str = "no nodes available to schedule pods";
 /// The taint a cordoned node is treated as having (kube's `TaintNodeUnschedulable`).
@@ -43,6 +45,8 @@ pub(crate) struct NodeInfo<'a> {
     pub(crate) non_zero_requested: Resources,
     /// How many pods it holds.
     pub(crate) pods: i64,
+    /// The pods it holds (bound or assumed), for the plugins that look at pods.
+    pub(crate) pod_list: Vec<&'a Pod>,
 }
 
 impl<'a> NodeInfo<'a> {
@@ -55,11 +59,12 @@ impl<'a> NodeInfo<'a> {
             requested: Resources::default(),
             non_zero_requested: Resources::default(),
             pods: 0,
+            pod_list: Vec::new(),
         }
     }
 
     /// No longer counts `pod` here.
-    fn remove_pod(&mut self, pod: &Pod) {
+    pub(crate) fn remove_pod(&mut self, pod: &Pod) {
         let sub = |total: &mut Resources, r: &Resources| {
             total.milli_cpu -= r.milli_cpu;
             total.memory -= r.memory;
@@ -78,9 +83,13 @@ impl<'a> NodeInfo<'a> {
 
     /// Counts `pod` as running here.
     pub(crate) fn add_pod(&mut self, pod: &Pod) {
-        self.requested.add(&resources::pod_requests(pod, false));
-        self.non_zero_requested
-            .add(&resources::pod_requests(pod, true));
+        self.add_requests(&resources::PodRequests::of(pod));
+    }
+
+    /// Counts a pod requesting `requests` as running here.
+    pub(crate) fn add_requests(&mut self, requests: &resources::PodRequests) {
+        self.requested.add(&requests.requests);
+        self.non_zero_requested.add(&requests.non_zero);
         self.pods += 1;
     }
 }
@@ -154,11 +163,7 @@ impl<'a> PodRequest<'a> {
     /// TaintToleration: the first `NoSchedule` or `NoExecute` taint the pod does not
     /// tolerate keeps it out.
     fn taint_toleration(&self, node: &Node) -> Result<(), Rejection> {
-        let untolerated = taints(node)
-            .iter()
-            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            .find(|taint| !self.tolerations().iter().any(|t| tolerates(t, taint)));
-        match untolerated {
+        match first_untolerated(node, self.tolerations()) {
             Some(taint) => Err(Rejection::unresolvable(format!(
                 "node(s) had untolerated taint {{{}: {}}}",
                 taint.key,
@@ -178,7 +183,7 @@ impl<'a> PodRequest<'a> {
     }
 
     /// NodeResourcesFit: room for one more pod, then for each resource requested.
-    fn fit(&self, node: &NodeInfo<'_>) -> Result<(), Rejection> {
+    pub(crate) fn fit(&self, node: &NodeInfo<'_>) -> Result<(), Rejection> {
         let mut reasons = Vec::new();
         if node.pods + 1 > node.allocatable.pods {
             reasons.push(REASON_TOO_MANY_PODS.to_string());
@@ -216,45 +221,6 @@ impl<'a> PodRequest<'a> {
                 resolvable: true,
             })
         }
-    }
-
-    /// DefaultPreemption's `SelectVictimsOnNode` (without PodDisruptionBudgets): with every
-    /// pod of lower priority gone the pod must fit; then the most important of those are
-    /// put back one by one while it still fits, and the rest are the victims. `None` when
-    /// removing them all would not make room.
-    pub(crate) fn victims_on<'p>(
-        &self,
-        node: &NodeInfo<'_>,
-        on_node: &[&'p Pod],
-        preemptor_priority: i32,
-    ) -> Option<Vec<&'p Pod>> {
-        let mut rest = NodeInfo::new(node.node);
-        let mut lower: Vec<&Pod> = Vec::new();
-        for pod in on_node {
-            if priority(pod) < preemptor_priority {
-                lower.push(pod);
-            } else {
-                rest.add_pod(pod);
-            }
-        }
-        if lower.is_empty() || self.fit(&rest).is_err() {
-            return None;
-        }
-        // Most important first: higher priority, then started earlier.
-        lower.sort_by(|a, b| {
-            priority(b)
-                .cmp(&priority(a))
-                .then_with(|| start_time(a).cmp(&start_time(b)))
-        });
-        let mut victims = Vec::new();
-        for pod in lower {
-            rest.add_pod(pod);
-            if self.fit(&rest).is_err() {
-                rest.remove_pod(pod);
-                victims.push(pod);
-            }
-        }
-        Some(victims)
     }
 
     /// Whether the pod may preempt at all (`preemptionPolicy: Never` may not).
@@ -314,6 +280,61 @@ impl<'a> PodRequest<'a> {
             .map(|p| i64::from(p.weight))
             .sum()
     }
+}
+
+/// The filters preemption runs again on a node without (some of) its pods: kube's Filter
+/// plugins with their PreFilter state updated by `AddPod` and `RemovePod`.
+pub(crate) trait NodeFilters {
+    /// Runs every filter on the node.
+    fn filter(&self, node: &NodeInfo<'_>) -> Result<(), Rejection>;
+    /// Counts `pod` on the node again.
+    fn add(&mut self, pod: &Pod);
+    /// No longer counts `pod` on the node.
+    fn remove(&mut self, pod: &Pod);
+}
+
+/// DefaultPreemption's `SelectVictimsOnNode` (without PodDisruptionBudgets): with every pod
+/// of lower priority gone the pod must pass the filters; then the most important of those
+/// are put back one by one while it still passes, and the rest are the victims. The
+/// reasons the node is no candidate otherwise: no lower-priority pod, or the filters'
+/// reasons with them all gone.
+pub(crate) fn victims_on<'p>(
+    node: &NodeInfo<'_>,
+    on_node: &[&'p Pod],
+    preemptor_priority: i32,
+    filters: &mut impl NodeFilters,
+) -> Result<Vec<&'p Pod>, Vec<String>> {
+    let mut rest = NodeInfo::new(node.node);
+    let mut lower: Vec<&Pod> = Vec::new();
+    for pod in on_node {
+        if priority(pod) < preemptor_priority {
+            lower.push(pod);
+            filters.remove(pod);
+        } else {
+            rest.add_pod(pod);
+        }
+    }
+    if lower.is_empty() {
+        return Err(vec![REASON_NO_VICTIMS.to_string()]);
+    }
+    filters.filter(&rest).map_err(|r| r.reasons)?;
+    // Most important first: higher priority, then started earlier.
+    lower.sort_by(|a, b| {
+        priority(b)
+            .cmp(&priority(a))
+            .then_with(|| start_time(a).cmp(&start_time(b)))
+    });
+    let mut victims = Vec::new();
+    for pod in lower {
+        rest.add_pod(pod);
+        filters.add(pod);
+        if filters.filter(&rest).is_err() {
+            rest.remove_pod(pod);
+            filters.remove(pod);
+            victims.push(pod);
+        }
+    }
+    Ok(victims)
 }
 
 /// The maxima that TaintToleration and NodeAffinity scale their scores against (kube's
@@ -380,6 +401,25 @@ fn balanced_allocation(pod: &Resources, node: &NodeInfo<'_>) -> i64 {
     ((1.0 - std) * 100.0) as i64
 }
 
+/// The first `NoSchedule` or `NoExecute` taint of the node that `tolerations` do not
+/// tolerate (kube's `FindMatchingUntoleratedTaint` with `DoNotScheduleTaintsFilterFunc`).
+fn first_untolerated<'n>(node: &'n Node, tolerations: &[Toleration]) -> Option<&'n Taint> {
+    taints(node)
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+}
+
+/// Whether the node has a `NoSchedule` or `NoExecute` taint the pod does not tolerate.
+pub(crate) fn has_untolerated_do_not_schedule_taint(pod: &Pod, node: &Node) -> bool {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or(&[]);
+    first_untolerated(node, tolerations).is_some()
+}
+
 fn taints(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
@@ -402,7 +442,7 @@ fn start_time(pod: &Pod) -> Option<jiff::Timestamp> {
 }
 
 /// The pod's nodeSelector (every label equal) and required node affinity (any term).
-fn required_node_affinity_matches(spec: Option<&PodSpec>, node: &Node) -> bool {
+pub(crate) fn required_node_affinity_matches(spec: Option<&PodSpec>, node: &Node) -> bool {
     let labels = node_labels(node);
     let selector = spec.and_then(|s| s.node_selector.as_ref());
     if !selector
@@ -529,15 +569,32 @@ fn fit_error_of<'r>(
     message
 }
 
+/// kube's `FitError.Error()` when a PreFilter plugin turned the pod down for every node:
+/// its message instead of the histogram.
+pub(crate) fn fit_error_pre_filter(nodes: usize, message: &str, post_filter: &str) -> String {
+    let mut text = format!("0/{nodes} nodes are available: {message}.");
+    if !post_filter.is_empty() {
+        text.push_str(&format!(" {post_filter}"));
+    }
+    text
+}
+
 /// DefaultPreemption's message when it finds nothing to preempt, itself a `FitError` over
 /// every node: nodes turned down for a reason removing pods cannot change are "not
-/// helpful"; on the other `without_victims` nodes no pod was found to remove. (Its reason
-/// ends in a period and the histogram adds one: kube-scheduler's message ends in `..`.)
-pub(crate) fn preemption_message(nodes: usize, without_victims: usize) -> String {
-    let not_helpful = nodes.saturating_sub(without_victims);
-    let reasons = std::iter::repeat_n(REASON_NO_VICTIMS, without_victims).chain(
-        std::iter::repeat_n(REASON_PREEMPTION_NOT_HELPFUL, not_helpful),
-    );
+/// helpful"; the others (`tried`) say why no victims were found on them (kube's
+/// `No preemption victims found for incoming pod.`, or the filters' reasons when the pod
+/// does not fit even without every lower-priority pod). (The reason ends in a period and
+/// the histogram adds one: kube-scheduler's message ends in `..`.)
+pub(crate) fn preemption_message(nodes: usize, tried: &[Vec<String>]) -> String {
+    let not_helpful = nodes.saturating_sub(tried.len());
+    let reasons = tried
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .chain(std::iter::repeat_n(
+            REASON_PREEMPTION_NOT_HELPFUL,
+            not_helpful,
+        ));
     format!("preemption: {}", fit_error_of(nodes, reasons, ""))
 }
 

@@ -5,18 +5,36 @@
 //! `spec.nodeName` and it is not being deleted. Each reconcile is one scheduling cycle for
 //! one pod, against the shared caches of Nodes and Pods:
 //!
+//! - **PreFilter**, once per cycle, what the pod-aware filters need: PodTopologySpread's
+//!   matching pods per domain of each `DoNotSchedule` constraint (`spread.rs`), and
+//!   InterPodAffinity's counts per topology domain of the placed pods that match the pod's
+//!   required terms and of those whose required anti-affinity matches the pod (`affinity.rs`;
+//!   the placed pods' terms are parsed once and kept by uid, `terms.rs`). A pod whose affinity
+//!   selectors do not parse is turned down for every node (`0/3 nodes are available: parsing
+//!   pod: requiredAffinityTerms: "Equals" is not a valid label selector operator. ...`); a
+//!   spread selector that does not parse is kube's scheduler error (`PodScheduled` reason
+//!   `SchedulerError`, `running PreFilter plugin "PodTopologySpread": ...`);
 //! - **filters**, in the default profile's order, the first failing one deciding for a node:
 //!   NodeUnschedulable (a cordoned node, unless the pod tolerates
 //!   `node.kubernetes.io/unschedulable:NoSchedule`), TaintToleration (`NoSchedule` and
 //!   `NoExecute` taints), NodeAffinity (`nodeSelector` and required node affinity, with
 //!   `matchFields` on `metadata.name`), NodeResourcesFit (the pod's requests — init
 //!   containers by kube's max rule, sidecars, overhead — against allocatable less what the
-//!   node's pods request, and the pod count). NodeName never fails here: a pod naming its
-//!   node is not the scheduler's;
+//!   node's pods request, and the pod count), PodTopologySpread (`maxSkew`, `minDomains`,
+//!   `nodeAffinityPolicy`, `nodeTaintsPolicy`, `matchLabelKeys`), InterPodAffinity (the
+//!   pod's required affinity and anti-affinity, with `namespaces` and `namespaceSelector`,
+//!   the first pod of a self-affine group let in, and the placed pods' required
+//!   anti-affinity). NodeName never fails here: a pod naming its node is not the
+//!   scheduler's. Every plugin counts the pods assumed by earlier cycles;
 //! - **scores**, weighted as the default profile: NodeResourcesFit least-allocated (cpu and
 //!   memory) 1, NodeResourcesBalancedAllocation 1, TaintToleration (`PreferNoSchedule`) 3,
-//!   NodeAffinity (preferred terms) 2. kube-scheduler picks at random among the nodes with
-//!   the top score; here the first by name wins, so placement is reproducible;
+//!   NodeAffinity (preferred terms) 2, PodTopologySpread (`ScheduleAnyway` constraints, or
+//!   kube's system defaults — `kubernetes.io/hostname` maxSkew 3, `topology.kubernetes.io/zone`
+//!   maxSkew 5, selected by the pod's Services and its ReplicaSet, ReplicationController or
+//!   StatefulSet — for a pod without constraints) 2, InterPodAffinity (preferred terms, the
+//!   placed pods' preferred terms and their required affinity at `hardPodAffinityWeight` 1)
+//!   2. kube-scheduler picks at random among the nodes with the top score; here the first by
+//!   name wins, so placement is reproducible;
 //! - **bind**: the pod is *assumed* on the node (counted on it until the cache shows it
 //!   bound, as kube-scheduler's cache does, so the next cycle does not see a stale node),
 //!   then bound by POSTing a `Binding` to `pods/<name>/binding`, and an Event `Scheduled`
@@ -25,9 +43,14 @@
 //!   kube-scheduler's `FitError` message (`0/3 nodes are available: 3 Insufficient cpu.
 //!   preemption: ...`), with an Event `FailedScheduling` carrying the same message. The pod
 //!   is tried again when a Node is added or changes (labels, taints, allocatable, cordon) or
-//!   an assigned Pod goes away, no sooner than its back-off (1 s doubling to 10 s,
+//!   an assigned Pod goes away (or, for a pod turned down by PodTopologySpread or
+//!   InterPodAffinity, a pod is placed or a placed pod relabelled), no sooner than its back-off (1 s doubling to 10 s,
 //!   kube-scheduler's `podInitialBackoffSeconds`/`podMaxBackoffSeconds`), and at the latest
 //!   after 5 minutes (`podMaxInUnschedulablePodsDuration`).
+//!
+//! Per cycle, the nodes' pods (bound, and assumed) are gathered once and every plugin reads
+//! them by node; each pod's requests are computed once per resourceVersion and its affinity
+//! terms once per pod (`resources::RequestsCache`, `terms::TermsCache`).
 //!
 //! Cycles run one at a time (the choice and the assumption are made under one lock, as
 //! kube-scheduler's single scheduling loop makes them) while up to four bindings are in
@@ -35,23 +58,37 @@
 //!
 //! - **preemption** (DefaultPreemption, without PodDisruptionBudgets): when no node fits and
 //!   the pod may preempt (`preemptionPolicy` is not `Never`), the nodes turned down only for
-//!   room are tried: every lower-priority pod is taken off, the most important put back
-//!   while the pod still fits, and the node whose victims matter least is picked (lowest
-//!   top priority, then lowest priority sum, then fewest, then by name). The victims get
+//!   reasons removing pods may change (room, spread skew, anti-affinity) are tried: every
+//!   lower-priority pod is taken off (the spread and affinity counts following), the most
+//!   important put back while the pod still passes every filter, and the node whose victims
+//!   matter least is picked (lowest top priority, then lowest priority sum, then fewest,
+//!   then by name). A node where that fails says why in the preemption message (no
+//!   lower-priority pod, or the filters' reasons with them all gone). The victims get
 //!   the `DisruptionTarget` condition (`PreemptionByScheduler`), are deleted, and get an
 //!   Event `Preempted`; the pod gets `status.nominatedNodeName` and is bound once the room
 //!   shows in the cache. Unlike kube-scheduler, nominated pods do not hold their room
 //!   against other pending pods.
+//!
+//! Where the pod-aware plugins differ from kube-scheduler 1.33: `matchLabelKeys` and
+//! `mismatchLabelKeys` of pod affinity terms are merged into the selector by
+//! kube-apiserver when the pod is created, not here (kube-scheduler does not read them
+//! either); the nodes are not sampled (`percentageOfNodesToScore`): every node is filtered
+//! and scored; and preemption, like kube's, never removes pods to satisfy the pod's own
+//! required affinity (a node failing it is not a candidate).
 
+mod affinity;
 mod framework;
 mod resources;
+mod spread;
+mod terms;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
 use konverge_runtime::cache::Change;
 use konverge_runtime::{Action, Manager, ObjectKey, Store};
 use kube::ResourceExt;
@@ -62,7 +99,11 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::events::Events;
 use crate::informers;
-use framework::{NodeInfo, Normalize, PodRequest, Rejection};
+use affinity::{AffinityFilter, AffinityScore, Incoming, Placed};
+use framework::{NodeFilters, NodeInfo, Normalize, PodRequest, Rejection};
+use resources::RequestsCache;
+use spread::{Owners, SpreadFilter};
+use terms::{PodTerms, TermsCache};
 
 /// The scheduler's name: pods naming it (or no scheduler) are scheduled here, and its
 /// Events come from it.
@@ -97,15 +138,48 @@ struct State {
     assumed: HashMap<ObjectKey, Assumed>,
     /// Back-off of pods that failed, by key.
     backoff: HashMap<ObjectKey, Backoff>,
+    /// Pods turned down by InterPodAffinity or PodTopologySpread: a pod placed or
+    /// relabelled may let them in (kube's queueing hints for Pod add and update).
+    waiting_for_pods: HashSet<ObjectKey>,
 }
 
 struct Ctx {
     client: kube::Client,
     clock: Clock,
     events: Events,
+    caches: Caches,
+    state: Mutex<State>,
+}
+
+/// What a scheduling cycle reads: the shared caches, and the placed pods' parsed terms.
+struct Caches {
     nodes: Store<Node>,
     pods: Store<Pod>,
-    state: Mutex<State>,
+    namespaces: Store<Namespace>,
+    owners: Owners,
+    terms: Mutex<TermsCache>,
+    requests: Mutex<RequestsCache>,
+}
+
+impl Caches {
+    fn lock_terms(&self) -> std::sync::MutexGuard<'_, TermsCache> {
+        self.terms.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_requests(&self) -> std::sync::MutexGuard<'_, RequestsCache> {
+        self.requests.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether every cache the cycle reads has been listed.
+    fn ready(&self) -> bool {
+        self.nodes.is_ready()
+            && self.pods.is_ready()
+            && self.namespaces.is_ready()
+            && self.owners.services.is_ready()
+            && self.owners.replication_controllers.is_ready()
+            && self.owners.replica_sets.is_ready()
+            && self.owners.stateful_sets.is_ready()
+    }
 }
 
 /// Adds kube-scheduler to `manager`: it reads Nodes and Pods from the manager's shared
@@ -115,12 +189,23 @@ pub fn add(manager: &mut Manager, client: kube::Client, clock: Clock) {
         events: Events::new(client.clone(), SCHEDULER_NAME),
         client,
         clock,
-        nodes: informers::cache::<Node>(manager),
-        pods: informers::cache::<Pod>(manager),
+        caches: Caches {
+            nodes: informers::cache::<Node>(manager),
+            pods: informers::cache::<Pod>(manager),
+            namespaces: informers::cache::<Namespace>(manager),
+            owners: Owners {
+                services: informers::cache::<Service>(manager),
+                replication_controllers: informers::cache::<ReplicationController>(manager),
+                replica_sets: informers::cache::<ReplicaSet>(manager),
+                stateful_sets: informers::cache::<StatefulSet>(manager),
+            },
+            terms: Mutex::new(TermsCache::default()),
+            requests: Mutex::new(RequestsCache::default()),
+        },
         state: Mutex::new(State::default()),
     });
     let on_node = {
-        let pods = ctx.pods.clone();
+        let pods = ctx.caches.pods.clone();
         move |change: &Change<Node>| {
             if node_change_may_help(change) {
                 pending_keys(&pods)
@@ -134,9 +219,15 @@ pub fn add(manager: &mut Manager, client: kube::Client, clock: Clock) {
         move |change: &Change<Pod>| {
             if change.new.is_none() {
                 ctx.forget(&change.key);
+                if let Some(uid) = change.old.as_ref().and_then(|p| p.metadata.uid.as_deref()) {
+                    ctx.caches.lock_terms().remove(uid);
+                    ctx.caches.lock_requests().remove(uid);
+                }
             }
             if pod_change_frees_room(change) {
-                pending_keys(&ctx.pods)
+                pending_keys(&ctx.caches.pods)
+            } else if pod_change_may_match(change) {
+                ctx.lock().waiting_for_pods.drain().collect()
             } else {
                 Vec::new()
             }
@@ -212,6 +303,18 @@ fn node_change_may_help(change: &Change<Node>) -> bool {
     }
 }
 
+/// A pod placed, or a placed pod relabelled: pods waiting for (or kept off by) pods of
+/// some labels may fit now.
+fn pod_change_may_match(change: &Change<Pod>) -> bool {
+    let was = change.old.as_deref().filter(|p| occupies_node(p));
+    let is = change.new.as_deref().filter(|p| occupies_node(p));
+    match (was, is) {
+        (None, Some(_)) => true,
+        (Some(old), Some(new)) => old.metadata.labels != new.metadata.labels,
+        _ => false,
+    }
+}
+
 /// An assigned pod deleted or finished: its node has room again.
 fn pod_change_frees_room(change: &Change<Pod>) -> bool {
     let was = change.old.as_deref().is_some_and(occupies_node);
@@ -228,6 +331,7 @@ impl Ctx {
         let mut state = self.lock();
         state.assumed.remove(key);
         state.backoff.remove(key);
+        state.waiting_for_pods.remove(key);
     }
 }
 
@@ -235,8 +339,14 @@ impl Ctx {
 enum Decision {
     /// Bind to this node (the pod is assumed there).
     Bind(String),
-    /// No node fits: kube-scheduler's message.
-    Unschedulable(String),
+    /// No node fits: kube-scheduler's message, and whether a pod-affinity or spread
+    /// filter was among the reasons.
+    Unschedulable {
+        message: String,
+        waits_for_pods: bool,
+    },
+    /// A plugin failed on the pod itself (kube's `SchedulerError`): its message.
+    Error(String),
     /// No node fits, but would once `victims` are gone from `node`: kube-scheduler's
     /// message (without a preemption part: preemption succeeded).
     Preempt {
@@ -256,7 +366,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action> {
         }
         return Ok(Action::await_change());
     }
-    if !ctx.nodes.is_ready() || !ctx.pods.is_ready() {
+    if !ctx.caches.ready() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let now = ctx.clock.now();
@@ -274,23 +384,46 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action> {
         {
             return Ok(Action::requeue(wait));
         }
-        let decision = schedule(&ctx, &state, &pod);
-        if let Decision::Bind(node) = &decision {
-            state.assumed.insert(
-                key.clone(),
-                Assumed {
-                    uid,
-                    node: node.clone(),
-                    pod: pod.clone(),
-                },
-            );
+        let decision = schedule(&ctx.caches, &state, &pod);
+        match &decision {
+            Decision::Bind(node) => {
+                state.waiting_for_pods.remove(&key);
+                state.assumed.insert(
+                    key.clone(),
+                    Assumed {
+                        uid,
+                        node: node.clone(),
+                        pod: pod.clone(),
+                    },
+                );
+            }
+            Decision::Unschedulable {
+                waits_for_pods: true,
+                ..
+            } => {
+                state.waiting_for_pods.insert(key.clone());
+            }
+            _ => {}
         }
         decision
     };
     match decision {
         Decision::Bind(node) => bind(&ctx, &key, &pod, &node).await,
-        Decision::Unschedulable(message) => {
-            unschedulable(&ctx, &key, &pod, message, None, now).await
+        Decision::Unschedulable { message, .. } => {
+            let failure = Failure {
+                reason: "Unschedulable",
+                message,
+                nominated: None,
+            };
+            unschedulable(&ctx, &key, &pod, failure, now).await
+        }
+        Decision::Error(message) => {
+            let failure = Failure {
+                reason: "SchedulerError",
+                message,
+                nominated: None,
+            };
+            unschedulable(&ctx, &key, &pod, failure, now).await
         }
         Decision::Preempt {
             node,
@@ -298,7 +431,12 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action> {
             message,
         } => {
             preempt(&ctx, &pod, &node, &victims).await?;
-            unschedulable(&ctx, &key, &pod, message, Some(&node), now).await
+            let failure = Failure {
+                reason: "Unschedulable",
+                message,
+                nominated: Some(&node),
+            };
+            unschedulable(&ctx, &key, &pod, failure, now).await
         }
     }
 }
@@ -308,36 +446,193 @@ fn remaining(until: Timestamp, now: Timestamp) -> Option<Duration> {
     Duration::try_from(left).ok().filter(|d| !d.is_zero())
 }
 
-/// One scheduling cycle: filter, then score the nodes that pass.
-fn schedule(ctx: &Ctx, state: &State, pod: &Pod) -> Decision {
-    let nodes = ctx.nodes.list();
-    if nodes.is_empty() {
-        return Decision::Unschedulable(framework::NO_NODES_AVAILABLE.to_string());
+/// The filters of one cycle, in the default profile's order: the node-local ones
+/// ([`PodRequest::filter`]), then PodTopologySpread, then InterPodAffinity (each skipped when
+/// its PreFilter found nothing to check). For preemption, `node` is the node being tried
+/// and the plugins' counts follow the pods taken off and put back.
+#[derive(Clone)]
+struct Filters<'c, 'a> {
+    request: &'c PodRequest<'a>,
+    incoming: &'c Incoming<'a>,
+    placed: &'c Placed<'a>,
+    spread: Option<SpreadFilter<'a>>,
+    affinity: Option<AffinityFilter<'a>>,
+    node: Option<&'a Node>,
+}
+
+impl<'a> Filters<'_, 'a> {
+    fn update(&mut self, pod: &Pod, delta: i64) {
+        let Some(node) = self.node else {
+            return;
+        };
+        if let Some(spread) = &mut self.spread {
+            spread.update(pod, node, delta);
+        }
+        if let Some(affinity) = &mut self.affinity {
+            affinity.update(self.incoming, self.placed, pod, node, delta);
+        }
     }
-    let pods = ctx.pods.list();
-    let on_nodes = pods_by_node(state, &pods, &ctx.pods);
+}
+
+impl NodeFilters for Filters<'_, '_> {
+    fn filter(&self, node: &NodeInfo<'_>) -> std::result::Result<(), Rejection> {
+        self.request.filter(node)?;
+        if let Some(spread) = &self.spread {
+            spread.filter(node.node)?;
+        }
+        if let Some(affinity) = &self.affinity {
+            affinity.filter(self.incoming, node.node)?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, pod: &Pod) {
+        self.update(pod, 1);
+    }
+
+    fn remove(&mut self, pod: &Pod) {
+        self.update(pod, -1);
+    }
+}
+
+/// Whether a rejection came from a plugin that looks at other pods' labels.
+fn rejected_for_pods(rejection: &Rejection) -> bool {
+    rejection.reasons.iter().any(|r| {
+        [
+            affinity::REASON_AFFINITY,
+            affinity::REASON_ANTI_AFFINITY,
+            affinity::REASON_EXISTING_ANTI_AFFINITY,
+            spread::REASON_SKEW,
+        ]
+        .contains(&r.as_str())
+    })
+}
+
+/// The labels of the pod's namespace (none if it is not cached).
+fn namespace_labels(caches: &Caches, pod: &Pod) -> BTreeMap<String, String> {
+    let key = ObjectKey::cluster(terms::namespace(pod));
+    caches
+        .namespaces
+        .get(&key)
+        .and_then(|ns| ns.metadata.labels.clone())
+        .unwrap_or_default()
+}
+
+/// One scheduling cycle: PreFilter and filter, then PreScore and score the nodes that pass.
+fn schedule(caches: &Caches, state: &State, pod: &Pod) -> Decision {
+    let nodes = caches.nodes.list();
+    if nodes.is_empty() {
+        return Decision::Unschedulable {
+            message: framework::NO_NODES_AVAILABLE.to_string(),
+            waits_for_pods: false,
+        };
+    }
+    let pods = caches.pods.list();
+    let on_nodes = pods_by_node(state, &pods);
     let mut infos: Vec<NodeInfo<'_>> = nodes.iter().map(|n| NodeInfo::new(n)).collect();
     infos.sort_by(|a, b| a.name.cmp(&b.name));
-    for info in &mut infos {
-        for p in on_nodes.get(info.name.as_str()).into_iter().flatten() {
-            info.add_pod(p);
+    {
+        let mut requests = caches.lock_requests();
+        for info in &mut infos {
+            for p in on_nodes.get(info.name.as_str()).into_iter().flatten() {
+                info.add_requests(&requests.get(p));
+                info.pod_list.push(p);
+            }
         }
     }
     let request = PodRequest::new(pod);
+    // PreFilter, in the default profile's order.
+    let spread = match spread::pre_filter(pod, &caches.owners, &infos) {
+        Ok(spread) => spread,
+        Err(error) => {
+            return Decision::Error(format!(
+                "running PreFilter plugin \"PodTopologySpread\": {error}"
+            ));
+        }
+    };
+    let (mut terms, parse_error) = PodTerms::parse(pod);
+    terms.merge_namespaces(&caches.namespaces);
+    let incoming = Incoming {
+        pod,
+        terms,
+        namespace_labels: namespace_labels(caches, pod),
+    };
+    let mut placed = Placed::default();
+    {
+        let mut cache = caches.lock_terms();
+        for info in &infos {
+            for p in info.pod_list.iter().filter(|p| terms::has_pod_affinity(p)) {
+                placed.insert(info.node, p, cache.get(p));
+            }
+        }
+    }
+    let filters = Filters {
+        request: &request,
+        incoming: &incoming,
+        placed: &placed,
+        spread,
+        affinity: affinity::pre_filter(&incoming, &infos, &placed),
+        node: None,
+    };
+    if let Some(error) = parse_error {
+        // InterPodAffinity's PreFilter turns the pod down for every node.
+        let rejection = Rejection {
+            reasons: Vec::new(),
+            resolvable: false,
+        };
+        let rejections = (0..infos.len()).map(|i| (i, rejection.clone())).collect();
+        let pre_filter = format!("parsing pod: {error}");
+        return no_fit(
+            pod,
+            &filters,
+            &infos,
+            &on_nodes,
+            rejections,
+            Some(&pre_filter),
+        );
+    }
     let mut feasible = Vec::new();
     let mut rejections: Vec<(usize, Rejection)> = Vec::new();
     for (i, info) in infos.iter().enumerate() {
-        match request.filter(info) {
+        match filters.filter(info) {
             Ok(()) => feasible.push(info),
             Err(rejection) => rejections.push((i, rejection)),
         }
     }
     if feasible.is_empty() {
-        return no_fit(pod, &request, &infos, &on_nodes, rejections);
+        return no_fit(pod, &filters, &infos, &on_nodes, rejections, None);
     }
     if let [only] = feasible.as_slice() {
         return Decision::Bind(only.name.clone());
     }
+    match scores(caches, &request, &incoming, &placed, &infos, &feasible) {
+        Ok(scores) => {
+            // The highest score wins; `feasible` is sorted by name and `max_by_key` keeps
+            // the last of equals, so reverse it to keep the first name among equal scores.
+            let best = feasible
+                .iter()
+                .zip(scores)
+                .rev()
+                .max_by_key(|(_, score)| *score)
+                .map(|(n, _)| n.name.clone())
+                .unwrap_or_default();
+            Decision::Bind(best)
+        }
+        Err(error) => Decision::Error(error),
+    }
+}
+
+/// PreScore and Score: each feasible node's total, as the default profile weighs its
+/// plugins (the node-local ones in [`PodRequest::score`], PodTopologySpread 2,
+/// InterPodAffinity 2). A PreScore plugin's failure is kube's error message.
+fn scores(
+    caches: &Caches,
+    request: &PodRequest<'_>,
+    incoming: &Incoming<'_>,
+    placed: &Placed<'_>,
+    infos: &[NodeInfo<'_>],
+    feasible: &[&NodeInfo<'_>],
+) -> std::result::Result<Vec<i64>, String> {
     let normalize = Normalize {
         max_taints: feasible
             .iter()
@@ -350,33 +645,56 @@ fn schedule(ctx: &Ctx, state: &State, pod: &Pod) -> Decision {
             .max()
             .unwrap_or(0),
     };
-    // The highest score wins; `feasible` is sorted by name and `max_by_key` keeps the last
-    // of equals, so reverse it to keep the first name among equal scores.
-    let best = feasible
+    let mut totals: Vec<i64> = feasible
         .iter()
-        .rev()
-        .max_by_key(|n| request.score(n, &normalize))
-        .map(|n| n.name.clone())
-        .unwrap_or_default();
-    Decision::Bind(best)
+        .map(|n| request.score(n, &normalize))
+        .collect();
+    let spread = spread::pre_score(incoming.pod, &caches.owners, infos, feasible)
+        .map_err(|e| format!("running PreScore plugin \"PodTopologySpread\": {e}"))?;
+    if let Some(spread) = spread {
+        let mut scores: Vec<i64> = feasible.iter().map(|n| spread.score(n)).collect();
+        spread.normalize(feasible, &mut scores);
+        for (total, score) in totals.iter_mut().zip(scores) {
+            *total += 2 * score;
+        }
+    }
+    if let Some(affinity) = affinity::pre_score(incoming, infos, placed) {
+        let mut scores: Vec<i64> = feasible.iter().map(|n| affinity.score(n.node)).collect();
+        AffinityScore::normalize(&mut scores);
+        for (total, score) in totals.iter_mut().zip(scores) {
+            *total += 2 * score;
+        }
+    }
+    Ok(totals)
 }
 
-/// PostFilter: DefaultPreemption looks for a node where removing lower-priority pods makes
-/// room (kube's candidate order: the lowest most-important victim, then the lowest sum of
-/// victim priorities, then the fewest victims; then the first by name).
+/// PostFilter: DefaultPreemption looks for a node where removing lower-priority pods lets
+/// the pod pass every filter (kube's candidate order: the lowest most-important victim,
+/// then the lowest sum of victim priorities, then the fewest victims; then the first by
+/// name). `pre_filter` is the message of a PreFilter plugin that turned the pod down for
+/// every node.
 fn no_fit(
     pod: &Pod,
-    request: &PodRequest<'_>,
+    filters: &Filters<'_, '_>,
     infos: &[NodeInfo<'_>],
     on_nodes: &HashMap<&str, Vec<&Pod>>,
     rejections: Vec<(usize, Rejection)>,
+    pre_filter: Option<&str>,
 ) -> Decision {
     let nodes = infos.len();
-    let unschedulable = |post_filter: &str| {
-        let rejections: Vec<Rejection> = rejections.iter().map(|(_, r)| r.clone()).collect();
-        Decision::Unschedulable(framework::fit_error(nodes, &rejections, post_filter))
+    let waits_for_pods = rejections.iter().any(|(_, r)| rejected_for_pods(r));
+    let fit_error = |post_filter: &str| {
+        let all: Vec<Rejection> = rejections.iter().map(|(_, r)| r.clone()).collect();
+        match pre_filter {
+            Some(message) => framework::fit_error_pre_filter(nodes, message, post_filter),
+            None => framework::fit_error(nodes, &all, post_filter),
+        }
     };
-    if !request.may_preempt() {
+    let unschedulable = |post_filter: &str| Decision::Unschedulable {
+        message: fit_error(post_filter),
+        waits_for_pods,
+    };
+    if !filters.request.may_preempt() {
         return unschedulable(framework::PREEMPTION_NEVER);
     }
     let priority = framework::priority(pod);
@@ -394,7 +712,7 @@ fn no_fit(
             return unschedulable(framework::PREEMPTION_TERMINATING);
         }
     }
-    let mut without_victims = 0;
+    let mut tried: Vec<Vec<String>> = Vec::new();
     let mut candidates: Vec<(&str, Vec<&Pod>)> = Vec::new();
     for (i, rejection) in &rejections {
         if !rejection.resolvable {
@@ -404,9 +722,11 @@ fn no_fit(
         let on_node = on_nodes
             .get(info.name.as_str())
             .map_or(&[][..], Vec::as_slice);
-        match request.victims_on(info, on_node, priority) {
-            Some(victims) => candidates.push((info.name.as_str(), victims)),
-            None => without_victims += 1,
+        let mut trial = filters.clone();
+        trial.node = Some(info.node);
+        match framework::victims_on(info, on_node, priority, &mut trial) {
+            Ok(victims) => candidates.push((info.name.as_str(), victims)),
+            Err(reasons) => tried.push(reasons),
         }
     }
     let best = candidates.into_iter().min_by_key(|(_, victims)| {
@@ -418,15 +738,12 @@ fn no_fit(
         )
     });
     match best {
-        Some((node, victims)) => {
-            let rejections: Vec<Rejection> = rejections.into_iter().map(|(_, r)| r).collect();
-            Decision::Preempt {
-                node: node.to_string(),
-                victims: victims.into_iter().cloned().collect(),
-                message: framework::fit_error(nodes, &rejections, ""),
-            }
-        }
-        None => unschedulable(&framework::preemption_message(nodes, without_victims)),
+        Some((node, victims)) => Decision::Preempt {
+            node: node.to_string(),
+            victims: victims.into_iter().cloned().collect(),
+            message: fit_error(""),
+        },
+        None => unschedulable(&framework::preemption_message(nodes, &tried)),
     }
 }
 
@@ -477,23 +794,25 @@ async fn preempt(ctx: &Ctx, preemptor: &Pod, node: &str, victims: &[Pod]) -> Res
 }
 
 /// The pods each node holds: those the cache shows assigned and not finished, and the
-/// assumed ones the cache does not show assigned yet.
-fn pods_by_node<'p>(
-    state: &'p State,
-    pods: &'p [Arc<Pod>],
-    cache: &Store<Pod>,
-) -> HashMap<&'p str, Vec<&'p Pod>> {
+/// assumed ones the cache does not show assigned yet. Both are read from the one snapshot
+/// `pods`: reading the cache again could find an assumed pod bound that the snapshot still
+/// shows unbound, and the pod would count nowhere.
+fn pods_by_node<'p>(state: &'p State, pods: &'p [Arc<Pod>]) -> HashMap<&'p str, Vec<&'p Pod>> {
     let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
-    for pod in pods.iter().filter(|p| occupies_node(p)) {
-        if let Some(node) = node_name(pod) {
+    let mut assigned: HashSet<&str> = HashSet::new();
+    for pod in pods.iter() {
+        let Some(node) = node_name(pod) else {
+            continue;
+        };
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            assigned.insert(uid);
+        }
+        if occupies_node(pod) {
             by_node.entry(node).or_default().push(pod);
         }
     }
-    for (key, assumed) in &state.assumed {
-        let seen_bound = cache.get(key).is_some_and(|p| {
-            p.metadata.uid.as_deref() == Some(assumed.uid.as_str()) && node_name(&p).is_some()
-        });
-        if !seen_bound {
+    for assumed in state.assumed.values() {
+        if !assigned.contains(assumed.uid.as_str()) {
             by_node
                 .entry(assumed.node.as_str())
                 .or_default()
@@ -542,15 +861,28 @@ async fn bind(ctx: &Ctx, key: &ObjectKey, pod: &Pod, node: &str) -> Result<Actio
     }
 }
 
+/// Why a cycle did not bind: the `PodScheduled` reason (`Unschedulable`, or
+/// `SchedulerError` when a plugin failed), the message, and the node nominated for the pod
+/// after preemption.
+struct Failure<'n> {
+    reason: &'static str,
+    message: String,
+    nominated: Option<&'n str>,
+}
+
 /// A pod no node fits: its condition, an Event, and when to try again.
 async fn unschedulable(
     ctx: &Ctx,
     key: &ObjectKey,
     pod: &Pod,
-    message: String,
-    nominated: Option<&str>,
+    failure: Failure<'_>,
     now: Timestamp,
 ) -> Result<Action> {
+    let Failure {
+        reason,
+        message,
+        nominated,
+    } = failure;
     let backoff = {
         let mut state = ctx.lock();
         let entry = state.backoff.entry(key.clone()).or_insert(Backoff {
@@ -566,7 +898,7 @@ async fn unschedulable(
     };
     tracing::debug!(pod = %key, %message, ?backoff, "unschedulable");
     ctx.events.warning(pod, "FailedScheduling", message.clone());
-    set_unschedulable(ctx, pod, &message, nominated).await?;
+    set_unschedulable(ctx, pod, reason, &message, nominated).await?;
     Ok(Action::requeue(MAX_UNSCHEDULABLE))
 }
 
@@ -578,18 +910,19 @@ fn backoff_for(attempts: u32) -> Duration {
         .min(MAX_BACKOFF)
 }
 
-/// Sets `PodScheduled` False/Unschedulable with `message`, unless it says that already
+/// Sets `PodScheduled` False with `reason` and `message`, unless it says that already
 /// (kube's `UpdatePodCondition`: the transition time moves only when the status does).
 async fn set_unschedulable(
     ctx: &Ctx,
     pod: &Pod,
+    reason: &str,
     message: &str,
     nominated: Option<&str>,
 ) -> Result<()> {
     let current = crate::pods::condition(pod, "PodScheduled");
     let same = |c: &&k8s_openapi::api::core::v1::PodCondition| {
         c.status == "False"
-            && c.reason.as_deref() == Some("Unschedulable")
+            && c.reason.as_deref() == Some(reason)
             && c.message.as_deref() == Some(message)
     };
     let nominated_now = pod
@@ -610,7 +943,7 @@ async fn set_unschedulable(
             "conditions": [{
                 "type": "PodScheduled",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": reason,
                 "message": message,
                 "lastProbeTime": null,
                 "lastTransitionTime": transition,
@@ -640,6 +973,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pre_filter_rejection_replaces_the_histogram() {
+        let message = framework::fit_error_pre_filter(
+            2,
+            "parsing pod: requiredAffinityTerms: \"Equals\" is not a valid label selector operator",
+            &framework::preemption_message(2, &[]),
+        );
+        assert_eq!(
+            message,
+            "0/2 nodes are available: parsing pod: requiredAffinityTerms: \"Equals\" is not a \
+             valid label selector operator. preemption: 0/2 nodes are available: 2 Preemption \
+             is not helpful for scheduling."
+        );
+    }
+
+    #[test]
     fn back_off_doubles_from_one_second_to_ten() {
         let delays: Vec<u64> = (1..=6).map(|a| backoff_for(a).as_secs()).collect();
         assert_eq!(delays, vec![1, 2, 4, 8, 10, 10]);
@@ -660,7 +1008,13 @@ mod tests {
         let message = framework::fit_error(
             3,
             &[taint, cpu.clone(), cpu],
-            &framework::preemption_message(3, 2),
+            &framework::preemption_message(
+                3,
+                &[
+                    vec![framework::REASON_NO_VICTIMS.to_string()],
+                    vec![framework::REASON_NO_VICTIMS.to_string()],
+                ],
+            ),
         );
         assert_eq!(
             message,

@@ -1,0 +1,130 @@
+//! What the pod worker reads and writes: its context, a pod's admission, its computed
+//! status and events, its pod IP.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use konverge_runtime::Store;
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+
+use super::events::{self, Planned};
+use super::rules::{Admitted, Lifecycle};
+use super::state::Shared;
+use super::status::{Computed, desired_status};
+use super::{SimNode, Timing};
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::events::Events;
+
+/// What the pod worker reads and writes.
+pub(super) struct PodCtx {
+    pub(super) client: Client,
+    pub(super) clock: Clock,
+    pub(super) nodes: Arc<BTreeMap<String, SimNode>>,
+    pub(super) timing: Timing,
+    pub(super) pods: Store<Pod>,
+    /// Pod IPs handed out and not yet seen in the cache, by node, then pod uid.
+    pub(super) ips: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) events: Events,
+}
+
+/// The status the pod's kubelet would report now (admitting the pod if it has not yet).
+pub(super) fn computed(ctx: &PodCtx, pod: &Pod, node: &SimNode, now: Timestamp) -> Computed {
+    let admitted = admit(ctx, pod);
+    desired_status(pod, node, &admitted, &ctx.timing, now, || {
+        allocate_ip(ctx, pod, node)
+    })
+}
+
+/// What the kubelet remembers of `pod`, deciding its lifecycle when it first sees it.
+pub(super) fn admit(ctx: &PodCtx, pod: &Pod) -> Admitted {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut state = ctx.shared.lock();
+    if let Some(admitted) = state.pods.get(&uid) {
+        return admitted.clone();
+    }
+    if state.pods.len() % 64 == 63 {
+        let live: BTreeSet<String> = ctx
+            .pods
+            .list()
+            .iter()
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        state.forget_pods_but(&live);
+    }
+    let behaviours = state.apply_rules(pod);
+    let mut admitted = Admitted::new(Lifecycle::of(pod, &ctx.timing, &behaviours));
+    // Run by an earlier kubelet: its past is not this kubelet's to record.
+    admitted.replayed = pod.status.as_ref().is_some_and(|s| s.start_time.is_some());
+    state.pods.insert(uid, admitted.clone());
+    admitted
+}
+
+/// Records the events not recorded for the pod yet.
+pub(super) fn record_events(ctx: &PodCtx, pod: &Pod, uid: &str, planned: &[Planned]) {
+    let mut due = Vec::new();
+    {
+        let mut state = ctx.shared.lock();
+        let Some(admitted) = state.pods.get_mut(uid) else {
+            return;
+        };
+        let replayed = std::mem::take(&mut admitted.replayed);
+        for event in planned {
+            if admitted.recorded.insert(event.key.clone()) && !replayed {
+                due.push(event);
+            }
+        }
+    }
+    for event in due {
+        events::record(&ctx.events, pod, event);
+    }
+}
+
+pub(super) async fn write_status(ctx: &PodCtx, pod: &Pod, status: PodStatus) -> Result<()> {
+    if pod.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let mut updated = pod.clone();
+    updated.status = Some(status);
+    updated.metadata.managed_fields = None;
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    api.replace_status(&pod.name_any(), &PostParams::default(), &updated)
+        .await?;
+    Ok(())
+}
+
+/// The lowest free address of the node's CIDR (from .2), skipping the IPs of the node's
+/// live pods and those handed to its pods whose status does not show them yet.
+pub(super) fn allocate_ip(ctx: &PodCtx, pod: &Pod, node: &SimNode) -> String {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let live: BTreeMap<String, Arc<Pod>> = crate::informers::pods_on(&ctx.pods, &node.name)
+        .into_iter()
+        .filter(|p| !matches!(crate::pods::phase(p), "Succeeded" | "Failed"))
+        .map(|p| (p.metadata.uid.clone().unwrap_or_default(), p))
+        .collect();
+    let mut ips = ctx.ips.lock().unwrap_or_else(PoisonError::into_inner);
+    let handed = ips.entry(node.name.clone()).or_default();
+    // Forget IPs handed to pods that are gone or whose status now holds them.
+    handed.retain(|u, _| {
+        live.get(u)
+            .is_some_and(|p| p.status.as_ref().is_none_or(|s| s.pod_ip.is_none()))
+    });
+    if let Some(ip) = handed.get(&uid) {
+        return ip.clone();
+    }
+    let mut used: BTreeSet<String> = handed.values().cloned().collect();
+    used.extend(
+        live.values()
+            .filter_map(|p| p.status.as_ref()?.pod_ip.clone()),
+    );
+    let ip = (2..=254)
+        .map(|host| format!("{}.{host}", node.pod_prefix))
+        .find(|ip| !used.contains(ip))
+        .unwrap_or_else(|| format!("{}.254", node.pod_prefix));
+    handed.insert(uid, ip.clone());
+    ip
+}
