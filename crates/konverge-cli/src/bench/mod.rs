@@ -3,6 +3,7 @@
 
 mod api;
 mod auth;
+mod cluster;
 mod compare;
 mod controller;
 mod doctor;
@@ -28,6 +29,10 @@ pub(crate) enum Target {
     /// API requests and writes per pod of the deployment and replicaset controllers, for a
     /// Deployment created, scaled, rolled and rolled back.
     Workloads(workloads::WorkloadsArgs),
+    /// Time to every pod Ready, pods bound per second, requests and writes per pod, and peak
+    /// memory of a whole cluster in one process (API server, kcm's controllers, the
+    /// scheduler, 100 simulated nodes) for one Deployment of 10,000 replicas.
+    Cluster(cluster::ClusterArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
@@ -38,5 +43,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Doctor(args) => doctor::run(args).await,
         Target::Auth(args) => auth::run(args).await,
         Target::Workloads(args) => workloads::run(args).await,
+        Target::Cluster(args) => cluster::run(args).await,
     }
 }

@@ -30,68 +30,147 @@ pub(crate) struct WorkloadsArgs {
     replicas: i32,
 }
 
-/// Requests by (verb, resource), counted as the controllers' client sends them.
+/// What one (verb, resource) cost: how many requests, the time from sending each to its
+/// response (summed over requests, so overlapping requests add up), and when the first and
+/// the last response came.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Tally {
+    pub(super) requests: u64,
+    pub(super) busy: Duration,
+    pub(super) first: Option<Instant>,
+    pub(super) last: Option<Instant>,
+}
+
+/// Requests by (verb, resource), counted as a client sends them.
 #[derive(Clone, Default)]
-struct Counts(Arc<Mutex<BTreeMap<(String, String), u64>>>);
+pub(super) struct Counts(Arc<Mutex<BTreeMap<(String, String), Tally>>>);
 
 impl Counts {
-    fn take(&self) -> BTreeMap<(String, String), u64> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    /// The counts so far, which start again from zero.
+    pub(super) fn take(&self) -> BTreeMap<(String, String), Tally> {
+        std::mem::take(&mut *self.lock())
     }
 
-    fn record(&self, method: &http::Method, path: &str, query: &str) {
-        let watch = query
-            .split('&')
-            .any(|p| p == "watch=true" || p == "watch=1");
-        let verb = match (method.as_str(), watch) {
-            ("GET", true) => "watch",
-            ("GET", false) => "get/list",
-            ("POST", _) => "create",
-            ("PUT", _) => "update",
-            ("PATCH", _) => "patch",
-            ("DELETE", _) => "delete",
-            (other, _) => other,
-        };
-        // /api/v1/namespaces/ns/pods/name/status -> pods/status; .../events -> events
-        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-        let after = parts
-            .iter()
-            .position(|p| *p == "namespaces")
-            .map_or(parts.len().saturating_sub(1), |i| i + 2);
-        let resource = match parts.get(after..).unwrap_or_default() {
-            [resource] | [resource, _] => resource.to_string(),
-            [resource, _, sub, ..] => format!("{resource}/{sub}"),
-            [] => parts.last().copied().unwrap_or_default().to_string(),
-        };
-        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *counts.entry((verb.to_string(), resource)).or_default() += 1;
+    /// The counts so far.
+    pub(super) fn snapshot(&self) -> BTreeMap<(String, String), Tally> {
+        self.lock().clone()
+    }
+
+    /// Requests of one verb and resource so far.
+    pub(super) fn requests(&self, verb: &str, resource: &str) -> u64 {
+        self.lock()
+            .get(&(verb.to_string(), resource.to_string()))
+            .map_or(0, |t| t.requests)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Tally>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, key: (String, String), sent: Instant) {
+        let now = Instant::now();
+        let mut counts = self.lock();
+        let tally = counts.entry(key).or_default();
+        tally.requests += 1;
+        tally.busy += now.saturating_duration_since(sent);
+        tally.first.get_or_insert(now);
+        tally.last = Some(now);
     }
 }
 
-/// An in-process client of `server` as the admin, counting what it sends into `counts`.
-fn counting_client(server: &Arc<ApiServer>, token: &str, counts: Counts) -> Client {
+/// `(verb, resource)` of a request as kube-apiserver's metrics name them, with `get/list`
+/// for GETs that are not watches and `resource/subresource` for subresources.
+pub(super) fn verb_and_resource(
+    method: &http::Method,
+    path: &str,
+    query: &str,
+) -> (String, String) {
+    let watch = query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1");
+    let verb = match (method.as_str(), watch) {
+        ("GET", true) => "watch",
+        ("GET", false) => "get/list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        (other, _) => other,
+    };
+    // /api/v1/namespaces/ns/pods/name/status -> pods/status; .../events -> events
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let after = parts
+        .iter()
+        .position(|p| *p == "namespaces")
+        .map_or(parts.len().saturating_sub(1), |i| i + 2);
+    let resource = match parts.get(after..).unwrap_or_default() {
+        [resource] | [resource, _] => resource.to_string(),
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
+        [] => parts.last().copied().unwrap_or_default().to_string(),
+    };
+    (verb.to_string(), resource)
+}
+
+/// Whether requests of `verb` write.
+pub(super) fn is_write(verb: &str) -> bool {
+    !matches!(verb, "get/list" | "watch")
+}
+
+/// An in-process client of `server` as `identity` (as `ApiServer::client` makes), counting
+/// what it sends into `counts`.
+pub(super) fn counting_client(
+    server: &Arc<ApiServer>,
+    identity: Identity,
+    counts: Counts,
+) -> Client {
     let router = server.router();
+    let (token, user) = match identity {
+        Identity::Token(token) => (token, None),
+        Identity::Impersonating { token, user } => (token, Some(user)),
+    };
     let bearer = http::HeaderValue::from_str(&format!("Bearer {token}")).ok();
+    let user = user.and_then(|u| http::HeaderValue::from_str(&u).ok());
     let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
         let router = router.clone();
-        counts.record(
+        let counts = counts.clone();
+        let key = verb_and_resource(
             request.method(),
             request.uri().path(),
             request.uri().query().unwrap_or(""),
         );
+        let headers = request.headers_mut();
         if let Some(bearer) = &bearer {
-            request
-                .headers_mut()
-                .insert(http::header::AUTHORIZATION, bearer.clone());
+            headers.insert(http::header::AUTHORIZATION, bearer.clone());
         }
+        if let Some(user) = &user {
+            headers.insert("impersonate-user", user.clone());
+        }
+        let sent = Instant::now();
         async move {
-            match router.oneshot(request.map(axum::body::Body::new)).await {
-                Ok(response) => Ok::<_, std::convert::Infallible>(response),
+            let response = match router.oneshot(request.map(axum::body::Body::new)).await {
+                Ok(response) => response,
                 Err(never) => match never {},
-            }
+            };
+            counts.record(key, sent);
+            Ok::<_, std::convert::Infallible>(response)
         }
     });
     Client::new(service, "default")
+}
+
+/// The benchmarks' Deployment: `default/web`, `replicas` of one nginx container.
+pub(super) fn web_deployment(replicas: i32) -> anyhow::Result<Deployment> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
+            },
+        },
+    }))?)
 }
 
 /// Marks new pods Running and Ready, and deletes terminating ones for good.
@@ -149,20 +228,19 @@ async fn rolled_out(api: &Api<Deployment>, replicas: i32) -> anyhow::Result<Dura
 }
 
 /// Prints a step's requests, per pod the controllers created or deleted in it.
-fn report(step: &str, took: Duration, counts: &BTreeMap<(String, String), u64>) {
+fn report(step: &str, took: Duration, counts: &BTreeMap<(String, String), Tally>) {
     let pod_writes = |verb: &str| {
         counts
             .get(&(verb.to_string(), "pods".to_string()))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, |t| t.requests)
     };
     let (created, deleted) = (pod_writes("create"), pod_writes("delete"));
     let pods = created + deleted;
-    let total: u64 = counts.values().sum();
+    let total: u64 = counts.values().map(|t| t.requests).sum();
     let writes: u64 = counts
         .iter()
-        .filter(|((verb, _), _)| !matches!(verb.as_str(), "get/list" | "watch"))
-        .map(|(_, n)| n)
+        .filter(|((verb, _), _)| is_write(verb))
+        .map(|(_, t)| t.requests)
         .sum();
     let per = |n: u64| n as f64 / pods.max(1) as f64;
     println!(
@@ -171,8 +249,8 @@ fn report(step: &str, took: Duration, counts: &BTreeMap<(String, String), u64>) 
         per(writes),
         took.as_secs_f64()
     );
-    for ((verb, resource), n) in counts {
-        println!("    {verb:>8} {resource:<28} {n:>6}");
+    for ((verb, resource), tally) in counts {
+        println!("    {verb:>8} {resource:<28} {:>6}", tally.requests);
     }
 }
 
@@ -186,7 +264,7 @@ pub(crate) async fn run(args: WorkloadsArgs) -> anyhow::Result<()> {
         .context("starting the API server")?;
     let admin = server.client(Identity::Token(token.clone()));
     let counts = Counts::default();
-    let controllers = counting_client(&server, &token, counts.clone());
+    let controllers = counting_client(&server, Identity::Token(token.clone()), counts.clone());
     let selection: Selection = "deployment,replicaset".parse()?;
     let running = ControllerManager::new(controllers)
         .selection(selection)
@@ -195,17 +273,7 @@ pub(crate) async fn run(args: WorkloadsArgs) -> anyhow::Result<()> {
     let kubelet = tokio::spawn(kubelet(Api::all(admin.clone())));
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "default");
     let replicas = args.replicas;
-    let deployment: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]},
-            },
-        },
-    }))?;
+    let deployment = web_deployment(replicas)?;
     println!("A Deployment of {replicas} replicas, deployment and replicaset controllers:");
 
     deployments
