@@ -19,28 +19,19 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 /// A cluster without kcm's controllers, and `nodes` running in a manager of their own.
 async fn cluster(nodes: SimulatedNodes) -> (TestEnv, RunningManager, RunningManager) {
-    let (env, kcm) = support::cluster("").await;
-    let mut manager = Manager::new(env.client());
-    nodes.add(&mut manager, env.client(), Clock::tokio());
-    (env, kcm, manager.spawn())
+    let (env, kcm, running, _) = support::with_nodes("", nodes, false).await;
+    (env, kcm, running)
 }
 
 async fn create_pod(env: &TestEnv, name: &str, annotations: Value, spec: Value) -> Api<Pod> {
-    let mut spec = spec;
-    spec["nodeName"] = json!("node-1");
-    if spec.get("containers").is_none() {
-        spec["containers"] = json!([{"name": "app", "image": "nginx"}]);
-    }
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": spec,
-    }))
-    .expect("a pod");
-    let pods = Api::<Pod>::namespaced(env.client(), NS);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("the pod is created");
-    pods
+    support::create_bound_pod(
+        env,
+        name,
+        "node-1",
+        json!({"annotations": annotations}),
+        spec,
+    )
+    .await
 }
 
 fn phase(pod: &Pod) -> &str {

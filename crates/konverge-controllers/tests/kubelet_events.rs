@@ -17,28 +17,19 @@ const NS: &str = "default";
 const MINUTE: Duration = Duration::from_secs(60);
 
 async fn cluster() -> (TestEnv, RunningManager, RunningManager) {
-    let (env, kcm) = support::cluster("").await;
-    let mut manager = Manager::new(env.client());
-    SimulatedNodes::new(1).add(&mut manager, env.client(), Clock::tokio());
-    (env, kcm, manager.spawn())
+    let (env, kcm, running, _) = support::with_nodes("", SimulatedNodes::new(1), false).await;
+    (env, kcm, running)
 }
 
 async fn create_pod(env: &TestEnv, name: &str, annotations: Value, spec: Value) -> Api<Pod> {
-    let mut spec = spec;
-    spec["nodeName"] = json!("node-1");
-    if spec.get("containers").is_none() {
-        spec["containers"] = json!([{"name": "app", "image": "nginx"}]);
-    }
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": spec,
-    }))
-    .expect("a pod");
-    let pods = Api::<Pod>::namespaced(env.client(), NS);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("the pod is created");
-    pods
+    support::create_bound_pod(
+        env,
+        name,
+        "node-1",
+        json!({"annotations": annotations}),
+        spec,
+    )
+    .await
 }
 
 /// The kubelet's events about `pod`: (type, reason, message, fieldPath, count), oldest

@@ -11,8 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod};
 use konverge_controllers::kubelet::{Behaviour, Kubelets, Rule, SimulatedNodes};
-use konverge_controllers::{Clock, scheduler};
-use konverge_runtime::{Manager, RunningManager};
+use konverge_runtime::RunningManager;
 use konverge_testkit::{TestEnv, Verb};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -28,33 +27,12 @@ async fn cluster(
     nodes: SimulatedNodes,
     schedule: bool,
 ) -> (TestEnv, RunningManager, RunningManager, Kubelets) {
-    let (env, kcm) = support::cluster(selection).await;
-    let kubelets = nodes.kubelets();
-    let mut manager = Manager::new(env.client());
-    let clock = Clock::tokio();
-    if schedule {
-        scheduler::add(&mut manager, env.client(), clock.clone());
-    }
-    nodes.add(&mut manager, env.client(), clock);
-    (env, kcm, manager.spawn(), kubelets)
+    support::with_nodes(selection, nodes, schedule).await
 }
 
 /// Creates a pod bound to `node`.
 async fn create_pod(env: &TestEnv, name: &str, node: &str, meta: Value, spec: Value) -> Api<Pod> {
-    let mut spec = spec;
-    spec["nodeName"] = json!(node);
-    if spec.get("containers").is_none() {
-        spec["containers"] = json!([{"name": "app", "image": "nginx"}]);
-    }
-    let mut metadata = meta;
-    metadata["name"] = json!(name);
-    let pod: Pod =
-        serde_json::from_value(json!({"metadata": metadata, "spec": spec})).expect("a pod");
-    let pods = Api::<Pod>::namespaced(env.client(), NS);
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("the pod is created");
-    pods
+    support::create_bound_pod(env, name, node, meta, spec).await
 }
 
 fn phase(pod: &Pod) -> &str {

@@ -163,16 +163,8 @@ impl PodTerms {
         let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
         let anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         let mut errors: Vec<String> = Vec::new();
-        let mut keep = |what: &str, result: Result<Vec<_>, SelectorError>| {
-            result.unwrap_or_else(|e| {
-                let message = format!("{what}: {e}");
-                if !errors.contains(&message) {
-                    errors.push(message);
-                }
-                Vec::new()
-            })
-        };
-        let required_affinity = keep(
+        let required_affinity = kept(
+            &mut errors,
             "requiredAffinityTerms",
             parse_list(
                 pod,
@@ -182,7 +174,8 @@ impl PodTerms {
                 })),
             ),
         );
-        let required_anti = keep(
+        let required_anti = kept(
+            &mut errors,
             "requiredAntiAffinityTerms",
             parse_list(
                 pod,
@@ -192,16 +185,8 @@ impl PodTerms {
                 })),
             ),
         );
-        let mut keep_weighted = |what: &str, result: Result<Vec<_>, SelectorError>| {
-            result.unwrap_or_else(|e| {
-                let message = format!("{what}: {e}");
-                if !errors.contains(&message) {
-                    errors.push(message);
-                }
-                Vec::new()
-            })
-        };
-        let preferred_affinity = keep_weighted(
+        let preferred_affinity = kept(
+            &mut errors,
             "preferredAffinityTerms",
             parse_weighted(
                 pod,
@@ -211,7 +196,8 @@ impl PodTerms {
                 })),
             ),
         );
-        let preferred_anti = keep_weighted(
+        let preferred_anti = kept(
+            &mut errors,
             "preferredAntiAffinityTerms",
             parse_weighted(
                 pod,
@@ -296,6 +282,18 @@ impl TermsCache {
     pub(crate) fn remove(&mut self, uid: &str) {
         self.by_uid.remove(uid);
     }
+}
+
+/// The terms a list parsed to, or none, with its error kept once in `errors` (named by the
+/// list, as kube names it).
+fn kept<T>(errors: &mut Vec<String>, what: &str, result: Result<Vec<T>, SelectorError>) -> Vec<T> {
+    result.unwrap_or_else(|e| {
+        let message = format!("{what}: {e}");
+        if !errors.contains(&message) {
+            errors.push(message);
+        }
+        Vec::new()
+    })
 }
 
 #[cfg(test)]

@@ -7,13 +7,14 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use konverge_controllers::{Clock, ControllerManager, Selection};
-use konverge_runtime::RunningManager;
+use konverge_controllers::kubelet::{Kubelets, SimulatedNodes};
+use konverge_controllers::{Clock, ControllerManager, Selection, scheduler};
+use konverge_runtime::{Manager, RunningManager};
 use konverge_testkit::TestEnv;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// An in-process API server (no socket: works in paused time) with `selection`'s
 /// controllers, on a clock that follows Tokio's. They reach the server through the
@@ -166,4 +167,47 @@ pub async fn finish_pod(pods: &Api<Pod>, name: &str, phase: &str, exit_code: i32
     pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
         .expect("the pod's status is written");
+}
+
+/// A cluster running `selection`'s controllers, and `nodes` (with the scheduler when
+/// `schedule`) in a manager of their own; the nodes' kubelets' handle.
+pub async fn with_nodes(
+    selection: &str,
+    nodes: SimulatedNodes,
+    schedule: bool,
+) -> (TestEnv, RunningManager, RunningManager, Kubelets) {
+    let (env, kcm) = cluster(selection).await;
+    let kubelets = nodes.kubelets();
+    let mut manager = Manager::new(env.client());
+    let clock = Clock::tokio();
+    if schedule {
+        scheduler::add(&mut manager, env.client(), clock.clone());
+    }
+    nodes.add(&mut manager, env.client(), clock);
+    (env, kcm, manager.spawn(), kubelets)
+}
+
+/// Creates the pod `name` in `default`, bound to `node`: `meta` is its metadata (the name
+/// added), `spec` its spec (one container `app` running nginx unless it names containers).
+pub async fn create_bound_pod(
+    env: &TestEnv,
+    name: &str,
+    node: &str,
+    meta: Value,
+    spec: Value,
+) -> Api<Pod> {
+    let mut spec = spec;
+    spec["nodeName"] = json!(node);
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "app", "image": "nginx"}]);
+    }
+    let mut metadata = if meta.is_object() { meta } else { json!({}) };
+    metadata["name"] = json!(name);
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": metadata, "spec": spec})).expect("a pod");
+    let pods = Api::<Pod>::namespaced(env.client(), "default");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("the pod is created");
+    pods
 }
