@@ -68,6 +68,65 @@ fn omit_zero<T: Default + PartialEq>(value: T) -> Option<T> {
     (value != T::default()).then_some(value)
 }
 
+// The two kinds' statuses and conditions are distinct k8s-openapi types of the same shape;
+// these read and write either.
+
+/// The [`ReplicaStatus`] of either kind's `Option<…Status>`.
+macro_rules! read_status {
+    ($status:expr) => {
+        match $status {
+            None => ReplicaStatus::default(),
+            Some(status) => ReplicaStatus {
+                replicas: status.replicas,
+                fully_labeled_replicas: status.fully_labeled_replicas.unwrap_or(0),
+                ready_replicas: status.ready_replicas.unwrap_or(0),
+                available_replicas: status.available_replicas.unwrap_or(0),
+                observed_generation: status.observed_generation.unwrap_or(0),
+                conditions: status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .map(|c| Condition {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                        reason: c.reason.clone(),
+                        message: c.message.clone(),
+                        last_transition_time: c.last_transition_time.clone(),
+                    })
+                    .collect(),
+            },
+        }
+    };
+}
+
+/// Either kind's status type (`$status_ty`, conditions `$condition_ty`) holding `$status`,
+/// zero counts omitted, with the kind's further `$field: $value`s.
+macro_rules! written_status {
+    ($status_ty:ident, $condition_ty:ident, $status:expr $(, $field:ident: $value:expr)*) => {{
+        let status: &ReplicaStatus = $status;
+        let conditions: Vec<$condition_ty> = status
+            .conditions
+            .iter()
+            .map(|c| $condition_ty {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: c.last_transition_time.clone(),
+            })
+            .collect();
+        $status_ty {
+            replicas: status.replicas,
+            fully_labeled_replicas: omit_zero(status.fully_labeled_replicas),
+            ready_replicas: omit_zero(status.ready_replicas),
+            available_replicas: omit_zero(status.available_replicas),
+            observed_generation: omit_zero(status.observed_generation),
+            conditions: omit_zero(conditions),
+            $($field: $value,)*
+        }
+    }};
+}
+
 impl ReplicaKind for ReplicaSet {
     const CONTROLLER: &'static str = "replicaset-controller";
     const EVENT_SOURCE: &'static str = "replicaset-controller";
@@ -92,53 +151,18 @@ impl ReplicaKind for ReplicaSet {
     }
 
     fn replica_status(&self) -> ReplicaStatus {
-        let Some(status) = &self.status else {
-            return ReplicaStatus::default();
-        };
-        ReplicaStatus {
-            replicas: status.replicas,
-            fully_labeled_replicas: status.fully_labeled_replicas.unwrap_or(0),
-            ready_replicas: status.ready_replicas.unwrap_or(0),
-            available_replicas: status.available_replicas.unwrap_or(0),
-            observed_generation: status.observed_generation.unwrap_or(0),
-            conditions: status
-                .conditions
-                .iter()
-                .flatten()
-                .map(|c| Condition {
-                    type_: c.type_.clone(),
-                    status: c.status.clone(),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    last_transition_time: c.last_transition_time.clone(),
-                })
-                .collect(),
-        }
+        read_status!(&self.status)
     }
 
     fn set_replica_status(&mut self, status: &ReplicaStatus) {
-        let conditions: Vec<ReplicaSetCondition> = status
-            .conditions
-            .iter()
-            .map(|c| ReplicaSetCondition {
-                type_: c.type_.clone(),
-                status: c.status.clone(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-                last_transition_time: c.last_transition_time.clone(),
-            })
-            .collect();
-        self.status = Some(ReplicaSetStatus {
-            replicas: status.replicas,
-            fully_labeled_replicas: omit_zero(status.fully_labeled_replicas),
-            ready_replicas: omit_zero(status.ready_replicas),
-            available_replicas: omit_zero(status.available_replicas),
-            observed_generation: omit_zero(status.observed_generation),
-            conditions: omit_zero(conditions),
-            // 1.33 counts terminating replicas only behind the (alpha, off)
-            // DeploymentReplicaSetTerminatingReplicas gate, and then writes none.
-            terminating_replicas: None,
-        });
+        // 1.33 counts terminating replicas only behind the (alpha, off)
+        // DeploymentReplicaSetTerminatingReplicas gate, and then writes none.
+        self.status = Some(written_status!(
+            ReplicaSetStatus,
+            ReplicaSetCondition,
+            status,
+            terminating_replicas: None
+        ));
     }
 }
 
@@ -172,50 +196,15 @@ impl ReplicaKind for ReplicationController {
     }
 
     fn replica_status(&self) -> ReplicaStatus {
-        let Some(status) = &self.status else {
-            return ReplicaStatus::default();
-        };
-        ReplicaStatus {
-            replicas: status.replicas,
-            fully_labeled_replicas: status.fully_labeled_replicas.unwrap_or(0),
-            ready_replicas: status.ready_replicas.unwrap_or(0),
-            available_replicas: status.available_replicas.unwrap_or(0),
-            observed_generation: status.observed_generation.unwrap_or(0),
-            conditions: status
-                .conditions
-                .iter()
-                .flatten()
-                .map(|c| Condition {
-                    type_: c.type_.clone(),
-                    status: c.status.clone(),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    last_transition_time: c.last_transition_time.clone(),
-                })
-                .collect(),
-        }
+        read_status!(&self.status)
     }
 
     fn set_replica_status(&mut self, status: &ReplicaStatus) {
-        let conditions: Vec<ReplicationControllerCondition> = status
-            .conditions
-            .iter()
-            .map(|c| ReplicationControllerCondition {
-                type_: c.type_.clone(),
-                status: c.status.clone(),
-                reason: c.reason.clone(),
-                message: c.message.clone(),
-                last_transition_time: c.last_transition_time.clone(),
-            })
-            .collect();
-        self.status = Some(ReplicationControllerStatus {
-            replicas: status.replicas,
-            fully_labeled_replicas: omit_zero(status.fully_labeled_replicas),
-            ready_replicas: omit_zero(status.ready_replicas),
-            available_replicas: omit_zero(status.available_replicas),
-            observed_generation: omit_zero(status.observed_generation),
-            conditions: omit_zero(conditions),
-        });
+        self.status = Some(written_status!(
+            ReplicationControllerStatus,
+            ReplicationControllerCondition,
+            status
+        ));
     }
 }
 
