@@ -16,6 +16,7 @@ use std::fmt;
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
+use futures::future::BoxFuture;
 use kube::Resource;
 use tokio::sync::watch;
 
@@ -591,6 +592,23 @@ impl<K: Resource> Writer<K> {
                 }
             }
         }
+    }
+}
+
+/// A cache whose readiness gates the first reconcile.
+pub(crate) trait ReadyFlag: Send + Sync {
+    fn is_ready(&self) -> bool;
+    fn wait(&self) -> BoxFuture<'static, ()>;
+}
+
+impl<K: Send + Sync + 'static> ReadyFlag for Store<K> {
+    fn is_ready(&self) -> bool {
+        Store::is_ready(self)
+    }
+
+    fn wait(&self) -> BoxFuture<'static, ()> {
+        let store = self.clone();
+        Box::pin(async move { store.wait_until_ready().await })
     }
 }
 

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cache::{Change, Index, Store};
+use crate::cache::{Change, Index, ReadyFlag, Store};
 use crate::hotloop::{HotLoopConfig, HotLoopDetector};
 use crate::informer::Informers;
 use crate::key::ObjectKey;
@@ -71,23 +71,6 @@ type ErrorPolicy<K> =
 struct Wiring<K> {
     queue: KeyQueue,
     primary: Store<K>,
-}
-
-/// A cache whose readiness gates the first reconcile.
-pub(crate) trait ReadyFlag: Send + Sync {
-    fn is_ready(&self) -> bool;
-    fn wait(&self) -> BoxFuture<'static, ()>;
-}
-
-impl<K: Send + Sync + 'static> ReadyFlag for Store<K> {
-    fn is_ready(&self) -> bool {
-        Store::is_ready(self)
-    }
-
-    fn wait(&self) -> BoxFuture<'static, ()> {
-        let store = self.clone();
-        Box::pin(async move { store.wait_until_ready().await })
-    }
 }
 
 /// A controller's configuration (see the module docs).

@@ -35,7 +35,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::{CachedResource, Controller, ReadyFlag};
+use crate::cache::ReadyFlag;
+use crate::controller::{CachedResource, Controller};
 use crate::manager::{HealthListener, Manager, RunningManager, serve_health};
 use crate::metrics::Metrics;
 use crate::reconcile::Action;

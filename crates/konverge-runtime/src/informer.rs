@@ -23,8 +23,8 @@ use kube::{Api, Resource};
 use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 
+use crate::cache::ReadyFlag;
 use crate::cache::{Change, Index, Store, Writer};
-use crate::controller::ReadyFlag;
 use crate::metrics::Metrics;
 use crate::metrics::resource_labels;
 use crate::watcher::{self, WatcherMetrics};

@@ -32,8 +32,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::ReadyFlag;
 use crate::cache::{Index, Store};
-use crate::controller::{CachedResource, Controller, ReadyFlag, Runnable};
+use crate::controller::{CachedResource, Controller, Runnable};
 use crate::informer::Informers;
 use crate::leader::{self, LeaderElection, LeaseConfig};
 use crate::metrics::{CONTENT_TYPE, Metrics};
