@@ -116,15 +116,23 @@ pub(super) fn allocate_ip(ctx: &PodCtx, pod: &Pod, node: &SimNode) -> String {
     if let Some(ip) = handed.get(&uid) {
         return ip.clone();
     }
-    let mut used: BTreeSet<String> = handed.values().cloned().collect();
-    used.extend(
-        live.values()
-            .filter_map(|p| p.status.as_ref()?.pod_ip.clone()),
-    );
-    let ip = (2..=254)
-        .map(|host| format!("{}.{host}", node.pod_prefix))
-        .find(|ip| !used.contains(ip))
-        .unwrap_or_else(|| format!("{}.254", node.pod_prefix));
+    // Hosts in use, by the last octet of addresses in the node's prefix.
+    let mut used = [false; 256];
+    let prefix = format!("{}.", node.pod_prefix);
+    let host = |ip: &str| ip.strip_prefix(&prefix)?.parse::<u8>().ok();
+    let live_ips = live
+        .values()
+        .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref());
+    for h in handed
+        .values()
+        .map(String::as_str)
+        .chain(live_ips)
+        .filter_map(host)
+    {
+        used[usize::from(h)] = true;
+    }
+    let free = (2..=254u8).find(|h| !used[usize::from(*h)]).unwrap_or(254);
+    let ip = format!("{prefix}{free}");
     handed.insert(uid, ip.clone());
     ip
 }

@@ -51,11 +51,17 @@ pub(crate) struct NodeInfo<'a> {
 
 impl<'a> NodeInfo<'a> {
     /// An empty node.
+    #[cfg(test)]
     pub(crate) fn new(node: &'a Node) -> NodeInfo<'a> {
+        NodeInfo::new_with(node, resources::allocatable(node))
+    }
+
+    /// An empty node whose allocatable resources were read already.
+    pub(crate) fn new_with(node: &'a Node, allocatable: Resources) -> NodeInfo<'a> {
         NodeInfo {
             node,
             name: node.metadata.name.clone().unwrap_or_default(),
-            allocatable: resources::allocatable(node),
+            allocatable,
             requested: Resources::default(),
             non_zero_requested: Resources::default(),
             pods: 0,
@@ -65,19 +71,9 @@ impl<'a> NodeInfo<'a> {
 
     /// No longer counts `pod` here.
     pub(crate) fn remove_pod(&mut self, pod: &Pod) {
-        let sub = |total: &mut Resources, r: &Resources| {
-            total.milli_cpu -= r.milli_cpu;
-            total.memory -= r.memory;
-            total.ephemeral_storage -= r.ephemeral_storage;
-            for (name, v) in &r.scalars {
-                *total.scalars.entry(name.clone()).or_default() -= v;
-            }
-        };
-        sub(&mut self.requested, &resources::pod_requests(pod, false));
-        sub(
-            &mut self.non_zero_requested,
-            &resources::pod_requests(pod, true),
-        );
+        let requests = resources::PodRequests::of(pod);
+        self.requested.subtract(&requests.requests);
+        self.non_zero_requested.subtract(&requests.non_zero);
         self.pods -= 1;
     }
 
@@ -304,7 +300,7 @@ pub(crate) fn victims_on<'p>(
     preemptor_priority: i32,
     filters: &mut impl NodeFilters,
 ) -> Result<Vec<&'p Pod>, Vec<String>> {
-    let mut rest = NodeInfo::new(node.node);
+    let mut rest = NodeInfo::new_with(node.node, node.allocatable.clone());
     let mut lower: Vec<&Pod> = Vec::new();
     for pod in on_node {
         if priority(pod) < preemptor_priority {

@@ -48,13 +48,16 @@
 //!   kube-scheduler's `podInitialBackoffSeconds`/`podMaxBackoffSeconds`), and at the latest
 //!   after 5 minutes (`podMaxInUnschedulablePodsDuration`).
 //!
-//! Per cycle, the nodes' pods (bound, and assumed) are gathered once and every plugin reads
-//! them by node; each pod's requests are computed once per resourceVersion and its affinity
-//! terms once per pod (`resources::RequestsCache`, `terms::TermsCache`).
+//! A cycle reads the scheduler's own cache of nodes and the pods counted on them
+//! (`cache.rs`, kube-scheduler's internal cache): each node's summed requests, its pods
+//! and those with pod affinity (terms parsed once), and for the selectors PodTopologySpread
+//! asks about, the matching pods per node. The informers' events keep it current, so a
+//! cycle costs O(nodes), not O(pods), and an assumed pod counts from the moment it is
+//! chosen until its Binding shows (or fails and it is forgotten).
 //!
-//! Cycles run one at a time (the choice and the assumption are made under one lock, as
-//! kube-scheduler's single scheduling loop makes them) while up to four bindings are in
-//! flight, as kube-scheduler binds asynchronously.
+//! Cycles run one at a time (the choice and the assumption are made under one async lock,
+//! as kube-scheduler's single scheduling loop makes them) while up to 32 pods' bindings are
+//! in flight, as kube-scheduler binds asynchronously.
 //!
 //! - **preemption** (DefaultPreemption, without PodDisruptionBudgets): when no node fits and
 //!   the pod may preempt (`preemptionPolicy` is not `Never`), the nodes turned down only for
@@ -77,6 +80,7 @@
 //! required affinity (a node failing it is not a candidate).
 
 mod affinity;
+mod cache;
 mod framework;
 mod resources;
 mod spread;
@@ -100,10 +104,10 @@ use crate::error::Result;
 use crate::events::Events;
 use crate::informers;
 use affinity::{AffinityFilter, AffinityScore, Incoming, Placed};
+use cache::ClusterCache;
 use framework::{NodeFilters, NodeInfo, Normalize, PodRequest, Rejection};
-use resources::RequestsCache;
 use spread::{Owners, SpreadFilter};
-use terms::{PodTerms, TermsCache};
+use terms::PodTerms;
 
 /// The scheduler's name: pods naming it (or no scheduler) are scheduled here, and its
 /// Events come from it.
@@ -116,14 +120,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// kube-scheduler's `podMaxInUnschedulablePodsDuration`: an unschedulable pod is tried
 /// again after this even if nothing it waits for changed.
 const MAX_UNSCHEDULABLE: Duration = Duration::from_secs(300);
-
-/// A pod bound (or being bound) whose binding the cache has not shown yet.
-#[derive(Debug)]
-struct Assumed {
-    uid: String,
-    node: String,
-    pod: Arc<Pod>,
-}
+/// How many pods the scheduler's workers hold at once: one of them is in a cycle, the
+/// others wait for their turn or for their Binding to be answered (kube-scheduler binds
+/// in goroutines of their own while its loop goes on).
+const BINDINGS_IN_FLIGHT: usize = 32;
 
 /// A pod's failed attempts and when it may be tried again.
 #[derive(Debug, Clone, Copy)]
@@ -134,8 +134,6 @@ struct Backoff {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Assumed pods by key (kube-scheduler's assumed pods in its cache).
-    assumed: HashMap<ObjectKey, Assumed>,
     /// Back-off of pods that failed, by key.
     backoff: HashMap<ObjectKey, Backoff>,
     /// Pods turned down by InterPodAffinity or PodTopologySpread: a pod placed or
@@ -149,27 +147,23 @@ struct Ctx {
     events: Events,
     caches: Caches,
     state: Mutex<State>,
+    /// Nodes and the pods counted on them, kept current by the informers' events.
+    cluster: Mutex<ClusterCache>,
+    /// Held for a whole scheduling cycle: cycles run one at a time, as kube-scheduler's
+    /// single loop runs them, while bindings proceed concurrently. An async lock, so
+    /// workers waiting for their turn leave the runtime's threads free.
+    cycle: tokio::sync::Mutex<()>,
 }
 
-/// What a scheduling cycle reads: the shared caches, and the placed pods' parsed terms.
+/// The shared caches a scheduling cycle reads besides its own [`ClusterCache`].
 struct Caches {
     nodes: Store<Node>,
     pods: Store<Pod>,
     namespaces: Store<Namespace>,
     owners: Owners,
-    terms: Mutex<TermsCache>,
-    requests: Mutex<RequestsCache>,
 }
 
 impl Caches {
-    fn lock_terms(&self) -> std::sync::MutexGuard<'_, TermsCache> {
-        self.terms.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_requests(&self) -> std::sync::MutexGuard<'_, RequestsCache> {
-        self.requests.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Whether every cache the cycle reads has been listed.
     fn ready(&self) -> bool {
         self.nodes.is_ready()
@@ -199,16 +193,18 @@ pub fn add(manager: &mut Manager, client: kube::Client, clock: Clock) {
                 replica_sets: informers::cache::<ReplicaSet>(manager),
                 stateful_sets: informers::cache::<StatefulSet>(manager),
             },
-            terms: Mutex::new(TermsCache::default()),
-            requests: Mutex::new(RequestsCache::default()),
         },
         state: Mutex::new(State::default()),
+        cluster: Mutex::new(ClusterCache::default()),
+        cycle: tokio::sync::Mutex::new(()),
     });
     let on_node = {
-        let pods = ctx.caches.pods.clone();
+        let ctx = ctx.clone();
         move |change: &Change<Node>| {
+            let mut cluster = ctx.lock_cluster();
+            cluster.apply_node(change);
             if node_change_may_help(change) {
-                pending_keys(&pods)
+                cluster.pending()
             } else {
                 Vec::new()
             }
@@ -217,25 +213,25 @@ pub fn add(manager: &mut Manager, client: kube::Client, clock: Clock) {
     let on_pod = {
         let ctx = ctx.clone();
         move |change: &Change<Pod>| {
+            let (effect, pending) = {
+                let mut cluster = ctx.lock_cluster();
+                let effect = cluster.apply_pod(change);
+                let pending = effect.freed_room.then(|| cluster.pending());
+                (effect, pending)
+            };
             if change.new.is_none() {
                 ctx.forget(&change.key);
-                if let Some(uid) = change.old.as_ref().and_then(|p| p.metadata.uid.as_deref()) {
-                    ctx.caches.lock_terms().remove(uid);
-                    ctx.caches.lock_requests().remove(uid);
-                }
             }
-            if pod_change_frees_room(change) {
-                pending_keys(&ctx.caches.pods)
-            } else if pod_change_may_match(change) {
-                ctx.lock().waiting_for_pods.drain().collect()
-            } else {
-                Vec::new()
+            match pending {
+                Some(pending) => pending,
+                None if effect.may_match => ctx.lock().waiting_for_pods.drain().collect(),
+                None => Vec::new(),
             }
         }
     };
     let controller = informers::controller::<Pod>(manager)
         .named("scheduler")
-        .concurrency(4)
+        .concurrency(BINDINGS_IN_FLIGHT)
         .with_predicate(|old: Option<&Pod>, new: &Pod| {
             old.is_none_or(|old| {
                 old.spec != new.spec
@@ -279,15 +275,6 @@ fn occupies_node(pod: &Pod) -> bool {
         )
 }
 
-/// The pods waiting for this scheduler.
-fn pending_keys(pods: &Store<Pod>) -> Vec<ObjectKey> {
-    pods.list()
-        .iter()
-        .filter(|p| is_ours(p))
-        .filter_map(|p| ObjectKey::of(p.as_ref()))
-        .collect()
-}
-
 /// A node added, or changed in what the filters read (kube-scheduler's queueing hints for
 /// Node add and update): heartbeats alone do not wake pending pods.
 fn node_change_may_help(change: &Change<Node>) -> bool {
@@ -303,33 +290,17 @@ fn node_change_may_help(change: &Change<Node>) -> bool {
     }
 }
 
-/// A pod placed, or a placed pod relabelled: pods waiting for (or kept off by) pods of
-/// some labels may fit now.
-fn pod_change_may_match(change: &Change<Pod>) -> bool {
-    let was = change.old.as_deref().filter(|p| occupies_node(p));
-    let is = change.new.as_deref().filter(|p| occupies_node(p));
-    match (was, is) {
-        (None, Some(_)) => true,
-        (Some(old), Some(new)) => old.metadata.labels != new.metadata.labels,
-        _ => false,
-    }
-}
-
-/// An assigned pod deleted or finished: its node has room again.
-fn pod_change_frees_room(change: &Change<Pod>) -> bool {
-    let was = change.old.as_deref().is_some_and(occupies_node);
-    let is = change.new.as_deref().is_some_and(occupies_node);
-    was && !is
-}
-
 impl Ctx {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_cluster(&self) -> std::sync::MutexGuard<'_, ClusterCache> {
+        self.cluster.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn forget(&self, key: &ObjectKey) {
         let mut state = self.lock();
-        state.assumed.remove(key);
         state.backoff.remove(key);
         state.waiting_for_pods.remove(key);
     }
@@ -361,47 +332,42 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::await_change());
     };
     if !is_ours(&pod) {
-        if node_name(&pod).is_some() {
-            ctx.forget(&key);
-        }
         return Ok(Action::await_change());
     }
     if !ctx.caches.ready() {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
     let now = ctx.clock.now();
+    if let Some(wait) = ctx
+        .lock()
+        .backoff
+        .get(&key)
+        .and_then(|b| remaining(b.until, now))
+    {
+        return Ok(Action::requeue(wait));
+    }
     let decision = {
-        let mut state = ctx.lock();
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if state.assumed.get(&key).is_some_and(|a| a.uid == uid) {
-            // Bound (or being bound) already; the cache has not caught up.
+        let _turn = ctx.cycle.lock().await;
+        let mut cluster = ctx.lock_cluster();
+        if cluster.is_placed(&uid) {
+            // Bound (or being bound) already; the pod cache has not caught up.
             return Ok(Action::await_change());
         }
-        if let Some(wait) = state
-            .backoff
-            .get(&key)
-            .and_then(|b| remaining(b.until, now))
-        {
-            return Ok(Action::requeue(wait));
-        }
-        let decision = schedule(&ctx.caches, &state, &pod);
+        cluster.next_cycle();
+        let decision = schedule(&ctx.caches, &mut cluster, &pod);
         match &decision {
             Decision::Bind(node) => {
-                state.waiting_for_pods.remove(&key);
-                state.assumed.insert(
-                    key.clone(),
-                    Assumed {
-                        uid,
-                        node: node.clone(),
-                        pod: pod.clone(),
-                    },
-                );
+                cluster.assume(&key, &pod, node);
+                drop(cluster);
+                ctx.lock().waiting_for_pods.remove(&key);
             }
             Decision::Unschedulable {
                 waits_for_pods: true,
                 ..
             } => {
-                state.waiting_for_pods.insert(key.clone());
+                drop(cluster);
+                ctx.lock().waiting_for_pods.insert(key.clone());
             }
             _ => {}
         }
@@ -519,30 +485,22 @@ fn namespace_labels(caches: &Caches, pod: &Pod) -> BTreeMap<String, String> {
 }
 
 /// One scheduling cycle: PreFilter and filter, then PreScore and score the nodes that pass.
-fn schedule(caches: &Caches, state: &State, pod: &Pod) -> Decision {
-    let nodes = caches.nodes.list();
-    if nodes.is_empty() {
+fn schedule(caches: &Caches, cluster: &mut ClusterCache, pod: &Pod) -> Decision {
+    let (nodes, matching) = cluster.parts();
+    // Sorted by name: the cache keeps nodes in a BTreeMap.
+    let infos: Vec<NodeInfo<'_>> = nodes.values().filter_map(|n| n.info()).collect();
+    if infos.is_empty() {
         return Decision::Unschedulable {
             message: framework::NO_NODES_AVAILABLE.to_string(),
             waits_for_pods: false,
         };
     }
-    let pods = caches.pods.list();
-    let on_nodes = pods_by_node(state, &pods);
-    let mut infos: Vec<NodeInfo<'_>> = nodes.iter().map(|n| NodeInfo::new(n)).collect();
-    infos.sort_by(|a, b| a.name.cmp(&b.name));
-    {
-        let mut requests = caches.lock_requests();
-        for info in &mut infos {
-            for p in on_nodes.get(info.name.as_str()).into_iter().flatten() {
-                info.add_requests(&requests.get(p));
-                info.pod_list.push(p);
-            }
-        }
-    }
+    let mut count = |info: &NodeInfo<'_>, selector: &_, ns: &str| {
+        matching.count(nodes, ns, selector, &info.name)
+    };
     let request = PodRequest::new(pod);
     // PreFilter, in the default profile's order.
-    let spread = match spread::pre_filter(pod, &caches.owners, &infos) {
+    let spread = match spread::pre_filter(pod, &caches.owners, &infos, &mut count) {
         Ok(spread) => spread,
         Err(error) => {
             return Decision::Error(format!(
@@ -558,12 +516,12 @@ fn schedule(caches: &Caches, state: &State, pod: &Pod) -> Decision {
         namespace_labels: namespace_labels(caches, pod),
     };
     let mut placed = Placed::default();
-    {
-        let mut cache = caches.lock_terms();
-        for info in &infos {
-            for p in info.pod_list.iter().filter(|p| terms::has_pod_affinity(p)) {
-                placed.insert(info.node, p, cache.get(p));
-            }
+    for entry in nodes.values() {
+        let Some(node) = entry.node() else {
+            continue;
+        };
+        for (p, terms) in entry.with_affinity() {
+            placed.insert(node, p, terms.clone());
         }
     }
     let filters = Filters {
@@ -582,14 +540,7 @@ fn schedule(caches: &Caches, state: &State, pod: &Pod) -> Decision {
         };
         let rejections = (0..infos.len()).map(|i| (i, rejection.clone())).collect();
         let pre_filter = format!("parsing pod: {error}");
-        return no_fit(
-            pod,
-            &filters,
-            &infos,
-            &on_nodes,
-            rejections,
-            Some(&pre_filter),
-        );
+        return no_fit(pod, &filters, &infos, rejections, Some(&pre_filter));
     }
     let mut feasible = Vec::new();
     let mut rejections: Vec<(usize, Rejection)> = Vec::new();
@@ -600,12 +551,20 @@ fn schedule(caches: &Caches, state: &State, pod: &Pod) -> Decision {
         }
     }
     if feasible.is_empty() {
-        return no_fit(pod, &filters, &infos, &on_nodes, rejections, None);
+        return no_fit(pod, &filters, &infos, rejections, None);
     }
     if let [only] = feasible.as_slice() {
         return Decision::Bind(only.name.clone());
     }
-    match scores(caches, &request, &incoming, &placed, &infos, &feasible) {
+    let scored = scores(
+        caches,
+        &request,
+        (&incoming, &placed),
+        &infos,
+        &feasible,
+        &mut count,
+    );
+    match scored {
         Ok(scores) => {
             // The highest score wins; `feasible` is sorted by name and `max_by_key` keeps
             // the last of equals, so reverse it to keep the first name among equal scores.
@@ -628,10 +587,10 @@ fn schedule(caches: &Caches, state: &State, pod: &Pod) -> Decision {
 fn scores(
     caches: &Caches,
     request: &PodRequest<'_>,
-    incoming: &Incoming<'_>,
-    placed: &Placed<'_>,
+    (incoming, placed): (&Incoming<'_>, &Placed<'_>),
     infos: &[NodeInfo<'_>],
     feasible: &[&NodeInfo<'_>],
+    count: &mut spread::Counter<'_>,
 ) -> std::result::Result<Vec<i64>, String> {
     let normalize = Normalize {
         max_taints: feasible
@@ -649,7 +608,7 @@ fn scores(
         .iter()
         .map(|n| request.score(n, &normalize))
         .collect();
-    let spread = spread::pre_score(incoming.pod, &caches.owners, infos, feasible)
+    let spread = spread::pre_score(incoming.pod, &caches.owners, infos, feasible, count)
         .map_err(|e| format!("running PreScore plugin \"PodTopologySpread\": {e}"))?;
     if let Some(spread) = spread {
         let mut scores: Vec<i64> = feasible.iter().map(|n| spread.score(n)).collect();
@@ -677,7 +636,6 @@ fn no_fit(
     pod: &Pod,
     filters: &Filters<'_, '_>,
     infos: &[NodeInfo<'_>],
-    on_nodes: &HashMap<&str, Vec<&Pod>>,
     rejections: Vec<(usize, Rejection)>,
     pre_filter: Option<&str>,
 ) -> Decision {
@@ -704,10 +662,11 @@ fn no_fit(
         .and_then(|s| s.nominated_node_name.as_deref())
         .filter(|n| !n.is_empty())
     {
-        let terminating =
-            on_nodes.get(nominated).into_iter().flatten().any(|p| {
-                p.metadata.deletion_timestamp.is_some() && framework::priority(p) < priority
-            });
+        let terminating = infos
+            .iter()
+            .filter(|info| info.name == nominated)
+            .flat_map(|info| &info.pod_list)
+            .any(|p| p.metadata.deletion_timestamp.is_some() && framework::priority(p) < priority);
         if terminating {
             return unschedulable(framework::PREEMPTION_TERMINATING);
         }
@@ -719,12 +678,9 @@ fn no_fit(
             continue;
         }
         let info = &infos[*i];
-        let on_node = on_nodes
-            .get(info.name.as_str())
-            .map_or(&[][..], Vec::as_slice);
         let mut trial = filters.clone();
         trial.node = Some(info.node);
-        match framework::victims_on(info, on_node, priority, &mut trial) {
+        match framework::victims_on(info, &info.pod_list, priority, &mut trial) {
             Ok(victims) => candidates.push((info.name.as_str(), victims)),
             Err(reasons) => tried.push(reasons),
         }
@@ -793,35 +749,6 @@ async fn preempt(ctx: &Ctx, preemptor: &Pod, node: &str, victims: &[Pod]) -> Res
     Ok(())
 }
 
-/// The pods each node holds: those the cache shows assigned and not finished, and the
-/// assumed ones the cache does not show assigned yet. Both are read from the one snapshot
-/// `pods`: reading the cache again could find an assumed pod bound that the snapshot still
-/// shows unbound, and the pod would count nowhere.
-fn pods_by_node<'p>(state: &'p State, pods: &'p [Arc<Pod>]) -> HashMap<&'p str, Vec<&'p Pod>> {
-    let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
-    let mut assigned: HashSet<&str> = HashSet::new();
-    for pod in pods.iter() {
-        let Some(node) = node_name(pod) else {
-            continue;
-        };
-        if let Some(uid) = pod.metadata.uid.as_deref() {
-            assigned.insert(uid);
-        }
-        if occupies_node(pod) {
-            by_node.entry(node).or_default().push(pod);
-        }
-    }
-    for assumed in state.assumed.values() {
-        if !assigned.contains(assumed.uid.as_str()) {
-            by_node
-                .entry(assumed.node.as_str())
-                .or_default()
-                .push(&assumed.pod);
-        }
-    }
-    by_node
-}
-
 /// The binding cycle: POST the Binding; on failure the pod is no longer assumed and is
 /// retried (a stale cache may have let a pod bound by another cycle through: the server's
 /// 409 then ends the reconcile and the cache catches up).
@@ -855,7 +782,9 @@ async fn bind(ctx: &Ctx, key: &ObjectKey, pod: &Pod, node: &str) -> Result<Actio
             Ok(Action::await_change())
         }
         Err(error) => {
-            ctx.lock().assumed.remove(key);
+            if let Some(uid) = pod.metadata.uid.as_deref() {
+                ctx.lock_cluster().forget(uid);
+            }
             Err(error.into())
         }
     }

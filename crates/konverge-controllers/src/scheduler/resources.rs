@@ -2,8 +2,7 @@
 //! milli-CPU, bytes of memory and ephemeral storage, a pod count, and extended resources
 //! as whole units.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -91,6 +90,20 @@ impl Resources {
         for (name, v) in &other.scalars {
             let mine = self.scalars.entry(name.clone()).or_default();
             *mine = mine.saturating_add(*v);
+        }
+    }
+
+    /// Takes `other` off these amounts.
+    pub(crate) fn subtract(&mut self, other: &Resources) {
+        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
+        self.pods = self.pods.saturating_sub(other.pods);
+        for (name, v) in &other.scalars {
+            let mine = self.scalars.entry(name.clone()).or_default();
+            *mine = mine.saturating_sub(*v);
         }
     }
 
@@ -188,39 +201,6 @@ impl PodRequests {
     }
 }
 
-/// The requests of the pods on nodes, by uid, computed once per version of each pod (kube's
-/// cache keeps a `PodInfo` per pod rather than reading quantities every cycle).
-#[derive(Debug, Default)]
-pub(crate) struct RequestsCache {
-    by_uid: HashMap<String, (String, Arc<PodRequests>)>,
-}
-
-impl RequestsCache {
-    /// The pod's requests, from the cache while its resourceVersion is unchanged.
-    pub(crate) fn get(&mut self, pod: &Pod) -> Arc<PodRequests> {
-        let (Some(uid), Some(version)) = (
-            pod.metadata.uid.as_deref(),
-            pod.metadata.resource_version.as_deref(),
-        ) else {
-            return Arc::new(PodRequests::of(pod));
-        };
-        if let Some((cached, requests)) = self.by_uid.get(uid)
-            && cached == version
-        {
-            return requests.clone();
-        }
-        let requests = Arc::new(PodRequests::of(pod));
-        self.by_uid
-            .insert(uid.to_string(), (version.to_string(), requests.clone()));
-        requests
-    }
-
-    /// Forgets the pod with this uid.
-    pub(crate) fn remove(&mut self, uid: &str) {
-        self.by_uid.remove(uid);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,24 +212,6 @@ mod tests {
 
     fn container(name: &str, cpu: &str, memory: &str) -> serde_json::Value {
         json!({"name": name, "resources": {"requests": {"cpu": cpu, "memory": memory}}})
-    }
-
-    #[test]
-    fn the_cache_recomputes_only_for_a_new_version() {
-        let mut p = pod(json!({"containers": [container("a", "1", "1Gi")]}));
-        p.metadata.uid = Some("u".into());
-        p.metadata.resource_version = Some("1".into());
-        let mut cache = RequestsCache::default();
-        assert_eq!(cache.get(&p).requests.milli_cpu, 1000);
-        // Same version: the cached value, even if the object says otherwise.
-        p.spec.as_mut().expect("a spec").containers[0] =
-            serde_json::from_value(container("a", "2", "1Gi")).expect("a container");
-        assert_eq!(cache.get(&p).requests.milli_cpu, 1000);
-        p.metadata.resource_version = Some("2".into());
-        assert_eq!(cache.get(&p).requests.milli_cpu, 2000);
-        assert_eq!(cache.get(&p).non_zero.memory, 1024 * 1024 * 1024);
-        cache.remove("u");
-        assert!(cache.by_uid.is_empty());
     }
 
     #[test]

@@ -242,12 +242,20 @@ fn node_labels(node: &Node) -> &BTreeMap<String, String> {
     node.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }
 
-/// kube's `countPodsMatchSelector`: pods of the namespace, not being deleted, matching.
-fn count_matching(pods: &[&Pod], selector: &LabelSelector, ns: &str) -> i64 {
+/// How a cycle counts the pods on a node that a selector matches (kube's
+/// `countPodsMatchSelector`: pods of the namespace, not being deleted, matching; none for an
+/// empty selector). The scheduler reads counts its cache keeps current; the tests count
+/// the node's pods (`scan`).
+pub(crate) type Counter<'c> = dyn FnMut(&NodeInfo<'_>, &LabelSelector, &str) -> i64 + 'c;
+
+/// [`Counter`] by looking at every pod on the node.
+#[cfg(test)]
+pub(crate) fn scan(info: &NodeInfo<'_>, selector: &LabelSelector, ns: &str) -> i64 {
     if selector.is_empty() {
         return 0;
     }
-    let n = pods
+    let n = info
+        .pod_list
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none() && namespace(p) == ns)
         .filter(|p| selector.matches(labels(p)))
@@ -274,6 +282,7 @@ pub(crate) fn pre_filter<'a>(
     pod: &'a Pod,
     owners: &Owners,
     nodes: &[NodeInfo<'a>],
+    count: &mut Counter<'_>,
 ) -> Result<Option<SpreadFilter<'a>>, String> {
     let (constraints, _) = constraints(pod, "DoNotSchedule", owners)
         .map_err(|e| format!("get constraints from pod: {e}"))?;
@@ -295,8 +304,7 @@ pub(crate) fn pre_filter<'a>(
             let Some(value) = labels.get(&c.topology_key) else {
                 continue;
             };
-            *counts[i].entry(value.as_str()).or_default() +=
-                count_matching(&info.pod_list, &c.selector, ns);
+            *counts[i].entry(value.as_str()).or_default() += count(info, &c.selector, ns);
         }
     }
     let self_match = constraints
@@ -401,6 +409,7 @@ pub(crate) fn pre_score<'a>(
     owners: &Owners,
     nodes: &[NodeInfo<'a>],
     feasible: &[&NodeInfo<'a>],
+    count: &mut Counter<'_>,
 ) -> Result<Option<SpreadScore<'a>>, String> {
     let (constraints, system_defaulted) = constraints(pod, "ScheduleAnyway", owners)
         .map_err(|e| format!("calculating preScoreState: {e}"))?;
@@ -465,7 +474,7 @@ pub(crate) fn pre_score<'a>(
                 .iter()
                 .map(|info| {
                     let name = info.node.metadata.name.as_deref().unwrap_or("");
-                    (name, count_matching(&info.pod_list, selector, ns))
+                    (name, count(info, selector, ns))
                 })
                 .collect()
         })
@@ -650,7 +659,7 @@ mod tests {
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "s"}}});
         let incoming = spread_pod("new", constraint.clone());
         let owners = owners(Vec::new(), Vec::new());
-        let mut filter = pre_filter(&incoming, &owners, &infos)
+        let mut filter = pre_filter(&incoming, &owners, &infos, &mut scan)
             .expect("valid")
             .expect("a constraint");
         let verdicts: Vec<Result<(), Rejection>> = nodes.iter().map(|n| filter.filter(n)).collect();
@@ -670,7 +679,7 @@ mod tests {
         let mut with_min = constraint;
         with_min["minDomains"] = json!(3);
         let incoming = spread_pod("new", with_min);
-        let filter = pre_filter(&incoming, &owners, &infos)
+        let filter = pre_filter(&incoming, &owners, &infos, &mut scan)
             .expect("valid")
             .expect("a constraint");
         assert_eq!(filter.filter(&nodes[0]), skew);

@@ -2,10 +2,10 @@
 //! (`framework.AffinityTerm`, `framework.PodInfo`), shared by InterPodAffinity and
 //! PodTopologySpread.
 //!
-//! Parsing is done once per pod: the terms of the pods already on nodes are kept by uid
-//! ([`TermsCache`]) since a pod's affinity cannot change after it is created.
+//! Parsing is done once per pod: the scheduler's cache keeps the terms of the pods on
+//! nodes (`cache::NodeEntry`), since a pod's affinity cannot change after it is created.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
@@ -253,34 +253,6 @@ impl PodTerms {
     pub(crate) fn all_match(terms: &[AffinityTerm], pod: &Pod) -> bool {
         static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         !terms.is_empty() && terms.iter().all(|t| t.matches(pod, &EMPTY))
-    }
-}
-
-/// The parsed terms of pods with pod (anti-)affinity, by uid. A pod's affinity is
-/// immutable, so an entry stays right until the pod is gone.
-#[derive(Debug, Default)]
-pub(crate) struct TermsCache {
-    by_uid: HashMap<String, Arc<PodTerms>>,
-}
-
-impl TermsCache {
-    /// The pod's terms (empty lists for a pod without affinity). Parse errors leave the
-    /// invalid list empty, as kube's cache does for pods already placed.
-    pub(crate) fn get(&mut self, pod: &Pod) -> Arc<PodTerms> {
-        let uid = pod.metadata.uid.as_deref().unwrap_or("");
-        if let Some(terms) = self.by_uid.get(uid) {
-            return terms.clone();
-        }
-        let terms = Arc::new(PodTerms::parse(pod).0);
-        if !uid.is_empty() {
-            self.by_uid.insert(uid.to_string(), terms.clone());
-        }
-        terms
-    }
-
-    /// Forgets the pod with this uid.
-    pub(crate) fn remove(&mut self, uid: &str) {
-        self.by_uid.remove(uid);
     }
 }
 
