@@ -17,9 +17,16 @@
 mod bench;
 mod doctor;
 mod kubeconfig;
+mod rules;
 mod up;
 
 use std::process::ExitCode;
+
+/// mimalloc rather than the system allocator: the server, its controllers and the simulated
+/// kubelets allocate from many threads at once, where glibc's malloc spent a sixth of the
+/// cluster benchmark's CPU (docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 

@@ -74,6 +74,14 @@ pub(crate) struct UpArgs {
     /// negative.
     #[arg(long, value_delimiter = ',', value_name = "RESOURCE=QUANTITY", value_parser = parse_capacity)]
     node_capacity: Vec<Capacity>,
+    /// Lifecycle rules for the simulated kubelets, a YAML or JSON file: a list of rules, each
+    /// a `match` (`namespace`, `labels`, `image` substring, `node`) and what the matched pods'
+    /// containers do (`exitCode: N`, `imagePull: Fail`, `startSeconds: N` or
+    /// `neverReady: true`), with an optional `limit` on how many pods it applies to. A pod's
+    /// `konverge.dev/...` annotations win over a rule. A bad file stops `konverge up` before
+    /// it serves.
+    #[arg(long, value_name = "FILE")]
+    kubelet_rules: Option<PathBuf>,
 }
 
 /// One `--node-capacity` entry, the quantity in its canonical form (`1024Mi` is `1Gi`), as a
@@ -326,6 +334,13 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .parse()
         .with_context(|| format!("--controllers {:?}", args.controllers))?;
     let nodes = simulated_nodes(&args);
+    let rules = match &args.kubelet_rules {
+        Some(_) if nodes.is_none() => {
+            bail!("--kubelet-rules needs simulated nodes, and --nodes is 0")
+        }
+        Some(path) => crate::rules::load(path)?,
+        None => Vec::new(),
+    };
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
@@ -370,6 +385,11 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("kubectl get namespaces");
     if let Some(nodes) = &nodes {
         server.set_pod_logs(Arc::new(KubeletLogs(nodes.kubelets())));
+        // Added before the kubelets start, so even the first pod they admit follows them.
+        let kubelets = nodes.kubelets();
+        for rule in rules {
+            kubelets.add_rule(rule);
+        }
     }
     let controllers = start_controllers(&server, &credentials.token, selection, nodes, &data_dir)
         .await
