@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde_json::{Number, Value};
+use serde_json::{Map, Number, Value};
 
 use super::ApplyError;
 
@@ -191,7 +191,16 @@ impl FieldSet {
             [last] => {
                 self.members.insert(last.clone());
             }
-            [first, rest @ ..] => self.children.entry(first.clone()).or_default().insert(rest),
+            [first, rest @ ..] => match self.children.get_mut(first) {
+                // Looked up before inserting: a path mostly extends a child that exists, and
+                // cloning the element for every level of every insert dominated building sets.
+                Some(child) => child.insert(rest),
+                None => {
+                    let mut child = FieldSet::new();
+                    child.insert(rest);
+                    self.children.insert(first.clone(), child);
+                }
+            },
         }
     }
 
@@ -252,6 +261,46 @@ impl FieldSet {
             }
         }
         FieldSet { members, children }
+    }
+
+    /// Removes the paths of `other` in place: afterwards the set equals
+    /// `self.difference(other)` (children left empty are dropped, as there), but only the
+    /// parts `other` reaches are visited and nothing is cloned.
+    pub fn subtract(&mut self, other: &FieldSet) {
+        if !other.members.is_empty() {
+            if other.members.len() < self.members.len() {
+                for pe in &other.members {
+                    self.members.remove(pe);
+                }
+            } else {
+                self.members.retain(|pe| !other.members.contains(pe));
+            }
+        }
+        for (pe, theirs) in &other.children {
+            if let Some(mine) = self.children.get_mut(pe) {
+                mine.subtract(theirs);
+            }
+        }
+        self.children.retain(|_, child| !child.is_empty());
+    }
+
+    /// Adds the paths of `other` in place: afterwards the set equals `self.union(&other)`.
+    pub fn union_with(&mut self, other: FieldSet) {
+        if self.members.is_empty() && self.children.is_empty() {
+            *self = other;
+            return;
+        }
+        self.members.extend(other.members);
+        for (pe, theirs) in other.children {
+            match self.children.entry(pe) {
+                std::collections::btree_map::Entry::Occupied(mut mine) => {
+                    mine.get_mut().union_with(theirs);
+                }
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(theirs);
+                }
+            }
+        }
     }
 
     /// The paths of this set that neither are in `other` nor lie below one of its members
@@ -335,7 +384,43 @@ impl FieldSet {
     /// Encodes the set as a `FieldsV1` JSON value (the same content as
     /// [`FieldSet::to_fields_v1_json`]; object keys in `serde_json`'s order).
     pub fn to_fields_v1(&self) -> Value {
-        serde_json::from_str(&self.to_fields_v1_json()).unwrap_or(Value::Null)
+        // Built directly rather than by parsing `to_fields_v1_json`: the same keys in the same
+        // order (a later duplicate key replaces an earlier one, as in parsing), without
+        // writing and re-reading the text on every write.
+        Value::Object(self.emit_value(false))
+    }
+
+    fn emit_value(&self, include_self: bool) -> Map<String, Value> {
+        let mut out = Map::new();
+        if include_self && !(self.members.is_empty() && self.children.is_empty()) {
+            out.insert(".".to_string(), Value::Object(Map::new()));
+        }
+        for pe in self.keys() {
+            let value = match self.children.get(pe) {
+                Some(child) => child.emit_value(self.members.contains(pe)),
+                None => Map::new(),
+            };
+            out.insert(pe.to_fields_v1_key(), Value::Object(value));
+        }
+        out
+    }
+
+    /// The members and the elements with children, in order, each once.
+    fn keys(&self) -> impl Iterator<Item = &PathElement> {
+        let mut members = self.members.iter().peekable();
+        let mut children = self.children.keys().peekable();
+        std::iter::from_fn(move || match (members.peek(), children.peek()) {
+            (Some(m), Some(c)) => match m.cmp(c) {
+                Ordering::Less => members.next(),
+                Ordering::Greater => children.next(),
+                Ordering::Equal => {
+                    children.next();
+                    members.next()
+                }
+            },
+            (Some(_), None) => members.next(),
+            (None, _) => children.next(),
+        })
     }
 
     fn emit(&self, include_self: bool, out: &mut String) {
@@ -349,9 +434,7 @@ impl FieldSet {
             sep(out);
             out.push_str("\".\":{}");
         }
-        let mut keys: BTreeSet<&PathElement> = self.members.iter().collect();
-        keys.extend(self.children.keys());
-        for pe in keys {
+        for pe in self.keys() {
             sep(out);
             go_json_string(out, &pe.to_fields_v1_key());
             out.push(':');

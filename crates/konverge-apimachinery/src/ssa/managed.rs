@@ -90,7 +90,7 @@ impl ManagedFieldsEntry {
         out
     }
 
-    fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         let mut m = Map::new();
         if !self.manager.is_empty() {
             m.insert("manager".into(), Value::String(self.manager.clone()));
@@ -127,7 +127,13 @@ impl ManagedFields {
     /// `missing fieldsType in managed fields entry N`, …). Entries for the same manager are
     /// collapsed (the last one wins).
     pub fn from_object(obj: &Value) -> Result<ManagedFields, ApplyError> {
-        let Some(list) = obj.get("metadata").and_then(|m| m.get("managedFields")) else {
+        Self::from_list(obj.get("metadata").and_then(|m| m.get("managedFields")))
+    }
+
+    /// [`ManagedFields::from_object`] of the `metadata.managedFields` value itself (`None`
+    /// when the object has none).
+    pub(crate) fn from_list(list: Option<&Value>) -> Result<ManagedFields, ApplyError> {
+        let Some(list) = list else {
             return Ok(ManagedFields::default());
         };
         let items = match list {
@@ -206,10 +212,10 @@ impl ManagedFields {
         Ok(out)
     }
 
-    /// Whether `metadata.managedFields` of `obj` asks for a reset: an empty list, or a list of
+    /// Whether a `metadata.managedFields` value asks for a reset: an empty list, or a list of
     /// one empty entry.
-    pub(crate) fn is_reset(obj: &Value) -> bool {
-        match obj.get("metadata").and_then(|m| m.get("managedFields")) {
+    pub(crate) fn is_reset_list(list: Option<&Value>) -> bool {
+        match list {
             Some(Value::Array(items)) => match items.as_slice() {
                 [] => true,
                 [Value::Object(m)] => m.values().all(|v| match v {

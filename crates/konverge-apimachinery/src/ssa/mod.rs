@@ -22,6 +22,11 @@ pub mod managed;
 pub mod shape;
 mod typed;
 
+#[cfg(test)]
+mod equivalence_tests;
+
+use std::sync::LazyLock;
+
 use serde_json::{Map, Value};
 
 pub use fieldpath::{FieldSet, Path, PathElement};
@@ -133,8 +138,13 @@ fn conflicts_message(conflicts: &[Conflict]) -> String {
     )
 }
 
-/// The fields Kubernetes never records as owned (its `stripmeta` set).
-fn strip_set() -> FieldSet {
+/// The fields Kubernetes never records as owned (its `stripmeta` set), built once.
+fn strip_set() -> &'static FieldSet {
+    static STRIP: LazyLock<FieldSet> = LazyLock::new(build_strip_set);
+    &STRIP
+}
+
+fn build_strip_set() -> FieldSet {
     let mut s = FieldSet::new();
     let f = |n: &str| PathElement::Field(n.to_string());
     s.insert(&[f("apiVersion")]);
@@ -154,14 +164,6 @@ fn strip_set() -> FieldSet {
         s.insert(&[f("metadata"), f(name)]);
     }
     s
-}
-
-fn without_managed_fields(obj: &Value) -> Value {
-    let mut out = obj.clone();
-    if let Some(Value::Object(meta)) = out.get_mut("metadata") {
-        meta.remove("managedFields");
-    }
-    out
 }
 
 fn group_version(api_version: &str) -> (String, String) {
@@ -302,7 +304,7 @@ fn fields_still_last_applied(shape: &Shape, live: &Value, req: &Request<'_>) -> 
         return None;
     }
     let set = typed::to_field_set(shape, &last, false).ok()?;
-    let cmp = typed::compare(shape, &last, &without_managed_fields(live));
+    let cmp = typed::compare(shape, &last, &typed::without_managed_fields(live));
     Some(
         set.difference(&cmp.modified)
             .difference(&cmp.added)
@@ -364,7 +366,7 @@ fn apply_once(
             .map_err(|e| ApplyError::Internal(format!("failed to decode managed fields: {e}")))?,
         None => ManagedFields::default(),
     };
-    let live_v = live.map_or_else(|| empty.clone(), without_managed_fields);
+    let live_v = live.map_or_else(|| empty.clone(), typed::without_managed_fields);
     let config_set = typed::to_field_set(shape, config, false).map_err(|errs| {
         ApplyError::Internal(format!(
             "failed to create typed patch object ({}/{}; {}): {}",
@@ -395,7 +397,7 @@ fn apply_once(
     let new_obj = prune(shape, merged, &managed, &new_set, &last_set);
 
     take_changes(shape, &live_v, &new_obj, &mut managed, ignored, req.force)?;
-    let fields = new_set.difference(&strip_set());
+    let fields = new_set.difference(strip_set());
     let changed = !fieldpath::values_equal(&live_v, &new_obj);
     if !fields.is_empty() {
         managed.0.push(ManagedFieldsEntry {
@@ -459,12 +461,14 @@ fn take_changes(
     force: bool,
 ) -> Result<typed::Comparison, ApplyError> {
     let mut cmp = typed::compare(shape, old, new);
-    cmp.added = cmp.added.recursive_difference(ignored);
-    cmp.modified = cmp.modified.recursive_difference(ignored);
-    cmp.removed = cmp.removed.recursive_difference(ignored);
+    if !ignored.is_empty() {
+        cmp.added = cmp.added.recursive_difference(ignored);
+        cmp.modified = cmp.modified.recursive_difference(ignored);
+        cmp.removed = cmp.removed.recursive_difference(ignored);
+    }
     let changed = cmp.modified.union(&cmp.added);
     let mut conflicts = Vec::new();
-    for e in &managed.0 {
+    for e in managed.0.iter().filter(|_| !force) {
         let c = e.fields.intersection(&changed);
         let id = e.identifier();
         for p in c.paths() {
@@ -483,11 +487,18 @@ fn take_changes(
     if !force && !conflicts.is_empty() {
         return Err(ApplyError::Conflicts(sorted_conflicts(conflicts)));
     }
+    disown(managed, &changed, &cmp.removed);
+    Ok(cmp)
+}
+
+/// Takes `changed` and `removed` away from every manager and drops managers left with
+/// nothing.
+fn disown(managed: &mut ManagedFields, changed: &FieldSet, removed: &FieldSet) {
     for e in &mut managed.0 {
-        e.fields = e.fields.difference(&changed).difference(&cmp.removed);
+        e.fields.subtract(changed);
+        e.fields.subtract(removed);
     }
     managed.0.retain(|e| !e.fields.is_empty());
-    Ok(cmp)
 }
 
 /// Records an ordinary create, update or patch (`old` `None` for a create) by `req.manager`
@@ -503,52 +514,72 @@ pub fn update(
     new: &Value,
     req: &Request<'_>,
 ) -> Result<Value, ApplyError> {
+    update_owned(shape, old, new.clone(), req)
+}
+
+/// [`update`] taking `new` by value: the result is `new` itself with its managed fields
+/// replaced, so a write does not copy the object it stores.
+pub fn update_owned(
+    shape: &Shape,
+    old: Option<&Value>,
+    mut new: Value,
+    req: &Request<'_>,
+) -> Result<Value, ApplyError> {
     if !new.is_object() {
         return Err(ApplyError::Invalid(format!(
             "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-            crate::gofmt::json_kind(new)
+            crate::gofmt::json_kind(&new)
         )));
     }
-    let empty = Value::Object(Map::new());
+    let sent = match new.get_mut("metadata") {
+        Some(Value::Object(meta)) => meta.remove("managedFields"),
+        _ => None,
+    };
     let old_managed = || {
         old.map(|o| ManagedFields::from_object(o).unwrap_or_default())
             .unwrap_or_default()
     };
     let mut managed = if req.subresource.is_some() {
         old_managed()
-    } else if ManagedFields::is_reset(new) {
+    } else if ManagedFields::is_reset_list(sent.as_ref()) {
         ManagedFields::default()
     } else {
-        match ManagedFields::from_object(new) {
+        match ManagedFields::from_list(sent.as_ref()) {
             Ok(m) if !m.0.is_empty() => m,
             _ => old_managed(),
         }
     };
-    let old_v = old.map_or_else(|| empty.clone(), without_managed_fields);
-    let new_v = without_managed_fields(new);
-    let cmp = take_changes(shape, &old_v, &new_v, &mut managed, &FieldSet::new(), true)?;
-    let mine = cmp.modified.union(&cmp.added).difference(&strip_set());
-    let me = ManagedFieldsEntry {
-        manager: manager_name(req),
-        operation: Operation::Update,
-        api_version: req.api_version.to_string(),
-        time: Some(req.now.to_string()),
-        subresource: req.subresource.map(str::to_string),
-        fields: mine,
+    let cmp = match old {
+        Some(old) => typed::compare_without_managed_fields(shape, old, &new),
+        None => typed::compare(shape, &Value::Object(Map::new()), &new),
     };
-    if !me.fields.is_empty() {
+    let mut changed = cmp.modified;
+    changed.union_with(cmp.added);
+    disown(&mut managed, &changed, &cmp.removed);
+    let mut mine = changed;
+    mine.subtract(strip_set());
+    if !mine.is_empty() {
+        let me = ManagedFieldsEntry {
+            manager: manager_name(req),
+            operation: Operation::Update,
+            api_version: req.api_version.to_string(),
+            time: Some(req.now.to_string()),
+            subresource: req.subresource.map(str::to_string),
+            fields: FieldSet::new(),
+        };
         match managed.0.iter_mut().find(|e| e.same_manager(&me)) {
             Some(e) => {
-                e.fields = me.fields.union(&e.fields);
-                e.time = me.time.clone();
+                // `mine` first: where two elements are equal, its spelling is kept.
+                mine.union_with(std::mem::take(&mut e.fields));
+                e.fields = mine;
+                e.time = me.time;
             }
-            None => managed.0.push(me),
+            None => managed.0.push(ManagedFieldsEntry { fields: mine, ..me }),
         }
     }
     cap_update_managers(&mut managed);
-    let mut out = new_v;
-    managed.write_to(&mut out);
-    Ok(out)
+    managed.write_to(&mut new);
+    Ok(new)
 }
 
 /// Kubernetes keeps at most ten Update managers: the oldest are merged, per API version, into

@@ -307,6 +307,118 @@ pub(crate) fn compare(shape: &Shape, lhs: &Value, rhs: &Value) -> Comparison {
     c
 }
 
+/// [`compare`] of the two objects as if neither had `metadata.managedFields` (what an update
+/// compares), without copying them to take the list out: only `metadata` is copied, and only
+/// when it holds the list.
+pub(crate) fn compare_without_managed_fields(
+    shape: &Shape,
+    lhs: &Value,
+    rhs: &Value,
+) -> Comparison {
+    let atom = shape.atom();
+    let (al, ar) = (atom.deduce(Some(lhs)), atom.deduce(Some(rhs)));
+    // `compare` walks two objects key by key unless the root is atomic (or not a map): only
+    // then is the whole object a leaf whose equality the list would change; those rare
+    // cases copy.
+    let (Some(lm), Some(rm)) = (lhs.as_object(), rhs.as_object()) else {
+        return compare(
+            shape,
+            &without_managed_fields(lhs),
+            &without_managed_fields(rhs),
+        );
+    };
+    let (Some(m), true) = (al.map, al.same(&ar) && al.map.is_some_and(|m| !m.atomic)) else {
+        return compare(
+            shape,
+            &without_managed_fields(lhs),
+            &without_managed_fields(rhs),
+        );
+    };
+    if lm.is_empty() && rm.is_empty() {
+        return Comparison::default();
+    }
+    let stripped = |v: Option<&Value>| -> Option<Value> {
+        v.filter(|v| v.get("managedFields").is_some())
+            .map(without_managed_fields_here)
+    };
+    let mut c = Comparison::default();
+    let mut path = Vec::new();
+    for_each_key(Some(lm), Some(rm), |k, l, r| {
+        if k == "metadata" {
+            let (sl, sr) = (stripped(l), stripped(r));
+            compare_child(
+                m,
+                k,
+                sl.as_ref().or(l),
+                sr.as_ref().or(r),
+                &mut path,
+                &mut c,
+            );
+        } else {
+            compare_child(m, k, l, r, &mut path, &mut c);
+        }
+    });
+    c
+}
+
+/// `obj` without `metadata.managedFields`.
+pub(crate) fn without_managed_fields(obj: &Value) -> Value {
+    let mut out = obj.clone();
+    if let Some(Value::Object(meta)) = out.get_mut("metadata") {
+        meta.remove("managedFields");
+    }
+    out
+}
+
+/// `meta` (an object's `metadata`) without its `managedFields`.
+fn without_managed_fields_here(meta: &Value) -> Value {
+    match meta {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| *k != "managedFields")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Calls `f` once for every key of either map with its value on each side.
+fn for_each_key<'a>(
+    lm: Option<&'a Map<String, Value>>,
+    rm: Option<&'a Map<String, Value>>,
+    mut f: impl FnMut(&'a String, Option<&'a Value>, Option<&'a Value>),
+) {
+    for (k, l) in lm.into_iter().flatten() {
+        f(k, Some(l), rm.and_then(|m| m.get(k)));
+    }
+    for (k, r) in rm.into_iter().flatten() {
+        if lm.is_none_or(|m| !m.contains_key(k)) {
+            f(k, None, Some(r));
+        }
+    }
+}
+
+/// Compares the values of field `k` of a map. Equal values have no added, modified or
+/// removed fields, so they are not walked (nor is the path element built).
+fn compare_child(
+    m: MapView<'_>,
+    k: &str,
+    lhs: Option<&Value>,
+    rhs: Option<&Value>,
+    path: &mut Vec<PathElement>,
+    c: &mut Comparison,
+) {
+    if let (Some(l), Some(r)) = (lhs, rhs)
+        && l == r
+    {
+        return;
+    }
+    path.push(PathElement::Field(k.to_string()));
+    compare_walk(m.child(k), lhs, rhs, path, c);
+    path.pop();
+}
+
 fn compare_walk(
     shape: &Shape,
     lhs: Option<&Value>,
@@ -386,18 +498,7 @@ fn compare_map(
         compare_leaf(lhs, rhs, path, c, in_leaf);
         return;
     }
-    let keys: BTreeSet<&String> = lm.iter().chain(rm.iter()).flat_map(|m| m.keys()).collect();
-    for k in keys {
-        path.push(PathElement::Field(k.clone()));
-        compare_walk(
-            m.child(k),
-            lm.and_then(|m| m.get(k)),
-            rm.and_then(|m| m.get(k)),
-            path,
-            c,
-        );
-        path.pop();
-    }
+    for_each_key(lm, rm, |k, l, r| compare_child(m, k, l, r, path, c));
 }
 
 fn compare_list(
@@ -438,6 +539,11 @@ fn compare_list(
     for pe in order {
         let lv = lvals.get(&pe).cloned().unwrap_or_default();
         let rv = rvals.get(&pe).cloned().unwrap_or_default();
+        if let ([l], [r]) = (lv.as_slice(), rv.as_slice())
+            && l == r
+        {
+            continue;
+        }
         path.push(pe);
         if lv.len() <= 1 && rv.len() <= 1 {
             compare_walk(l.element, lv.first().copied(), rv.first().copied(), path, c);

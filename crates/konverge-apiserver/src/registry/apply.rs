@@ -89,7 +89,7 @@ pub(crate) fn record_update(
     let api_version = rt.api_version();
     let now = crate::resources::meta::now();
     let req = request(&api_version, manager, subresource, &now, false);
-    ssa::update(&shape(rt), old, &new, &req).map_err(apply_error)
+    ssa::update_owned(&shape(rt), old, new, &req).map_err(apply_error)
 }
 
 /// An apply failure as the status kube-apiserver answers with.
