@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::ApiServer;
 use crate::error::{ApiError, Result};
-use crate::registry::{Deleted, WatchEvent, Written};
+use crate::registry::{Deleted, Sent, WatchEvent, Written};
 use request::{Accept, Query};
 use route::{ResourceRoute, Route};
 use table::IncludeObject;
@@ -560,7 +560,7 @@ async fn resource(
         ("GET", None) if route.watch_path || query.watch => {
             let opts = query.watch_options(&rt)?;
             let stream = registry
-                .watch(rt.clone(), route.namespace.clone(), opts)
+                .watch_sent(rt.clone(), route.namespace.clone(), opts)
                 .await?;
             Ok(watch_response(
                 stream,
@@ -571,14 +571,14 @@ async fn resource(
         }
         ("GET", None) => {
             let opts = query.list_options(&rt)?;
-            let listed = registry.list(&rt, ns, &opts).await?;
-            let meta = list_meta(
-                listed.resource_version,
-                listed.continue_token,
-                listed.remaining,
-            );
-            if accept.table || accept.metadata {
-                let items: Vec<Value> = listed.items.iter().map(|o| Value::clone(o)).collect();
+            let page = registry.list_page(&rt, ns, &opts).await?;
+            let meta = list_meta(page.resource_version, page.continue_token, page.remaining);
+            if accept.table || accept.metadata || protobuf {
+                let items = page
+                    .items
+                    .iter()
+                    .map(crate::registry::Item::value)
+                    .collect::<Result<Vec<Value>>>()?;
                 if accept.table {
                     let table = table::table(&rt, &items, meta, query.include_object);
                     return Ok(json_response(
@@ -587,54 +587,28 @@ async fn resource(
                         Some(&accept.meta_type(Accept::TABLE)),
                     ));
                 }
-                let list = table::partial_metadata_list(&items, meta);
-                return Ok(json_response(
-                    StatusCode::OK,
-                    &accept.meta_body(list),
-                    Some(&accept.meta_type(Accept::METADATA_LIST)),
-                ));
-            }
-            if protobuf
-                && let Ok(bytes) = konverge_protobuf::encode_list(
+                if accept.metadata {
+                    let list = table::partial_metadata_list(&items, meta);
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        &accept.meta_body(list),
+                        Some(&accept.meta_type(Accept::METADATA_LIST)),
+                    ));
+                }
+                if let Ok(bytes) = konverge_protobuf::encode_list(
                     &rt.api_version(),
                     &rt.list_kind(),
                     &meta,
-                    listed.items.iter().map(|item| &**item),
-                )
-            {
-                return Ok(bytes_response(
-                    StatusCode::OK,
-                    bytes,
-                    Some(konverge_protobuf::CONTENT_TYPE),
-                ));
-            }
-            // Serialized straight from the (cache-shared) objects, without a copy.
-            struct List<'a> {
-                kind: String,
-                api_version: String,
-                metadata: Value,
-                items: Vec<&'a Value>,
-            }
-            impl serde::Serialize for List<'_> {
-                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                    use serde::ser::SerializeMap;
-                    let items: Vec<order::GoOrder<'_>> =
-                        self.items.iter().map(|i| order::GoOrder(i)).collect();
-                    let mut map = s.serialize_map(Some(4))?;
-                    map.serialize_entry("kind", &self.kind)?;
-                    map.serialize_entry("apiVersion", &self.api_version)?;
-                    map.serialize_entry("metadata", &order::GoOrder(&self.metadata))?;
-                    map.serialize_entry("items", &items)?;
-                    map.end()
+                    items.iter(),
+                ) {
+                    return Ok(bytes_response(
+                        StatusCode::OK,
+                        bytes,
+                        Some(konverge_protobuf::CONTENT_TYPE),
+                    ));
                 }
             }
-            let list = List {
-                kind: rt.list_kind(),
-                api_version: rt.api_version(),
-                metadata: meta,
-                items: listed.items.iter().map(|o| &**o).collect(),
-            };
-            let bytes = serde_json::to_vec(&list).unwrap_or_default();
+            let bytes = list_json(&rt.list_kind(), &rt.api_version(), &meta, &page.items)?;
             Ok(bytes_response(StatusCode::OK, bytes, None))
         }
         ("GET", Some(name)) => {
@@ -850,26 +824,99 @@ fn written_response(
     )
 }
 
-/// One watch event as a line of JSON: `type`, then the object in kube-apiserver's order.
-fn watch_line(event: &WatchEvent) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Line<'a> {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        object: order::GoOrder<'a>,
+/// A list as JSON: `kind`, `apiVersion`, `metadata`, then the items, each written as the
+/// watch cache keeps it (shared with every list and watch) or encoded now.
+fn list_json(
+    kind: &str,
+    api_version: &str,
+    metadata: &Value,
+    items: &[crate::registry::Item],
+) -> Result<Vec<u8>> {
+    let failed = |e: serde_json::Error| ApiError::internal(format!("encoding a list: {e}"));
+    let size: usize = items
+        .iter()
+        .map(|i| i.json().map_or(0, <[u8]>::len) + 1)
+        .sum();
+    let mut out = Vec::with_capacity(size + 128);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, kind).map_err(failed)?;
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, api_version).map_err(failed)?;
+    out.extend_from_slice(b",\"metadata\":");
+    write_object_json(&mut out, metadata).map_err(failed)?;
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match item {
+            crate::registry::Item::Cached(cached) => out.extend_from_slice(cached.json()),
+            crate::registry::Item::Decoded(value) => {
+                write_object_json(&mut out, value).map_err(failed)?;
+            }
+        }
     }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// `object` as JSON, keys in kube-apiserver's order, appended to `out`: what every answer
+/// holding an API object writes, and what the watch cache keeps of each object.
+pub(crate) fn write_object_json(out: &mut Vec<u8>, object: &Value) -> serde_json::Result<()> {
+    serde_json::to_writer(out, &order::GoOrder(object))
+}
+
+/// The start of a JSON watch line, up to its object: `{"type":"ADDED","object":`.
+fn watch_line_head(out: &mut Vec<u8>, kind: &str) {
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+}
+
+/// How many bytes an object's JSON as served, framed as a watch line, takes beyond its
+/// stored JSON: the line's frame and `,"resourceVersion":"…"`.
+pub(crate) const ENCODING_SLACK: usize = 96;
+
+/// The end of a JSON watch line, after its object.
+const WATCH_LINE_TAIL: &[u8] = b"}\n";
+
+/// A JSON watch line of type `kind` around `object`, and where the object's JSON lies in it
+/// (the watch cache keeps the object as a slice of the line, so both share one buffer).
+pub(crate) fn encode_watch_line(
+    kind: &str,
+    object: &Value,
+    size_hint: usize,
+) -> serde_json::Result<(Bytes, std::ops::Range<usize>)> {
+    // Room for the line around the object and a resourceVersion the stored form lacks, so
+    // the buffer (kept by the watch cache) is not reallocated to twice its size.
+    let mut line = Vec::with_capacity(size_hint + ENCODING_SLACK);
+    watch_line_head(&mut line, kind);
+    let start = line.len();
+    write_object_json(&mut line, object)?;
+    let end = line.len();
+    line.extend_from_slice(WATCH_LINE_TAIL);
+    Ok((Bytes::from(line), start..end))
+}
+
+/// A JSON watch line of type `kind` around an object already written as JSON.
+pub(crate) fn watch_line_around(kind: &str, object_json: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object_json.len() + 32);
+    watch_line_head(&mut line, kind);
+    line.extend_from_slice(object_json);
+    line.extend_from_slice(WATCH_LINE_TAIL);
+    Bytes::from(line)
+}
+
+/// One watch event as a line of JSON: `type`, then the object in kube-apiserver's order.
+fn watch_line(event: &WatchEvent) -> Bytes {
     let (kind, object) = event.parts();
-    let mut line = serde_json::to_vec(&Line {
-        kind,
-        object: order::GoOrder(object),
-    })
-    .unwrap_or_default();
-    line.push(b'\n');
-    line
+    encode_watch_line(kind, object, 0)
+        .map(|(line, _)| line)
+        .unwrap_or_default()
 }
 
 fn watch_response(
-    stream: impl futures::Stream<Item = WatchEvent> + Send + 'static,
+    stream: impl futures::Stream<Item = Sent> + Send + 'static,
     rt: &Arc<crate::resources::ResourceType>,
     accept: Accept,
     (events, event_sizes): (
@@ -885,27 +932,40 @@ fn watch_response(
         && !table
         && !metadata
         && konverge_protobuf::can_encode(&rt.api_version(), &rt.kind);
-    let lines = stream.map(move |event| {
-        let event = match (&event, table, metadata) {
-            (WatchEvent::Error(_) | WatchEvent::Bookmark(_), _, _) => event,
-            (_, true, _) => {
-                let obj = event.object();
-                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
-                let t = table::table(&rt, std::slice::from_ref(obj), meta, IncludeObject::Metadata);
-                event.with_object(t)
+    let lines = stream.map(move |sent| {
+        let bytes = match sent {
+            // The cache's JSON of the object, its event's whole line when the watch sends
+            // the event as the cache saw it: encoded once for every watcher.
+            Sent::Cached(cached) if !table && !metadata && !protobuf => cached.json_line(),
+            sent => {
+                let event = sent.into_event();
+                let event = match (&event, table, metadata) {
+                    (WatchEvent::Error(_) | WatchEvent::Bookmark(_), _, _) => event,
+                    (_, true, _) => {
+                        let obj = event.object();
+                        let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null)});
+                        let t = table::table(
+                            &rt,
+                            std::slice::from_ref(obj),
+                            meta,
+                            IncludeObject::Metadata,
+                        );
+                        event.with_object(t)
+                    }
+                    (_, false, true) => event.with_object(table::partial_metadata(event.object())),
+                    _ => event,
+                };
+                if protobuf {
+                    Bytes::from(protobuf_watch_frame(&event))
+                } else {
+                    watch_line(&event)
+                }
             }
-            (_, false, true) => event.with_object(table::partial_metadata(event.object())),
-            _ => event,
-        };
-        let bytes = if protobuf {
-            protobuf_watch_frame(&event)
-        } else {
-            watch_line(&event)
         };
         // Every event sent counts, bookmarks and errors too (kube counts what it encodes).
         events.inc();
         event_sizes.observe(bytes.len() as f64);
-        Ok::<Bytes, std::convert::Infallible>(Bytes::from(bytes))
+        Ok::<Bytes, std::convert::Infallible>(bytes)
     });
     let content_type = if table {
         Accept::TABLE
@@ -938,5 +998,158 @@ fn protobuf_watch_frame(event: &WatchEvent) -> Vec<u8> {
                 &ApiError::internal(format!("encoding a watch event: {e}")).to_status(),
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::{Stream, StreamExt};
+    use konverge_store::{KvStore, MemStore};
+
+    use super::*;
+    use crate::registry::{ListOptions, Registry, WatchOptions};
+    use crate::resources::Catalog;
+
+    /// A pod with everything whose order Go fixes: labels, annotations, owner references,
+    /// managed fields, spec and status.
+    fn pod(phase: &str) -> Value {
+        json!({
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}], "podIP": "10.0.0.7"},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}]},
+            "metadata": {
+                "uid": "8f1d", "name": "web-1", "namespace": "default",
+                "creationTimestamp": "2026-11-27T17:00:00Z",
+                "labels": {"pod-template-hash": "7d9", "app": "web"},
+                "annotations": {"z/last": "1", "a/first": "\"quoted\" ünïcode"},
+                "ownerReferences": [{"uid": "r1", "name": "web-7d9", "kind": "ReplicaSet", "apiVersion": "apps/v1", "controller": true, "blockOwnerDeletion": true}],
+                "managedFields": [{"time": "2026-11-27T17:00:00Z", "operation": "Update", "manager": "kubelet", "fieldsV1": {"f:status": {"f:phase": {}}}, "fieldsType": "FieldsV1", "apiVersion": "v1", "subresource": "status"}],
+                "generateName": "web-7d9-",
+            },
+            "kind": "Pod",
+            "apiVersion": "v1",
+        })
+    }
+
+    /// A watch line as the server wrote each event before the cache kept JSON.
+    fn go_order_line(kind: &str, object: &Value) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Line<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            object: order::GoOrder<'a>,
+        }
+        let mut line = serde_json::to_vec(&Line {
+            kind,
+            object: order::GoOrder(object),
+        })
+        .expect("json");
+        line.push(b'\n');
+        line
+    }
+
+    /// `object` as stored (no resourceVersion), then as served at `rv`.
+    fn served(object: &Value, rv: i64) -> Value {
+        let mut object = object.clone();
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        object
+    }
+
+    async fn next_line(stream: &mut (impl Stream<Item = Sent> + Unpin)) -> Vec<u8> {
+        let sent = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("an event in time")
+            .expect("an open watch");
+        match sent {
+            Sent::Cached(cached) => cached.json_line().to_vec(),
+            Sent::Decoded(event) => panic!("a decoded event: {event:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn cached_watch_lines_and_list_items_are_the_bytes_go_order_writes() {
+        let store: Arc<dyn KvStore> = Arc::new(MemStore::new());
+        let catalog = Arc::new(Catalog::builtin());
+        let registry = Registry::new(store.clone(), catalog.clone());
+        let pods = catalog.get("", "v1", "pods").expect("pods");
+        let key = Bytes::from(format!("{}default/web-1", pods.storage_prefix()));
+        let stored = |phase: &str| Bytes::from(serde_json::to_vec(&pod(phase)).expect("json"));
+        let created = store
+            .put(key.clone(), stored("Pending"))
+            .await
+            .expect("put");
+
+        // A list item, and a whole list, from the cache.
+        let page = registry
+            .list_page(&pods, Some("default"), &ListOptions::default())
+            .await
+            .expect("list");
+        let [item] = page.items.as_slice() else {
+            panic!("one item: {:?}", page.items);
+        };
+        let expected = served(&pod("Pending"), created);
+        assert_eq!(
+            item.json().map(<[u8]>::to_vec),
+            Some(serde_json::to_vec(&order::GoOrder(&expected)).expect("json"))
+        );
+        let meta = json!({"resourceVersion": page.resource_version.to_string()});
+        let list = list_json("PodList", "v1", &meta, &page.items).expect("list json");
+        let old_list =
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": [expected]});
+        assert_eq!(
+            String::from_utf8(list).expect("utf-8"),
+            serde_json::to_string(&order::GoOrder(&old_list)).expect("json")
+        );
+
+        // Watch lines: initial ADDED, MODIFIED shared from the ring, DELETED at the
+        // deletion's revision; and a selector watch that sees the change as DELETED.
+        let mut all = Box::pin(
+            registry
+                .watch_sent(
+                    pods.clone(),
+                    Some("default".into()),
+                    WatchOptions::default(),
+                )
+                .await
+                .expect("watch"),
+        );
+        let by_phase = WatchOptions {
+            list: ListOptions {
+                field_selector: Some("status.phase=Pending".parse().expect("selector")),
+                ..ListOptions::default()
+            },
+            ..WatchOptions::default()
+        };
+        let mut pending = Box::pin(
+            registry
+                .watch_sent(pods.clone(), None, by_phase)
+                .await
+                .expect("watch"),
+        );
+        assert_eq!(next_line(&mut all).await, go_order_line("ADDED", &expected));
+        assert_eq!(
+            next_line(&mut pending).await,
+            go_order_line("ADDED", &expected)
+        );
+        let modified = store
+            .put(key.clone(), stored("Running"))
+            .await
+            .expect("put");
+        let running = served(&pod("Running"), modified);
+        assert_eq!(
+            next_line(&mut all).await,
+            go_order_line("MODIFIED", &running)
+        );
+        assert_eq!(
+            next_line(&mut pending).await,
+            go_order_line("DELETED", &running)
+        );
+        store.delete(key).await.expect("delete");
+        let deleted = store.current_revision().await.expect("revision");
+        assert_eq!(
+            next_line(&mut all).await,
+            go_order_line("DELETED", &served(&pod("Running"), deleted))
+        );
     }
 }

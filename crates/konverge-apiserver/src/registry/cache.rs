@@ -6,11 +6,17 @@
 //! A [`Cache`] follows one storage prefix (`rt.storage_prefix()`) with **one** store watch
 //! (with `prev_kv`), whatever the number of clients. Its single writer, the feeder task, keeps:
 //!
-//! - the **state**: every object under the prefix, in key order, decoded once and shared
-//!   (`Arc<Value>`, `metadata.resourceVersion` set);
-//! - the **ring**: the last [`WatchCacheConfig::capacity`] events, each decoded once and shared
-//!   by every watcher ([`CachedEvent`]), holding every event with a revision after
-//!   [`since`](State::since);
+//! - the **state**: every object under the prefix, in key order, as a [`CachedObject`]: its
+//!   JSON as clients get it (kube-apiserver's key order, `metadata.resourceVersion` set) and
+//!   what selectors read (name, namespace, labels, the resource's selectable fields), as
+//!   kube's cacher keeps objects with their label and field sets. Holding bytes rather than
+//!   a decoded tree keeps an object's memory close to its JSON size; what needs the object
+//!   itself (tables, metadata-only answers, protobuf, conversion, field selectors on fields
+//!   not kept) decodes it on demand;
+//! - the **ring**: the last [`WatchCacheConfig::capacity`] events ([`CachedEvent`]), each
+//!   encoded once as the JSON watch line every plain-JSON watcher sends (the object is a
+//!   slice of that line, shared with the state and with list answers), holding every event
+//!   with a revision after [`since`](State::since);
 //! - the **revision**: everything up to it has been applied — raised by events and by the
 //!   store's progress notifications, which the feeder requests on demand (a consistent read
 //!   asks for one).
@@ -43,13 +49,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use konverge_store::{
-    Event, EventKind, KeyRange, KvStore, RangeRequest, Revision, WatchRequest, WatchResponse,
+    Event, EventKind, KeyRange, KeyValue, KvStore, RangeRequest, Revision, WatchRequest,
+    WatchResponse,
 };
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
 
 use super::{decode, set_rv};
-use crate::resources::ResourceType;
+use crate::error::{ApiError, Result};
+use crate::resources::meta;
+use crate::resources::{FieldValue, ResourceType};
 
 /// How the watch cache is sized and whether it is used.
 #[derive(Debug, Clone)]
@@ -146,6 +155,7 @@ impl Caches {
                 metrics: self.metrics.clone(),
                 resource: crate::metrics::group_resource(rt),
             },
+            computed_fields(rt),
         ));
         tokio::spawn(cache.clone().run(self.shutdown_rx.clone()));
         caches.insert(prefix, cache.clone());
@@ -184,20 +194,176 @@ impl Caches {
     }
 }
 
-/// One change, decoded once and shared by every watcher.
+/// The type of a watch event that carries an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventType {
+    /// `ADDED`.
+    Added,
+    /// `MODIFIED`.
+    Modified,
+    /// `DELETED`.
+    Deleted,
+}
+
+impl EventType {
+    /// The type as it goes on the wire.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// A selectable field whose value the cache keeps with every object (built-in resources
+/// compute theirs; kube's cacher keeps the field set `GetAttrs` gives).
+#[derive(Debug, Clone)]
+pub(crate) struct ComputedField {
+    label: String,
+    value: fn(&Value) -> String,
+}
+
+/// The computed selectable fields of `rt`, kept with each of its cached objects.
+fn computed_fields(rt: &ResourceType) -> Arc<[ComputedField]> {
+    rt.selectable_fields
+        .iter()
+        .filter_map(|field| match field.value {
+            FieldValue::Fn(value) => Some(ComputedField {
+                label: field.label.clone(),
+                value,
+            }),
+            FieldValue::Path(_) => None,
+        })
+        .collect()
+}
+
+/// One object as the cache holds it, shared by the state, the ring, lists and watchers.
+pub(crate) struct CachedObject {
+    /// The object's JSON as served: kube-apiserver's key order, resourceVersion set.
+    json: Bytes,
+    name: Box<str>,
+    namespace: Box<str>,
+    labels: BTreeMap<String, String>,
+    /// Which fields `fields` holds (shared by every object of the cache).
+    computed: Arc<[ComputedField]>,
+    /// The value of each of `computed`, in its order.
+    fields: Box<[Box<str>]>,
+}
+
+impl std::fmt::Debug for CachedObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedObject")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("bytes", &self.json.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CachedObject {
+    /// What the cache keeps of `object` (decoded, resourceVersion set), whose JSON is `json`.
+    fn new(object: &Value, json: Bytes, computed: &Arc<[ComputedField]>) -> CachedObject {
+        let text = |s: Option<&str>| Box::<str>::from(s.unwrap_or(""));
+        CachedObject {
+            json,
+            name: text(meta::meta_str(object, "name")),
+            namespace: text(meta::meta_str(object, "namespace")),
+            labels: meta::labels(object),
+            computed: computed.clone(),
+            fields: computed
+                .iter()
+                .map(|field| Box::from((field.value)(object)))
+                .collect(),
+        }
+    }
+
+    /// The object's JSON, exactly as lists and watches send it.
+    pub(crate) fn json(&self) -> &Bytes {
+        &self.json
+    }
+
+    /// The object, decoded.
+    pub(crate) fn decode(&self) -> Result<Value> {
+        serde_json::from_slice(&self.json)
+            .map_err(|e| ApiError::internal(format!("watch cache object is not JSON: {e}")))
+    }
+
+    /// `metadata.name`.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `metadata.namespace` (empty for cluster-scoped objects).
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `metadata.labels`.
+    pub(crate) fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// The kept value of selectable field `label`, if the cache computed it with `value`
+    /// (the same function: the resource asking may be another version of the one cached).
+    pub(crate) fn field(&self, label: &str, value: fn(&Value) -> String) -> Option<&str> {
+        self.computed
+            .iter()
+            .position(|f| f.label == label && std::ptr::fn_addr_eq(f.value, value))
+            .and_then(|i| self.fields.get(i))
+            .map(|v| &**v)
+    }
+}
+
+/// One change, encoded once and shared by every watcher.
 #[derive(Debug)]
 pub(crate) struct CachedEvent {
     /// The revision of the change.
     pub(crate) revision: Revision,
     /// The object's storage key.
     pub(crate) key: Bytes,
+    /// How the change looks to a watcher that sees every object: `ADDED` (a creation),
+    /// `MODIFIED` or `DELETED`.
+    pub(crate) kind: EventType,
     /// The object after the change; for a deletion, the object as it was, with the
     /// deletion's revision as its resourceVersion (as kube-apiserver sends it).
-    pub(crate) object: Arc<Value>,
+    pub(crate) object: Arc<CachedObject>,
     /// The object before the change (`None` for a creation).
-    pub(crate) prev: Option<Arc<Value>>,
+    pub(crate) prev: Option<Arc<CachedObject>>,
+    /// The event as a JSON watch line of type `kind`; `object`'s JSON is a slice of it.
+    pub(crate) line: Bytes,
+}
+
+impl CachedEvent {
     /// Whether the change deleted the object.
-    pub(crate) deleted: bool,
+    pub(crate) fn deleted(&self) -> bool {
+        self.kind == EventType::Deleted
+    }
+}
+
+/// Encodes a decoded object (resourceVersion set) for the cache: a watch line of type
+/// `kind` holding it, or without `kind` just its JSON.
+fn encode(
+    object: &Value,
+    kind: Option<EventType>,
+    size_hint: usize,
+    computed: &Arc<[ComputedField]>,
+) -> Result<(Bytes, CachedObject)> {
+    let failed = |e: serde_json::Error| ApiError::internal(format!("encoding an object: {e}"));
+    let (line, json) = match kind {
+        Some(kind) => {
+            let (line, at) =
+                crate::http::encode_watch_line(kind.as_str(), object, size_hint).map_err(failed)?;
+            let json = line.slice(at);
+            (line, json)
+        }
+        None => {
+            let mut json = Vec::with_capacity(size_hint + crate::http::ENCODING_SLACK);
+            crate::http::write_object_json(&mut json, object).map_err(failed)?;
+            (Bytes::new(), Bytes::from(json))
+        }
+    };
+    Ok((line, CachedObject::new(object, json, computed)))
 }
 
 /// What a cache has applied, as its readers see it.
@@ -226,7 +392,7 @@ pub(crate) struct Snapshot {
     /// The revision the copy is exactly at.
     pub(crate) revision: Revision,
     /// Objects in key order, with their keys.
-    pub(crate) items: Vec<(Bytes, Arc<Value>)>,
+    pub(crate) items: Vec<(Bytes, Arc<CachedObject>)>,
     /// How many objects the range holds (at least `items.len()`).
     pub(crate) total: usize,
 }
@@ -256,7 +422,7 @@ struct State {
     /// A list has been read (the state means something).
     listed: bool,
     closed: bool,
-    objects: BTreeMap<Bytes, Arc<Value>>,
+    objects: BTreeMap<Bytes, Arc<CachedObject>>,
     ring: VecDeque<Arc<CachedEvent>>,
 }
 
@@ -283,6 +449,8 @@ pub(crate) struct Cache {
     store: Arc<dyn KvStore>,
     timer: StoreTimer,
     capacity: usize,
+    /// The selectable fields kept with every object.
+    computed: Arc<[ComputedField]>,
     state: RwLock<State>,
     applied: watch::Sender<Applied>,
     progress_wanted: Notify,
@@ -307,7 +475,13 @@ enum Stop {
 }
 
 impl Cache {
-    fn new(prefix: Bytes, store: Arc<dyn KvStore>, capacity: usize, timer: StoreTimer) -> Self {
+    fn new(
+        prefix: Bytes,
+        store: Arc<dyn KvStore>,
+        capacity: usize,
+        timer: StoreTimer,
+        computed: Arc<[ComputedField]>,
+    ) -> Self {
         let (applied, _) = watch::channel(Applied {
             revision: 0,
             ready: false,
@@ -318,6 +492,7 @@ impl Cache {
             store,
             timer,
             capacity,
+            computed,
             state: RwLock::new(State::default()),
             applied,
             progress_wanted: Notify::new(),
@@ -509,7 +684,7 @@ impl Cache {
         };
         let mut objects = BTreeMap::new();
         for kv in &kvs {
-            match decode(kv) {
+            match self.standalone(kv) {
                 Ok(obj) => {
                     objects.insert(Bytes::copy_from_slice(&kv.key), Arc::new(obj));
                 }
@@ -633,74 +808,75 @@ impl Cache {
         self.publish(applied);
     }
 
-    /// Applies one message of events: decodes each once, then updates the state and the ring.
+    /// A stored object as the cache keeps it outside any event (listed, or filled in).
+    fn standalone(&self, kv: &KeyValue) -> Result<CachedObject> {
+        let object = decode(kv)?;
+        encode(&object, None, kv.value.len(), &self.computed).map(|(_, obj)| obj)
+    }
+
+    /// Applies one message of events: encodes each once, then updates the state and the
+    /// ring.
     fn apply(&self, events: Vec<Event>) {
         let Some(last) = events.last().map(Event::revision) else {
             return;
         };
-        // Decoding needs no lock.
-        let decoded: Vec<_> = events
-            .iter()
-            .map(|e| match e.kind {
-                EventKind::Put => Some(decode(&e.kv)),
-                EventKind::Delete => None,
-            })
-            .collect();
-        // The feeder is the only writer, so what it reads under the read lock stays true until
-        // it takes the write lock; readers are not held up meanwhile.
-        let mut changes: Vec<(Bytes, Option<Arc<Value>>)> = Vec::with_capacity(events.len());
+        // The feeder is the only writer, so what it reads of the state stays true until it
+        // takes the write lock; readers are not held up meanwhile (encoding holds no lock).
+        let mut changes: Vec<(Bytes, Option<Arc<CachedObject>>)> = Vec::with_capacity(events.len());
         let mut out = Vec::with_capacity(events.len());
-        {
-            let state = self.read_state();
-            let mut overlay: HashMap<Bytes, Option<Arc<Value>>> = HashMap::new();
-            for (event, decoded) in events.iter().zip(decoded) {
-                let key = Bytes::copy_from_slice(&event.kv.key);
-                let revision = event.revision();
-                let prev = match overlay.get(&key) {
-                    Some(prev) => prev.clone(),
-                    None => state.objects.get(&key).cloned(),
-                };
-                // The state is the store's state before this event; the store's prev_kv only
-                // fills in should the two ever disagree.
-                let prev = prev.or_else(|| {
-                    let kv = event.prev_kv.as_ref()?;
-                    tracing::warn!(key = ?kv.key, revision, "watch cache was missing an object the store had");
-                    decode(kv).ok().map(Arc::new)
-                });
-                let new = match decoded {
-                    Some(Ok(obj)) => Some(Arc::new(obj)),
-                    Some(Err(err)) => {
-                        // An undecodable value: the object is gone as far as clients can tell.
-                        tracing::warn!(key = ?event.kv.key, revision, error = %err.message, "watch cache skips an undecodable object");
-                        None
-                    }
-                    None => None,
-                };
-                match &new {
-                    Some(object) => out.push(Arc::new(CachedEvent {
-                        revision,
-                        key: key.clone(),
-                        object: object.clone(),
-                        prev,
-                        deleted: false,
-                    })),
-                    None => {
-                        if let Some(prev) = prev {
-                            let mut gone = Value::clone(&prev);
-                            set_rv(&mut gone, revision);
-                            out.push(Arc::new(CachedEvent {
-                                revision,
-                                key: key.clone(),
-                                object: Arc::new(gone),
-                                prev: Some(prev),
-                                deleted: true,
-                            }));
+        let mut overlay: HashMap<Bytes, Option<Arc<CachedObject>>> = HashMap::new();
+        for event in &events {
+            let key = Bytes::copy_from_slice(&event.kv.key);
+            let revision = event.revision();
+            let prev = match overlay.get(&key) {
+                Some(prev) => prev.clone(),
+                None => self.read_state().objects.get(&key).cloned(),
+            };
+            // The state is the store's state before this event; the store's prev_kv only
+            // fills in should the two ever disagree.
+            let prev = prev.or_else(|| {
+                let kv = event.prev_kv.as_ref()?;
+                tracing::warn!(key = ?kv.key, revision, "watch cache was missing an object the store had");
+                self.standalone(kv).ok().map(Arc::new)
+            });
+            let put = match event.kind {
+                EventKind::Put => {
+                    let kind = match prev {
+                        Some(_) => EventType::Modified,
+                        None => EventType::Added,
+                    };
+                    match self.encode_put(&event.kv, kind) {
+                        Ok(put) => Some(put),
+                        Err(err) => {
+                            // An undecodable value: the object is gone as far as clients can
+                            // tell.
+                            tracing::warn!(key = ?event.kv.key, revision, error = %err.message, "watch cache skips an undecodable object");
+                            None
                         }
                     }
                 }
-                overlay.insert(key.clone(), new.clone());
-                changes.push((key, new));
-            }
+                EventKind::Delete => None,
+            };
+            let change = put.or_else(|| {
+                let prev = prev.as_deref()?;
+                self.encode_deletion(prev, revision)
+                    .inspect_err(|err| tracing::warn!(key = ?event.kv.key, revision, error = %err.message, "watch cache cannot encode a deletion"))
+                    .ok()
+            });
+            let new = change.and_then(|(kind, line, object)| {
+                let object = Arc::new(object);
+                out.push(Arc::new(CachedEvent {
+                    revision,
+                    key: key.clone(),
+                    kind,
+                    object: object.clone(),
+                    prev,
+                    line,
+                }));
+                (kind != EventType::Deleted).then_some(object)
+            });
+            overlay.insert(key.clone(), new.clone());
+            changes.push((key, new));
         }
         let mut state = self.write_state();
         for (key, after) in changes {
@@ -719,6 +895,30 @@ impl Cache {
         let applied = state.applied();
         drop(state);
         self.publish(applied);
+    }
+
+    /// A written object's event of type `kind`.
+    fn encode_put(
+        &self,
+        kv: &KeyValue,
+        kind: EventType,
+    ) -> Result<(EventType, Bytes, CachedObject)> {
+        let object = decode(kv)?;
+        let (line, cached) = encode(&object, Some(kind), kv.value.len(), &self.computed)?;
+        Ok((kind, line, cached))
+    }
+
+    /// The `DELETED` event of `prev`, with the deletion's revision as its resourceVersion.
+    fn encode_deletion(
+        &self,
+        prev: &CachedObject,
+        revision: Revision,
+    ) -> Result<(EventType, Bytes, CachedObject)> {
+        let mut gone = prev.decode()?;
+        set_rv(&mut gone, revision);
+        let kind = EventType::Deleted;
+        let (line, cached) = encode(&gone, Some(kind), prev.json.len(), &self.computed)?;
+        Ok((kind, line, cached))
     }
 }
 
@@ -772,6 +972,7 @@ mod tests {
                 metrics: Arc::new(crate::metrics::Metrics::new()),
                 resource: "configmaps".into(),
             },
+            Arc::from(Vec::new()),
         );
         {
             let mut state = cache.write_state();
@@ -783,10 +984,13 @@ mod tests {
         cache
     }
 
-    fn rv(obj: &Value) -> &str {
-        obj.pointer("/metadata/resourceVersion")
+    fn rv(obj: &CachedObject) -> String {
+        obj.decode()
+            .expect("json")
+            .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
             .expect("rv")
+            .to_string()
     }
 
     #[test]
@@ -813,14 +1017,7 @@ mod tests {
         assert_eq!(caught_up, Some(4));
         let steps: Vec<_> = events
             .iter()
-            .map(|e| {
-                (
-                    e.revision,
-                    e.deleted,
-                    e.prev.is_some(),
-                    rv(&e.object).to_string(),
-                )
-            })
+            .map(|e| (e.revision, e.deleted(), e.prev.is_some(), rv(&e.object)))
             .collect();
         assert_eq!(
             steps,

@@ -7,11 +7,12 @@ use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
 use konverge_store::{KeyRange, RangeRequest, Revision};
 use serde_json::{Value, json};
 
-use super::{Registry, cache, conversion, decode, parse_rv, target};
+use super::cache::{self, CachedObject};
+use super::{Registry, conversion, decode, parse_rv, target};
 use crate::error::{ApiError, Result};
-use crate::resources::ResourceType;
 use crate::resources::crd::ConversionWebhook;
 use crate::resources::meta;
+use crate::resources::{FieldValue, ResourceType};
 
 /// `resourceVersionMatch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +51,83 @@ pub struct ListResult {
     pub continue_token: Option<String>,
     /// How many more objects the next pages hold (only without selectors).
     pub remaining: Option<u64>,
+}
+
+/// One object of a list page: the watch cache's (its JSON shared with every reader), or
+/// decoded (read from the store, converted).
+#[derive(Debug, Clone)]
+pub(crate) enum Item {
+    /// Straight from the watch cache, in its stored form.
+    Cached(Arc<CachedObject>),
+    /// Decoded.
+    Decoded(Arc<Value>),
+}
+
+impl Item {
+    /// The object, decoded.
+    pub(crate) fn value(&self) -> Result<Value> {
+        match self {
+            Item::Cached(cached) => cached.decode(),
+            Item::Decoded(value) => Ok(Value::clone(value)),
+        }
+    }
+
+    /// The object as shared decoded form.
+    fn into_shared(self) -> Result<Arc<Value>> {
+        match self {
+            Item::Cached(cached) => cached.decode().map(Arc::new),
+            Item::Decoded(value) => Ok(value),
+        }
+    }
+
+    /// The object's JSON, if it is already written (cached objects).
+    pub(crate) fn json(&self) -> Option<&[u8]> {
+        match self {
+            Item::Cached(cached) => Some(cached.json()),
+            Item::Decoded(_) => None,
+        }
+    }
+}
+
+/// A list as the HTTP layer writes it: a [`ListResult`] whose items may still be the
+/// watch cache's bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Page {
+    /// The objects, in key order.
+    pub(crate) items: Vec<Item>,
+    /// The revision the list was read at.
+    pub(crate) resource_version: Revision,
+    /// Where the next page starts, if there is one.
+    pub(crate) continue_token: Option<String>,
+    /// How many more objects the next pages hold (only without selectors).
+    pub(crate) remaining: Option<u64>,
+}
+
+impl Page {
+    /// The page with every item decoded.
+    fn decoded(self) -> Result<ListResult> {
+        Ok(ListResult {
+            items: self
+                .items
+                .into_iter()
+                .map(Item::into_shared)
+                .collect::<Result<_>>()?,
+            resource_version: self.resource_version,
+            continue_token: self.continue_token,
+            remaining: self.remaining,
+        })
+    }
+}
+
+impl From<ListResult> for Page {
+    fn from(listed: ListResult) -> Page {
+        Page {
+            items: listed.items.into_iter().map(Item::Decoded).collect(),
+            resource_version: listed.resource_version,
+            continue_token: listed.continue_token,
+            remaining: listed.remaining,
+        }
+    }
 }
 
 /// A continue token: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"key"}` as
@@ -93,6 +171,37 @@ pub(crate) fn selected(rt: &ResourceType, opts: &ListOptions, obj: &Value) -> bo
     }
     if let Some(fields) = &opts.field_selector {
         let lookup = |field: &str| field_value(rt, obj, field);
+        if !fields.matches(&lookup) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a cached object passes a list's selectors: on the name, namespace, labels and
+/// fields the cache keeps, decoding the object only for fields it does not keep.
+pub(crate) fn selected_cached(rt: &ResourceType, opts: &ListOptions, obj: &CachedObject) -> bool {
+    if let Some(labels) = &opts.label_selector
+        && !labels.matches(obj.labels())
+    {
+        return false;
+    }
+    if let Some(fields) = &opts.field_selector {
+        let decoded = std::cell::OnceCell::new();
+        let lookup = |field: &str| match field {
+            "metadata.name" => Some(obj.name().to_string()),
+            "metadata.namespace" => Some(obj.namespace().to_string()),
+            f => {
+                let selectable = rt.selectable_fields.iter().find(|s| s.label == f)?;
+                if let FieldValue::Fn(value) = selectable.value
+                    && let Some(kept) = obj.field(f, value)
+                {
+                    return Some(kept.to_string());
+                }
+                let decoded = decoded.get_or_init(|| obj.decode().ok()).as_ref()?;
+                Some(selectable.value_of(decoded))
+            }
+        };
         if !fields.matches(&lookup) {
             return false;
         }
@@ -241,7 +350,7 @@ impl Registry {
         if let Some(hook) = conversion::webhook(rt) {
             return self.list_converted(rt, hook, ns, opts).await;
         }
-        let mut listed = self.list_stored(rt, ns, opts).await?;
+        let mut listed = self.list_stored(rt, ns, opts).await?.decoded()?;
         // Selection and paging work on the stored form (shared with every version's readers
         // through the cache); what is answered is the served form.
         if rt.changes_on_read() {
@@ -250,6 +359,23 @@ impl Registry {
             }
         }
         Ok(listed)
+    }
+
+    /// [`Registry::list`] for the HTTP layer: the watch cache's objects stay as the JSON it
+    /// keeps, unless the resource serves them otherwise than stored (converted, defaulted).
+    pub(crate) async fn list_page(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<Page> {
+        if conversion::webhook(rt).is_some() || rt.changes_on_read() {
+            return self.list(rt, ns, opts).await.map(Page::from);
+        }
+        if let Some(fields) = &opts.field_selector {
+            check_field_selector(rt, fields)?;
+        }
+        self.list_stored(rt, ns, opts).await
     }
 
     /// A list of a resource whose definition converts it with a webhook: each page is
@@ -265,7 +391,7 @@ impl Registry {
         opts: &ListOptions,
     ) -> Result<ListResult> {
         if !selects_on_content(opts) {
-            let mut listed = self.list_stored(rt, ns, opts).await?;
+            let mut listed = self.list_stored(rt, ns, opts).await?.decoded()?;
             self.served_many(rt, hook, &mut listed.items).await?;
             return Ok(listed);
         }
@@ -279,7 +405,7 @@ impl Registry {
         let mut items = Vec::new();
         let mut revision = None;
         loop {
-            let mut read = self.list_stored(rt, ns, &chunk).await?;
+            let mut read = self.list_stored(rt, ns, &chunk).await?.decoded()?;
             let revision = *revision.get_or_insert(read.resource_version);
             self.served_many(rt, hook, &mut read.items).await?;
             let fetched = read.items.len();
@@ -329,7 +455,7 @@ impl Registry {
         rt: &ResourceType,
         ns: Option<&str>,
         opts: &ListOptions,
-    ) -> Result<ListResult> {
+    ) -> Result<Page> {
         let at = read_at(opts)?;
         let cached = if self.caches.config().enabled
             && matches!(at, ReadAt::Latest | ReadAt::Any | ReadAt::NotOlderThan(_))
@@ -340,7 +466,7 @@ impl Registry {
         };
         match cached {
             Some(listed) => Ok(listed),
-            None => self.list_store(rt, ns, opts, at).await,
+            None => self.list_store(rt, ns, opts, at).await.map(Page::from),
         }
     }
 
@@ -352,7 +478,7 @@ impl Registry {
         ns: Option<&str>,
         opts: &ListOptions,
         at: &ReadAt,
-    ) -> Result<Option<ListResult>> {
+    ) -> Result<Option<Page>> {
         let cache = self.caches.get(rt);
         let timeout = self.caches.config().wait_timeout;
         match *at {
@@ -396,8 +522,8 @@ impl Registry {
         let mut continue_from = None;
         let mut remaining = None;
         for (i, (key, obj)) in snapshot.items.iter().enumerate() {
-            if !filtering || selected(rt, opts, obj) {
-                items.push(obj.clone());
+            if !filtering || selected_cached(rt, opts, obj) {
+                items.push(Item::Cached(obj.clone()));
             }
             if limit.is_some_and(|l| items.len() as u64 >= l) {
                 // A full page: the next one starts after the last key looked at, if the range
@@ -413,7 +539,7 @@ impl Registry {
                 break;
             }
         }
-        Ok(Some(ListResult {
+        Ok(Some(Page {
             items,
             resource_version: snapshot.revision,
             continue_token: continue_from.map(|start| encode_continue(snapshot.revision, &start)),

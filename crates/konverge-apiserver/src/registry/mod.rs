@@ -28,8 +28,10 @@ use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
 use serde_json::{Value, json};
 
 pub use cache::WatchCacheConfig;
+pub(crate) use list::Item;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};
 use update::{Change, Outcome, decide_delete};
+pub(crate) use watch::Sent;
 pub use watch::{WatchEvent, WatchOptions};
 
 use crate::admission::Operation;

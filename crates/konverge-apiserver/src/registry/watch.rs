@@ -2,8 +2,9 @@
 //! events, with selectors, initial events, bookmarks and expiry.
 //!
 //! Served from the resource's watch cache (`cache.rs`): every watcher reads the same
-//! decoded events from the cache's ring at its own pace. Without the cache (turned off, or not
-//! caught up in time) a watch opens its own store watch and decodes for itself.
+//! encoded events from the cache's ring at its own pace, and the HTTP layer sends the JSON
+//! line the cache built once for all of them ([`Sent::Cached`]). Without the cache (turned
+//! off, or not caught up in time) a watch opens its own store watch and decodes for itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +15,8 @@ use konverge_store::{Event, EventKind, KeyRange, WatchRequest, WatchResponse};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::cache::{Cache, CachedEvent, Read};
-use super::list::{ListOptions, ReadAt, selected, selects_on_content, too_large};
+use super::cache::{Cache, CachedEvent, CachedObject, EventType, Read};
+use super::list::{ListOptions, ReadAt, selected, selected_cached, selects_on_content, too_large};
 use super::{Registry, conversion, decode, parse_rv, set_rv, target};
 use crate::error::{ApiError, Result};
 use crate::resources::ResourceType;
@@ -100,6 +101,70 @@ impl WatchEvent {
     }
 }
 
+impl EventType {
+    /// A watch event of this type carrying `object`.
+    fn event(self, object: Arc<Value>) -> WatchEvent {
+        match self {
+            EventType::Added => WatchEvent::Added(object),
+            EventType::Modified => WatchEvent::Modified(object),
+            EventType::Deleted => WatchEvent::Deleted(object),
+        }
+    }
+}
+
+/// A watch event as the feeds hand it to the HTTP layer.
+#[derive(Debug, Clone)]
+pub(crate) enum Sent {
+    /// A decoded event (bookmarks, errors, watches served from the store, converted or
+    /// defaulted objects).
+    Decoded(WatchEvent),
+    /// An object of the watch cache, as its JSON.
+    Cached(CachedSend),
+}
+
+/// An object of the watch cache sent as an event of type `kind`.
+#[derive(Debug, Clone)]
+pub(crate) struct CachedSend {
+    kind: EventType,
+    object: Arc<CachedObject>,
+    /// The cache's line of the event, when this is the event as the cache built it.
+    line: Option<Bytes>,
+}
+
+impl CachedSend {
+    /// An event of the ring as this watch sends it: its line is shared when the type is
+    /// the one the cache wrote it with.
+    fn of(kind: EventType, event: &CachedEvent) -> CachedSend {
+        CachedSend {
+            kind,
+            object: event.object.clone(),
+            line: (kind == event.kind).then(|| event.line.clone()),
+        }
+    }
+
+    /// The event as a line of a JSON watch stream: the cache's own line, or one around the
+    /// object's cached JSON.
+    pub(crate) fn json_line(&self) -> Bytes {
+        match &self.line {
+            Some(line) => line.clone(),
+            None => crate::http::watch_line_around(self.kind.as_str(), self.object.json()),
+        }
+    }
+}
+
+impl Sent {
+    /// The event, decoded.
+    pub(crate) fn into_event(self) -> WatchEvent {
+        match self {
+            Sent::Decoded(event) => event,
+            Sent::Cached(cached) => match cached.object.decode() {
+                Ok(object) => cached.kind.event(Arc::new(object)),
+                Err(err) => error(&err),
+            },
+        }
+    }
+}
+
 /// How many events a watch buffers for its client before its task waits.
 const BUFFER: usize = 256;
 
@@ -123,6 +188,17 @@ impl Registry {
         ns: Option<String>,
         opts: WatchOptions,
     ) -> Result<impl Stream<Item = WatchEvent> + Send + 'static + use<>> {
+        Ok(self.watch_sent(rt, ns, opts).await?.map(Sent::into_event))
+    }
+
+    /// [`Registry::watch`] for the HTTP layer: events of the watch cache stay as the JSON
+    /// the cache built once for every watcher.
+    pub(crate) async fn watch_sent(
+        &self,
+        rt: Arc<ResourceType>,
+        ns: Option<String>,
+        opts: WatchOptions,
+    ) -> Result<impl Stream<Item = Sent> + Send + 'static + use<>> {
         if let Some(fields) = &opts.list.field_selector {
             super::list::check_field_selector(&rt, fields)?;
         }
@@ -149,7 +225,7 @@ impl Registry {
             (None | Some("0"), None) => true,
             (Some(_), None) => false,
         };
-        let (tx, rx) = mpsc::channel(BUFFER);
+        let (tx, rx) = mpsc::channel::<Sent>(BUFFER);
         let deadline = opts.timeout.map(|t| tokio::time::Instant::now() + t);
         // Resources converted by a webhook are converted by the feeds, which must wait for
         // it (and end the watch when it fails).
@@ -162,13 +238,19 @@ impl Registry {
         let stream = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|event| (event, rx))
         })
-        .map(move |event| match (&served, &event) {
-            (None, _) | (Some(_), WatchEvent::Error(_) | WatchEvent::Bookmark(_)) => event,
-            (Some(rt), _) => {
-                let mut obj = event.object().clone();
-                rt.to_served(&mut obj);
-                event.with_object(obj)
-            }
+        .map(move |sent| {
+            let Some(rt) = &served else {
+                return sent;
+            };
+            let event = sent.into_event();
+            Sent::Decoded(match &event {
+                WatchEvent::Error(_) | WatchEvent::Bookmark(_) => event,
+                _ => {
+                    let mut obj = event.object().clone();
+                    rt.to_served(&mut obj);
+                    event.with_object(obj)
+                }
+            })
         });
         if self.caches.config().enabled
             && let Some((cache, initial, cursor)) =
@@ -219,7 +301,7 @@ impl Registry {
         ns: Option<&str>,
         initial: bool,
         rv: Option<&str>,
-    ) -> Result<Option<(Arc<Cache>, Option<Vec<Arc<Value>>>, i64)>> {
+    ) -> Result<Option<(Arc<Cache>, Option<Vec<Arc<CachedObject>>>, i64)>> {
         let cache = self.caches.get(rt);
         let timeout = self.caches.config().wait_timeout;
         // `resourceVersion` unset: the latest state (a consistent read); "0": any state.
@@ -287,9 +369,9 @@ async fn until(deadline: Option<tokio::time::Instant>) {
 /// Sends one event to the client, waiting while its buffer is full; `false` once the client
 /// is gone or the watch's time is up.
 async fn send(
-    tx: &mpsc::Sender<WatchEvent>,
+    tx: &mpsc::Sender<Sent>,
     deadline: Option<tokio::time::Instant>,
-    event: WatchEvent,
+    event: Sent,
 ) -> bool {
     tokio::select! {
         sent = tx.send(event) => sent.is_ok(),
@@ -304,7 +386,7 @@ struct CachedFeed {
     /// The watched namespace's storage prefix (the resource's for all namespaces).
     prefix: Bytes,
     opts: WatchOptions,
-    tx: mpsc::Sender<WatchEvent>,
+    tx: mpsc::Sender<Sent>,
     deadline: Option<tokio::time::Instant>,
     /// Set for a resource converted by a webhook.
     converting: Option<Converting>,
@@ -312,39 +394,59 @@ struct CachedFeed {
 
 impl CachedFeed {
     async fn send(&self, event: WatchEvent) -> bool {
-        send(&self.tx, self.deadline, event).await
+        send(&self.tx, self.deadline, Sent::Decoded(event)).await
+    }
+
+    async fn send_cached(&self, cached: CachedSend) -> bool {
+        send(&self.tx, self.deadline, Sent::Cached(cached)).await
     }
 
     fn filtering(&self) -> bool {
         self.opts.list.label_selector.is_some() || self.opts.list.field_selector.is_some()
     }
 
-    fn selected(&self, obj: &Value) -> bool {
-        !self.filtering() || selected(&self.rt, &self.opts.list, obj)
+    fn selected(&self, obj: &CachedObject) -> bool {
+        !self.filtering() || selected_cached(&self.rt, &self.opts.list, obj)
     }
 
     /// `initial`: the objects to send as ADDED first; `cursor`: every change up to this
     /// revision is accounted for (sent, or part of the initial objects).
-    async fn run(self, initial: Option<Vec<Arc<Value>>>, mut cursor: i64) {
+    async fn run(self, initial: Option<Vec<Arc<CachedObject>>>, mut cursor: i64) {
         let mut last_sent = cursor;
         if let Some(objects) = initial {
-            let objects = match &self.converting {
-                None => objects,
+            match &self.converting {
+                None => {
+                    for object in objects {
+                        if !self.selected(&object) {
+                            continue;
+                        }
+                        let added = CachedSend {
+                            kind: EventType::Added,
+                            object,
+                            line: None,
+                        };
+                        if !self.send_cached(added).await {
+                            return;
+                        }
+                    }
+                }
                 Some(converting) => {
-                    match converting.initial(&self.rt, &self.opts.list, objects).await {
+                    let converted = match decoded(&objects) {
+                        Ok(objects) => converting.initial(&self.rt, &self.opts.list, objects).await,
+                        Err(err) => Err(err),
+                    };
+                    let objects = match converted {
                         Ok(objects) => objects,
                         Err(err) => {
                             self.send(error(&conversion::watch_error(&err))).await;
                             return;
                         }
+                    };
+                    for obj in objects {
+                        if !self.send(WatchEvent::Added(obj)).await {
+                            return;
+                        }
                     }
-                }
-            };
-            for obj in objects {
-                if (self.converting.is_some() || self.selected(&obj))
-                    && !self.send(WatchEvent::Added(obj)).await
-                {
-                    return;
                 }
             }
             if self.opts.send_initial_events == Some(true)
@@ -377,18 +479,12 @@ impl CachedFeed {
                             continue;
                         }
                         let out = match &self.converting {
-                            None => self.translate(event),
+                            None => self.translate(event).map(Sent::Cached),
                             Some(converting) => match converting
-                                .translate(
-                                    &self.rt,
-                                    &self.opts.list,
-                                    event.prev.as_ref(),
-                                    &event.object,
-                                    event.deleted,
-                                )
+                                .translate_cached(&self.rt, &self.opts.list, event)
                                 .await
                             {
-                                Ok(out) => out,
+                                Ok(out) => out.map(Sent::Decoded),
                                 Err(err) => {
                                     self.send(error(&conversion::watch_error(&err))).await;
                                     return;
@@ -396,7 +492,7 @@ impl CachedFeed {
                             },
                         };
                         if let Some(out) = out {
-                            if !self.send(out).await {
+                            if !send(&self.tx, self.deadline, out).await {
                                 return;
                             }
                             last_sent = event.revision;
@@ -430,20 +526,28 @@ impl CachedFeed {
     }
 
     /// One cached event as a watch event of this watch, or `None` if the selectors hide it.
-    fn translate(&self, event: &CachedEvent) -> Option<WatchEvent> {
+    fn translate(&self, event: &CachedEvent) -> Option<CachedSend> {
+        if !self.filtering() {
+            return Some(CachedSend::of(event.kind, event));
+        }
         let old_selected = event.prev.as_deref().is_some_and(|o| self.selected(o));
-        if event.deleted {
-            return old_selected.then(|| WatchEvent::Deleted(event.object.clone()));
+        if event.deleted() {
+            return old_selected.then(|| CachedSend::of(EventType::Deleted, event));
         }
         let new_selected = self.selected(&event.object);
-        let object = event.object.clone();
-        match (event.prev.is_some(), old_selected, new_selected) {
-            (true, true, true) => Some(WatchEvent::Modified(object)),
-            (_, false, true) => Some(WatchEvent::Added(object)),
-            (true, true, false) => Some(WatchEvent::Deleted(object)),
-            _ => None,
-        }
+        let kind = match (event.prev.is_some(), old_selected, new_selected) {
+            (true, true, true) => EventType::Modified,
+            (_, false, true) => EventType::Added,
+            (true, true, false) => EventType::Deleted,
+            _ => return None,
+        };
+        Some(CachedSend::of(kind, event))
     }
+}
+
+/// Cached objects, decoded (for conversion).
+fn decoded(objects: &[Arc<CachedObject>]) -> Result<Vec<Arc<Value>>> {
+    objects.iter().map(|o| o.decode().map(Arc::new)).collect()
 }
 
 /// A watch served from its own store watch (the watch cache is off, or could not catch up).
@@ -452,7 +556,7 @@ struct Feed {
     rt: Arc<ResourceType>,
     ns: Option<String>,
     opts: WatchOptions,
-    tx: mpsc::Sender<WatchEvent>,
+    tx: mpsc::Sender<Sent>,
     deadline: Option<tokio::time::Instant>,
     /// Set for a resource converted by a webhook.
     converting: Option<Converting>,
@@ -460,7 +564,7 @@ struct Feed {
 
 impl Feed {
     async fn send(&self, event: WatchEvent) -> bool {
-        send(&self.tx, self.deadline, event).await
+        send(&self.tx, self.deadline, Sent::Decoded(event)).await
     }
 
     async fn run(self, initial: bool, mut start_after: i64) {
@@ -667,6 +771,22 @@ impl Converting {
             objects.retain(|o| selected(rt, opts, o));
         }
         Ok(objects)
+    }
+
+    /// [`Converting::translate`] for an event of the watch cache (decoded for the review).
+    async fn translate_cached(
+        &self,
+        rt: &ResourceType,
+        opts: &ListOptions,
+        event: &CachedEvent,
+    ) -> Result<Option<WatchEvent>> {
+        let prev = match &event.prev {
+            Some(prev) => Some(Arc::new(prev.decode()?)),
+            None => None,
+        };
+        let object = Arc::new(event.object.decode()?);
+        self.translate(rt, opts, prev.as_ref(), &object, event.deleted())
+            .await
     }
 
     /// One change as a watch event, converted, or `None` if the selectors hide it. Selectors
