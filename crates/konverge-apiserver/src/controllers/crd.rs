@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +30,20 @@ const RESYNC: Duration = Duration::from_millis(500);
 
 /// The field manager of the controller's status writes.
 const MANAGER: &str = "kube-apiserver";
+
+/// How many times this process's definition controllers changed a catalog.
+static CATALOG_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// A number that changes whenever a definition controller (of any server in this process)
+/// adds or removes served resources, so what was derived from a catalog can be dropped. It
+/// moves after the catalog changed, never before.
+pub fn catalog_changes() -> u64 {
+    CATALOG_CHANGES.load(Ordering::Acquire)
+}
+
+fn catalog_changed() {
+    CATALOG_CHANGES.fetch_add(1, Ordering::AcqRel);
+}
 
 fn definitions(registry: &Registry) -> Option<Arc<ResourceType>> {
     registry
@@ -193,6 +208,7 @@ fn install(registry: &Registry, crd: &Value) -> Option<(&'static str, String)> {
             && !keep.contains(&(old.group.clone(), old.version.clone(), old.plural.clone()))
         {
             catalog.remove(&old.group, &old.version, &old.plural);
+            catalog_changed();
         }
     }
     for rt in types {
@@ -203,6 +219,7 @@ fn install(registry: &Registry, crd: &Value) -> Option<(&'static str, String)> {
             .is_some_and(|(a, b)| a == b);
         if !unchanged {
             catalog.insert(rt);
+            catalog_changed();
         }
     }
     None
@@ -214,6 +231,7 @@ fn uninstall(registry: &Registry, name: &str) {
     for rt in catalog.all() {
         if rt.custom.as_ref().is_some_and(|c| c.crd_name == name) {
             catalog.remove(&rt.group, &rt.version, &rt.plural);
+            catalog_changed();
         }
     }
 }

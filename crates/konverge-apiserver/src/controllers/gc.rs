@@ -12,20 +12,23 @@
 //! - **Orphan**: an owner being deleted with the `orphan` finalizer has its references removed
 //!   from every dependent, then the finalizer goes.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
-use super::{ClusterIndex, Node};
+use super::{ClusterIndex, Node, Scope};
 use crate::error::Reason;
 use crate::registry::{DeleteOptions, Propagation, Registry, WriteOptions};
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
 
-/// One garbage-collection pass over the index.
-pub async fn pass(registry: &Registry, index: &ClusterIndex) {
-    for node in index.nodes() {
+/// One garbage-collection pass over what `scope` covers of the index.
+pub async fn pass(registry: &Registry, index: &ClusterIndex, scope: &Scope) {
+    let mut kinds = ServedKinds::default();
+    for node in scope.gc_candidates(index) {
         if !node.owners.is_empty() && !node.deleting {
-            collect_dependent(registry, index, node).await;
+            collect_dependent(registry, index, node, &mut kinds).await;
         }
         if node.deleting
             && node.finalizers.iter().any(|f| f == FOREGROUND)
@@ -44,14 +47,38 @@ pub async fn pass(registry: &Registry, index: &ClusterIndex) {
     }
 }
 
+/// Whether the server serves a kind, remembered for one pass (the catalog lists every
+/// resource to answer).
+#[derive(Debug, Default)]
+struct ServedKinds(HashMap<String, HashMap<String, bool>>);
+
+impl ServedKinds {
+    fn serves(&mut self, registry: &Registry, group: &str, kind: &str) -> bool {
+        if let Some(served) = self.0.get(group).and_then(|kinds| kinds.get(kind)) {
+            return *served;
+        }
+        let served = registry.catalog().by_kind(group, kind).is_some();
+        self.0
+            .entry(group.to_string())
+            .or_default()
+            .insert(kind.to_string(), served);
+        served
+    }
+}
+
 /// Decides about one dependent from the state of its owners.
-async fn collect_dependent(registry: &Registry, index: &ClusterIndex, node: &Node) {
+async fn collect_dependent(
+    registry: &Registry,
+    index: &ClusterIndex,
+    node: &Node,
+    kinds: &mut ServedKinds,
+) {
     let mut solid = Vec::new();
     let mut dangling = Vec::new();
     let mut waiting = Vec::new();
     for owner in &node.owners {
         let group = owner.api_version.split_once('/').map_or("", |(g, _)| g);
-        if registry.catalog().by_kind(group, &owner.kind).is_none() {
+        if !kinds.serves(registry, group, &owner.kind) {
             // An owner of a kind this server does not serve cannot be checked: keep.
             solid.push(owner.uid.clone());
             continue;

@@ -15,22 +15,22 @@ pub mod aggregation;
 pub mod bootstrap;
 pub mod compaction;
 pub mod crd;
+mod decode;
 pub mod gc;
 pub mod namespace_defaults;
 pub mod namespaces;
 pub mod policy_status;
 pub mod quota;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use konverge_store::{EventKind, KeyRange, RangeRequest, WatchRequest, WatchResponse};
-use serde_json::Value;
 
 use crate::registry::Registry;
-use crate::resources::ResourceType;
+use crate::resources::{Catalog, ResourceType};
 
 /// One `ownerReferences` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,23 +64,166 @@ pub struct Node {
     pub finalizers: Vec<String>,
 }
 
-/// Every stored object, by uid, with the reverse owner index. Ordered maps keep every pass
-/// over it in the same order.
+impl Node {
+    /// Whether `other` tells the loops nothing new: a write that changed only what they do
+    /// not read (a pod's status, a label) leaves the node as it was.
+    fn same_as(&self, other: &Node) -> bool {
+        Arc::ptr_eq(&self.rt, &other.rt)
+            && self.namespace == other.namespace
+            && self.name == other.name
+            && self.uid == other.uid
+            && self.owners == other.owners
+            && self.deleting == other.deleting
+            && self.finalizers == other.finalizers
+    }
+
+    fn is(&self, group: &str, plural: &str) -> bool {
+        self.rt.group == group && self.rt.plural == plural
+    }
+}
+
+/// What changed in the [`ClusterIndex`] since the loops last looked, so that a pass looks at
+/// what a change can have decided and not at every object, as kube's garbage collector and
+/// namespace controller follow their informers' events.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// The uids of objects added, changed or removed.
+    touched: BTreeSet<String>,
+    /// The uids of the owners those objects named, before and after the change: whether an
+    /// owner's foreground or orphan deletion can finish depends on its dependents.
+    owners: BTreeSet<String>,
+    /// The namespaces in which an object was added, changed or removed, and the namespaces
+    /// that were themselves.
+    namespaces: BTreeSet<String>,
+    /// Whether a ClusterRole changed (aggregation).
+    cluster_roles: bool,
+    /// Whether a ValidatingAdmissionPolicy changed (its status).
+    policies: bool,
+}
+
+impl Changes {
+    fn note(&mut self, node: &Node) {
+        self.touched.insert(node.uid.clone());
+        self.owners
+            .extend(node.owners.iter().map(|o| o.uid.clone()));
+        if let Some(ns) = &node.namespace {
+            self.namespaces.insert(ns.clone());
+        } else if node.is("", "namespaces") {
+            self.namespaces.insert(node.name.clone());
+        }
+        self.note_kind(node);
+    }
+
+    fn note_kind(&mut self, node: &Node) {
+        self.cluster_roles |= node.is("rbac.authorization.k8s.io", "clusterroles");
+        self.policies |= node.is(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+        );
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.touched.is_empty() && !self.cluster_roles && !self.policies
+    }
+}
+
+/// What a pass looks at.
+#[derive(Debug)]
+pub enum Scope {
+    /// Every object: the first pass, and the periodic one that retries what failed.
+    Everything,
+    /// What these changes can have decided.
+    Changed(Changes),
+}
+
+impl Scope {
+    /// The objects the garbage collector decides about, in uid order: those that changed,
+    /// their owners (whose deletion may wait for them) and their dependents (whose fate
+    /// follows their owners).
+    fn gc_candidates<'i>(&self, index: &'i ClusterIndex) -> Vec<&'i Node> {
+        match self {
+            Scope::Everything => index.nodes().collect(),
+            Scope::Changed(changes) => {
+                let mut uids: BTreeSet<&str> = changes
+                    .touched
+                    .iter()
+                    .chain(&changes.owners)
+                    .map(String::as_str)
+                    .collect();
+                for uid in &changes.touched {
+                    if let Some(dependents) = index.dependents.get(uid) {
+                        uids.extend(dependents.iter().map(String::as_str));
+                    }
+                }
+                uids.into_iter().filter_map(|uid| index.get(uid)).collect()
+            }
+        }
+    }
+
+    /// The namespaces whose finalization and defaults are looked at, in name order.
+    fn namespaces<'a>(&'a self, index: &'a ClusterIndex) -> Vec<&'a str> {
+        match self {
+            Scope::Everything => index.namespaces.keys().map(String::as_str).collect(),
+            Scope::Changed(changes) => changes.namespaces.iter().map(String::as_str).collect(),
+        }
+    }
+
+    fn cluster_roles(&self) -> bool {
+        match self {
+            Scope::Everything => true,
+            Scope::Changed(changes) => changes.cluster_roles,
+        }
+    }
+
+    fn policies(&self) -> bool {
+        match self {
+            Scope::Everything => true,
+            Scope::Changed(changes) => changes.policies,
+        }
+    }
+}
+
+/// Every stored object, by uid, with the reverse owner index, how many objects each
+/// namespace holds, and what changed since [`ClusterIndex::take_changes`]. Ordered maps keep
+/// every pass over it in the same order.
 #[derive(Debug, Default)]
 pub struct ClusterIndex {
     by_uid: BTreeMap<String, Node>,
-    uid_by_key: BTreeMap<String, String>,
+    uid_by_key: HashMap<String, String>,
     dependents: BTreeMap<String, BTreeSet<String>>,
+    /// The uid of every Namespace, by name.
+    namespaces: BTreeMap<String, String>,
+    /// How many objects each namespace holds.
+    in_namespace: HashMap<String, usize>,
+    changes: Changes,
 }
 
 impl ClusterIndex {
     fn upsert(&mut self, key: &str, node: Node) {
+        // Aggregation and the policies' status read more than the node holds (rules,
+        // labels, generation): any write of theirs counts.
+        self.changes.note_kind(&node);
+        if let Some(old) = self
+            .uid_by_key
+            .get(key)
+            .and_then(|uid| self.by_uid.get(uid))
+            && old.same_as(&node)
+        {
+            return;
+        }
         self.remove(key);
+        self.changes.note(&node);
         for owner in &node.owners {
             self.dependents
                 .entry(owner.uid.clone())
                 .or_default()
                 .insert(node.uid.clone());
+        }
+        if let Some(ns) = &node.namespace {
+            *self.in_namespace.entry(ns.clone()).or_default() += 1;
+        } else if node.is("", "namespaces") {
+            self.namespaces.insert(node.name.clone(), node.uid.clone());
         }
         self.uid_by_key.insert(key.to_string(), node.uid.clone());
         self.by_uid.insert(node.uid.clone(), node);
@@ -90,21 +233,57 @@ impl ClusterIndex {
         let Some(uid) = self.uid_by_key.remove(key) else {
             return;
         };
-        if let Some(node) = self.by_uid.remove(&uid) {
-            for owner in &node.owners {
-                if let Some(set) = self.dependents.get_mut(&owner.uid) {
-                    set.remove(&uid);
-                    if set.is_empty() {
-                        self.dependents.remove(&owner.uid);
-                    }
+        let Some(node) = self.by_uid.remove(&uid) else {
+            return;
+        };
+        self.changes.note(&node);
+        for owner in &node.owners {
+            if let Some(set) = self.dependents.get_mut(&owner.uid) {
+                set.remove(&uid);
+                if set.is_empty() {
+                    self.dependents.remove(&owner.uid);
                 }
             }
         }
+        if let Some(ns) = &node.namespace {
+            if let Some(count) = self.in_namespace.get_mut(ns) {
+                *count -= 1;
+                if *count == 0 {
+                    self.in_namespace.remove(ns);
+                }
+            }
+        } else if node.is("", "namespaces") && self.namespaces.get(&node.name) == Some(&uid) {
+            self.namespaces.remove(&node.name);
+        }
+    }
+
+    /// What changed since the last call, handed over.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Whether anything changed since the last [`ClusterIndex::take_changes`].
+    pub fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
     }
 
     /// The object with this uid.
     pub fn get(&self, uid: &str) -> Option<&Node> {
         self.by_uid.get(uid)
+    }
+
+    /// The object stored under this key.
+    pub fn get_by_key(&self, key: &str) -> Option<&Node> {
+        self.uid_by_key
+            .get(key)
+            .and_then(|uid| self.by_uid.get(uid))
+    }
+
+    /// The Namespace with this name.
+    pub fn namespace(&self, name: &str) -> Option<&Node> {
+        self.namespaces
+            .get(name)
+            .and_then(|uid| self.by_uid.get(uid))
     }
 
     /// Every object, in uid order.
@@ -137,50 +316,111 @@ impl ClusterIndex {
 
     /// How many objects live in a namespace.
     pub fn count_in_namespace(&self, namespace: &str) -> usize {
-        self.by_uid
-            .values()
-            .filter(|n| n.namespace.as_deref() == Some(namespace))
-            .count()
+        self.in_namespace.get(namespace).copied().unwrap_or(0)
     }
 }
 
-fn node_of(registry: &Registry, key: &str, value: &[u8]) -> Option<Node> {
-    let (rt, namespace, name) = registry.catalog().resolve_key(key)?;
-    let obj: Value = serde_json::from_slice(value).ok()?;
-    let md = obj.get("metadata")?;
-    let uid = md.get("uid")?.as_str()?.to_string();
-    let owners = md
-        .get("ownerReferences")
-        .and_then(Value::as_array)
-        .map(|refs| {
-            refs.iter()
-                .filter_map(|r| {
-                    Some(OwnerRef {
-                        uid: r.get("uid")?.as_str()?.to_string(),
-                        api_version: r.get("apiVersion")?.as_str()?.to_string(),
-                        kind: r.get("kind")?.as_str()?.to_string(),
-                        block_owner_deletion: r.get("blockOwnerDeletion")
-                            == Some(&Value::Bool(true)),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+/// The resource, namespace and name of storage keys, remembered by the part of the key that
+/// decides them: the catalog's `resolve_key` compares every resource's prefix, and the loops
+/// resolve every key the store writes. Forgets everything when the served resources change
+/// ([`crd::catalog_changes`]).
+#[derive(Debug, Default)]
+struct Resolver {
+    /// The resource of each key directory, with the length of its storage prefix.
+    by_dir: HashMap<String, (Arc<ResourceType>, usize)>,
+    catalog_changes: u64,
+}
+
+impl Resolver {
+    fn resolve(
+        &mut self,
+        catalog: &Catalog,
+        key: &str,
+    ) -> Option<(Arc<ResourceType>, Option<String>, String)> {
+        let changes = crd::catalog_changes();
+        if changes != self.catalog_changes {
+            self.by_dir.clear();
+            self.catalog_changes = changes;
+        }
+        // Storage prefixes are `/registry/{plural}/` or `/registry/{group}/{plural}/`: which
+        // match a key depends on its first two segments only.
+        let dir = key_dir(key)?;
+        let (rt, prefix) = match self.by_dir.get(dir) {
+            Some(known) => known.clone(),
+            None => {
+                let (rt, _, _) = catalog.resolve_key(key)?;
+                let known = (rt.clone(), rt.storage_prefix().len());
+                self.by_dir.insert(dir.to_string(), known.clone());
+                known
+            }
+        };
+        let rest = key.get(prefix..)?;
+        if rt.namespaced {
+            let (ns, name) = rest.split_once('/')?;
+            Some((rt, Some(ns.to_string()), name.to_string()))
+        } else {
+            Some((rt, None, rest.to_string()))
+        }
+    }
+}
+
+/// `/registry/a/b/` of `/registry/a/b/...`, or `/registry/a/` of `/registry/a/b`.
+fn key_dir(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("/registry/")?;
+    let first = rest.find('/')?;
+    let end = match rest[first + 1..].find('/') {
+        Some(second) => first + 1 + second + 1,
+        None => first + 1,
+    };
+    Some(&key[.."/registry/".len() + end])
+}
+
+fn node_of(resolver: &mut Resolver, registry: &Registry, key: &str, value: &[u8]) -> Option<Node> {
+    let summary = decode::summary(value)?;
+    let (rt, namespace, name) = resolver.resolve(registry.catalog(), key)?;
     Some(Node {
         rt,
         namespace,
         name,
-        uid,
-        owners,
-        deleting: md.get("deletionTimestamp").is_some(),
-        finalizers: crate::resources::meta::finalizers(&obj),
+        uid: summary.uid.into_owned(),
+        owners: summary
+            .owners
+            .into_iter()
+            .map(|o| OwnerRef {
+                uid: o.uid.into_owned(),
+                api_version: o.api_version.into_owned(),
+                kind: o.kind.into_owned(),
+                block_owner_deletion: o.block_owner_deletion,
+            })
+            .collect(),
+        deleting: summary.deleting,
+        finalizers: summary
+            .finalizers
+            .into_iter()
+            .map(|f| f.into_owned())
+            .collect(),
     })
 }
 
 /// How long the loops wait after a change before acting, so a burst of changes is one pass.
 const SETTLE: Duration = Duration::from_millis(20);
-/// How often the loops look again even without changes (an action may have failed).
+/// How often the loops look at everything again, even without changes: an action may have
+/// failed, or the served resources changed what an owner reference resolves to.
 const RESYNC: Duration = Duration::from_secs(2);
+
+/// When the shared loops act.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// The quiet time after changes before a pass over what they touched.
+    settle: Duration,
+    /// The period of the pass over everything.
+    resync: Duration,
+}
+
+const TIMING: Timing = Timing {
+    settle: SETTLE,
+    resync: RESYNC,
+};
 
 /// What the control loops are told about the server.
 #[derive(Debug, Clone, Default)]
@@ -193,13 +433,16 @@ pub struct Settings {
 /// Runs the garbage collector, the namespace controllers, ClusterRole aggregation and the
 /// resource quota controller ([`quota`]) until the store closes.
 pub async fn run(registry: Registry, settings: Settings) {
-    tokio::join!(run_shared(registry.clone(), settings), quota::run(registry));
+    tokio::join!(
+        run_shared(registry.clone(), settings, TIMING),
+        quota::run(registry)
+    );
 }
 
 /// The loops that share the [`ClusterIndex`], restarted after a failure.
-async fn run_shared(registry: Registry, settings: Settings) {
+async fn run_shared(registry: Registry, settings: Settings, timing: Timing) {
     loop {
-        if let Err(err) = run_once(&registry, &settings).await {
+        if let Err(err) = run_once(&registry, &settings, timing).await {
             tracing::warn!(error = %err, "control loops restarting");
             tokio::time::sleep(Duration::from_secs(1)).await;
         } else {
@@ -214,12 +457,15 @@ async fn run_shared(registry: Registry, settings: Settings) {
 ///
 /// [`ApiServerBuilder::build`]: crate::ApiServerBuilder::build
 pub async fn settle(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
-    let (index, _) = index_now(registry).await?;
-    pass(registry, &index, settings).await;
+    let (index, _) = index_now(registry, &mut Resolver::default()).await?;
+    pass(registry, &index, settings, &Scope::Everything).await;
     Ok(())
 }
 
-async fn index_now(registry: &Registry) -> Result<(ClusterIndex, i64), konverge_store::Error> {
+async fn index_now(
+    registry: &Registry,
+    resolver: &mut Resolver,
+) -> Result<(ClusterIndex, i64), konverge_store::Error> {
     let listed = registry
         .store()
         .range(RangeRequest::new(whole_registry()))
@@ -227,10 +473,12 @@ async fn index_now(registry: &Registry) -> Result<(ClusterIndex, i64), konverge_
     let mut index = ClusterIndex::default();
     for kv in &listed.kvs {
         let key = String::from_utf8_lossy(&kv.key);
-        if let Some(node) = node_of(registry, &key, &kv.value) {
+        if let Some(node) = node_of(resolver, registry, &key, &kv.value) {
             index.upsert(&key, node);
         }
     }
+    // The first pass looks at everything.
+    index.take_changes();
     Ok((index, listed.revision))
 }
 
@@ -238,48 +486,68 @@ fn whole_registry() -> KeyRange {
     KeyRange::prefix(Bytes::from_static(b"/registry/"))
 }
 
-async fn pass(registry: &Registry, index: &ClusterIndex, settings: &Settings) {
-    gc::pass(registry, index).await;
-    namespaces::pass(registry, index).await;
-    namespace_defaults::pass(registry, index, settings.root_ca.as_deref()).await;
-    aggregation::pass(registry).await;
-    policy_status::pass(registry).await;
+async fn pass(registry: &Registry, index: &ClusterIndex, settings: &Settings, scope: &Scope) {
+    gc::pass(registry, index, scope).await;
+    let namespaces = scope.namespaces(index);
+    namespaces::pass(registry, index, &namespaces).await;
+    namespace_defaults::pass(registry, index, &namespaces, settings.root_ca.as_deref()).await;
+    if scope.cluster_roles() {
+        aggregation::pass(registry).await;
+    }
+    if scope.policies() {
+        policy_status::pass(registry).await;
+    }
 }
 
-async fn run_once(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
-    let (mut index, revision) = index_now(registry).await?;
+async fn run_once(
+    registry: &Registry,
+    settings: &Settings,
+    timing: Timing,
+) -> Result<(), konverge_store::Error> {
+    let mut resolver = Resolver::default();
+    let (mut index, revision) = index_now(registry, &mut resolver).await?;
     let mut watch = registry
         .store()
         .watch(WatchRequest::new(whole_registry()).from_revision(revision + 1))
         .await?;
-    let mut dirty = true;
-    let mut resync = tokio::time::interval(RESYNC);
+    // The first tick is now: the first pass looks at everything.
+    let mut resync = tokio::time::interval(timing.resync);
+    let mut everything = false;
     loop {
         tokio::select! {
             message = watch.recv() => match message {
                 Some(Ok(WatchResponse::Events(events))) => {
                     for event in events {
-                        let key = String::from_utf8_lossy(&event.kv.key).into_owned();
+                        let key = String::from_utf8_lossy(&event.kv.key);
                         match event.kind {
-                            EventKind::Put => match node_of(registry, &key, &event.kv.value) {
-                                Some(node) => index.upsert(&key, node),
-                                None => index.remove(&key),
-                            },
+                            EventKind::Put => {
+                                match node_of(&mut resolver, registry, &key, &event.kv.value) {
+                                    Some(node) => index.upsert(&key, node),
+                                    None => index.remove(&key),
+                                }
+                            }
                             EventKind::Delete => index.remove(&key),
                         }
                     }
-                    dirty = true;
                     continue;
                 }
                 Some(Ok(WatchResponse::Progress(_))) => continue,
                 Some(Err(konverge_store::Error::Closed)) | None => return Ok(()),
                 Some(Err(err)) => return Err(err),
             },
-            _ = resync.tick() => dirty = true,
-            () = tokio::time::sleep(SETTLE), if dirty => {
-                dirty = false;
-                pass(registry, &index, settings).await;
+            _ = resync.tick() => everything = true,
+            () = tokio::time::sleep(timing.settle), if everything || index.has_changes() => {
+                let changes = index.take_changes();
+                let scope = if std::mem::take(&mut everything) {
+                    Scope::Everything
+                } else {
+                    Scope::Changed(changes)
+                };
+                pass(registry, &index, settings, &scope).await;
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

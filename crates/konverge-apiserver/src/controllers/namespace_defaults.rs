@@ -2,8 +2,6 @@
 //! ServiceAccount, and the `kube-root-ca.crt` ConfigMap with the CA that verifies the server
 //! (when the server has one). Both are recreated when deleted.
 
-use std::collections::BTreeSet;
-
 use serde_json::json;
 
 use super::ClusterIndex;
@@ -15,29 +13,13 @@ pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
 
-/// One pass: creates what an active namespace lacks.
-pub async fn pass(registry: &Registry, index: &ClusterIndex, root_ca: Option<&str>) {
-    let mut active = BTreeSet::new();
-    let mut with_account = BTreeSet::new();
-    let mut with_ca = BTreeSet::new();
-    for node in index.nodes() {
-        match (
-            node.rt.group.as_str(),
-            node.rt.plural.as_str(),
-            &node.namespace,
-        ) {
-            ("", "namespaces", None) if !node.deleting => {
-                active.insert(node.name.clone());
-            }
-            ("", "serviceaccounts", Some(ns)) if node.name == "default" => {
-                with_account.insert(ns.clone());
-            }
-            ("", "configmaps", Some(ns)) if node.name == ROOT_CA_CONFIG_MAP => {
-                with_ca.insert(ns.clone());
-            }
-            _ => {}
-        }
-    }
+/// One pass over `namespaces`: creates what those that are active lack.
+pub async fn pass(
+    registry: &Registry,
+    index: &ClusterIndex,
+    namespaces: &[&str],
+    root_ca: Option<&str>,
+) {
     let catalog = registry.catalog();
     let (Some(accounts), Some(config_maps)) = (
         catalog.get("", "v1", "serviceaccounts"),
@@ -45,8 +27,18 @@ pub async fn pass(registry: &Registry, index: &ClusterIndex, root_ca: Option<&st
     ) else {
         return;
     };
-    for ns in &active {
-        if !with_account.contains(ns) {
+    let active = namespaces
+        .iter()
+        .copied()
+        .filter(|ns| index.namespace(ns).is_some_and(|n| !n.deleting));
+    for ns in active {
+        let with_account = index
+            .get_by_key(&accounts.key(Some(ns), "default"))
+            .is_some();
+        let with_ca = index
+            .get_by_key(&config_maps.key(Some(ns), ROOT_CA_CONFIG_MAP))
+            .is_some();
+        if !with_account {
             let created = registry
                 .create(
                     &accounts,
@@ -58,7 +50,7 @@ pub async fn pass(registry: &Registry, index: &ClusterIndex, root_ca: Option<&st
             report(created, ns, "serviceaccounts");
         }
         if let Some(ca) = root_ca
-            && !with_ca.contains(ns)
+            && !with_ca
         {
             let created = registry
                 .create(

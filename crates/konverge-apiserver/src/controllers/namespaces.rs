@@ -9,12 +9,13 @@ use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
 
 const FINALIZER: &str = "kubernetes";
 
-/// One pass: empties every terminating namespace and finalizes the empty ones.
-pub async fn pass(registry: &Registry, index: &ClusterIndex) {
-    let terminating: Vec<_> = index
-        .nodes()
-        .filter(|n| n.deleting && n.rt.group.is_empty() && n.rt.plural == "namespaces")
-        .collect();
+/// One pass over `namespaces`: empties those that are terminating and finalizes the empty
+/// ones.
+pub async fn pass(registry: &Registry, index: &ClusterIndex, namespaces: &[&str]) {
+    let terminating = namespaces
+        .iter()
+        .filter_map(|name| index.namespace(name))
+        .filter(|n| n.deleting);
     for namespace in terminating {
         let ns = namespace.name.as_str();
         if index.count_in_namespace(ns) > 0 {

@@ -61,12 +61,24 @@ pub async fn run(registry: Registry) {
 struct State {
     /// The quotas of each namespace.
     quotas: BTreeMap<String, BTreeSet<String>>,
-    /// What each pod, service and claim used when last seen, by key.
-    seen: HashMap<String, String>,
+    /// What each pod, service and claim of a namespace with quotas used when last seen, by
+    /// namespace and key. Namespaces without quotas have nothing to replenish, so their
+    /// writes are not even decoded.
+    seen: HashMap<String, HashMap<String, String>>,
     /// The quotas to recompute (namespace, name).
     dirty: BTreeSet<(String, String)>,
     /// The quotas whose last update failed.
     failed: BTreeSet<(String, String)>,
+    /// Resolves the keys of the writes.
+    resolver: super::Resolver,
+}
+
+/// One stored object as the controller is told of it.
+struct Written<'a> {
+    key: &'a str,
+    value: &'a [u8],
+    /// The key's version: 1 when this write created it.
+    version: i64,
 }
 
 fn is_quotas(rt: &ResourceType) -> bool {
@@ -109,9 +121,19 @@ impl State {
         }
     }
 
-    /// A stored object, as found on start (`initial`) or written since.
-    fn put(&mut self, registry: &Registry, key: &str, value: &[u8], initial: bool) {
-        let Some((rt, Some(namespace), name)) = registry.catalog().resolve_key(key) else {
+    /// A stored object, as found on start (`initial`) or written since. On start the quotas
+    /// go first (`quotas_only`), so that what the others use is remembered only where
+    /// some quota counts it.
+    fn put(
+        &mut self,
+        registry: &Registry,
+        written: &Written<'_>,
+        initial: bool,
+        quotas_only: bool,
+    ) {
+        let Some((rt, Some(namespace), name)) =
+            self.resolver.resolve(registry.catalog(), written.key)
+        else {
             return;
         };
         if is_quotas(&rt) {
@@ -119,7 +141,7 @@ impl State {
                 .entry(namespace.clone())
                 .or_default()
                 .insert(name.clone());
-            let stale = serde_json::from_slice::<Value>(value)
+            let stale = serde_json::from_slice::<Value>(written.value)
                 .map(|quota| needs_sync(&quota))
                 .unwrap_or(false);
             if initial || stale {
@@ -127,33 +149,43 @@ impl State {
             }
             return;
         }
-        if !rt.group.is_empty()
+        if quotas_only
+            || !rt.group.is_empty()
             || !matches!(
                 rt.plural.as_str(),
                 "pods" | "services" | "persistentvolumeclaims"
             )
+            || !self.quotas.contains_key(&namespace)
         {
             return;
         }
-        let Ok(object) = serde_json::from_slice::<Value>(value) else {
+        let Ok(object) = serde_json::from_slice::<Value>(written.value) else {
             return;
         };
         let now = fingerprint(&Evaluator::for_resource("", &rt.plural), &object);
+        let seen = self.seen.entry(namespace.clone()).or_default();
         // A new object was charged when it was admitted; only a change of what an existing
-        // one uses calls for recomputing.
-        if let Some(before) = self.seen.insert(key.to_string(), now.clone())
-            && before != now
-        {
+        // one uses calls for recomputing. An existing object not seen before was written
+        // while its namespace had no quota: what it used then is unknown, so its change
+        // counts.
+        let changed = match seen.insert(written.key.to_string(), now.clone()) {
+            Some(before) => before != now,
+            None => !initial && written.version > 1,
+        };
+        if changed {
             self.replenish(&namespace);
         }
     }
 
     /// A deleted object: what it used is released.
     fn delete(&mut self, registry: &Registry, key: &str) {
-        self.seen.remove(key);
-        let Some((rt, Some(namespace), name)) = registry.catalog().resolve_key(key) else {
+        let Some((rt, Some(namespace), name)) = self.resolver.resolve(registry.catalog(), key)
+        else {
             return;
         };
+        if let Some(seen) = self.seen.get_mut(&namespace) {
+            seen.remove(key);
+        }
         if is_quotas(&rt)
             && let Some(names) = self.quotas.get_mut(&namespace)
         {
@@ -161,6 +193,8 @@ impl State {
             self.dirty.remove(&(namespace.clone(), name));
             if names.is_empty() {
                 self.quotas.remove(&namespace);
+                // Nothing counts this namespace's objects any more.
+                self.seen.remove(&namespace);
             }
         }
         self.replenish(&namespace);
@@ -174,8 +208,16 @@ async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
         .range(RangeRequest::new(range.clone()))
         .await?;
     let mut state = State::default();
-    for kv in &listed.kvs {
-        state.put(registry, &String::from_utf8_lossy(&kv.key), &kv.value, true);
+    for quotas_only in [true, false] {
+        for kv in &listed.kvs {
+            let key = String::from_utf8_lossy(&kv.key);
+            let written = Written {
+                key: &key,
+                value: &kv.value,
+                version: kv.version,
+            };
+            state.put(registry, &written, true, quotas_only);
+        }
     }
     let mut watch = registry
         .store()
@@ -194,9 +236,16 @@ async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
             message = watch.recv() => match message {
                 Some(Ok(WatchResponse::Events(events))) => {
                     for event in events {
-                        let key = String::from_utf8_lossy(&event.kv.key).into_owned();
+                        let key = String::from_utf8_lossy(&event.kv.key);
                         match event.kind {
-                            EventKind::Put => state.put(registry, &key, &event.kv.value, false),
+                            EventKind::Put => {
+                                let written = Written {
+                                    key: &key,
+                                    value: &event.kv.value,
+                                    version: event.kv.version,
+                                };
+                                state.put(registry, &written, false, false);
+                            }
                             EventKind::Delete => state.delete(registry, &key),
                         }
                     }
@@ -335,4 +384,116 @@ async fn sync(registry: &Registry, namespace: &str, name: &str) -> Result<(), Ap
         )
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use konverge_store::MemStore;
+
+    use super::*;
+
+    async fn registry() -> (Arc<crate::ApiServer>, Registry) {
+        let server = crate::ApiServer::builder(Arc::new(MemStore::new()))
+            .control_loops(false)
+            .build()
+            .await
+            .expect("server");
+        let registry = server.registry().clone();
+        (server, registry)
+    }
+
+    fn pod(cpu: &str) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+        }))
+        .expect("json")
+    }
+
+    fn quota() -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "metadata": {"name": "q", "namespace": "ns", "uid": "uq"},
+            "spec": {"hard": {"requests.cpu": "4"}},
+        }))
+        .expect("json")
+    }
+
+    const POD: &str = "/registry/pods/ns/p";
+    const QUOTA: &str = "/registry/resourcequotas/ns/q";
+
+    fn write<'a>(key: &'a str, value: &'a [u8], version: i64) -> Written<'a> {
+        Written {
+            key,
+            value,
+            version,
+        }
+    }
+
+    fn q() -> (String, String) {
+        ("ns".to_string(), "q".to_string())
+    }
+
+    #[tokio::test]
+    async fn writes_where_no_quota_counts_are_not_remembered() {
+        let (_server, registry) = registry().await;
+        let mut state = State::default();
+        state.put(&registry, &write(POD, &pod("1"), 1), false, false);
+        state.put(&registry, &write(POD, &pod("2"), 2), false, false);
+        assert!(state.seen.is_empty());
+        assert!(state.dirty.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_change_of_an_object_older_than_the_quota_recomputes_it() {
+        let (_server, registry) = registry().await;
+        let mut state = State::default();
+        state.put(&registry, &write(POD, &pod("1"), 1), false, false);
+        state.put(&registry, &write(QUOTA, &quota(), 1), false, false);
+        assert_eq!(state.dirty, BTreeSet::from([q()]));
+        state.dirty.clear();
+
+        // The pod was written before the quota: what it used then is unknown.
+        state.put(&registry, &write(POD, &pod("1"), 2), false, false);
+        assert_eq!(state.dirty, BTreeSet::from([q()]));
+        state.dirty.clear();
+        // Now it is known: the same usage again is no change, another one is.
+        state.put(&registry, &write(POD, &pod("1"), 3), false, false);
+        assert!(state.dirty.is_empty());
+        state.put(&registry, &write(POD, &pod("2"), 4), false, false);
+        assert_eq!(state.dirty, BTreeSet::from([q()]));
+        state.dirty.clear();
+
+        // A new object was charged by admission.
+        let other = "/registry/pods/ns/other";
+        state.put(&registry, &write(other, &pod("1"), 1), false, false);
+        assert!(state.dirty.is_empty());
+
+        // Without its quota, the namespace is forgotten.
+        state.delete(&registry, QUOTA);
+        assert!(state.seen.is_empty());
+    }
+
+    #[tokio::test]
+    async fn on_start_objects_are_remembered_where_a_quota_counts_them() {
+        let (_server, registry) = registry().await;
+        let mut state = State::default();
+        let (pod_bytes, quota_bytes) = (pod("1"), quota());
+        // Keys come in order: the pod before the quota.
+        let listed = [write(POD, &pod_bytes, 1), write(QUOTA, &quota_bytes, 1)];
+        for quotas_only in [true, false] {
+            for written in &listed {
+                state.put(&registry, written, true, quotas_only);
+            }
+        }
+        assert_eq!(state.dirty, BTreeSet::from([q()]));
+        assert_eq!(
+            state.seen.get("ns").map(|seen| seen.contains_key(POD)),
+            Some(true)
+        );
+        state.dirty.clear();
+        state.put(&registry, &write(POD, &pod("1"), 2), false, false);
+        assert!(state.dirty.is_empty());
+    }
 }

@@ -239,6 +239,35 @@ pub(crate) fn parse_rv(rv: &str) -> Result<i64> {
         .ok_or_else(|| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
 }
 
+/// Whether `new` is `current` but perhaps for `metadata.resourceVersion` (which a write
+/// that changes nothing keeps from `current`), compared in place rather than on a copy.
+fn same_but_resource_version(new: &Value, current: &Value) -> bool {
+    let (Some(new), Some(current)) = (new.as_object(), current.as_object()) else {
+        return new == current;
+    };
+    new.len() == current.len()
+        && new.iter().all(|(key, value)| match current.get(key) {
+            Some(theirs) if key == "metadata" => same_metadata(value, theirs),
+            Some(theirs) => value == theirs,
+            None => false,
+        })
+}
+
+/// [`same_but_resource_version`] for `metadata`: with a resourceVersion in `current`,
+/// `new`'s is ignored (it would be replaced); without one, `new` must have none either.
+fn same_metadata(new: &Value, current: &Value) -> bool {
+    const RV: &str = "resourceVersion";
+    let (Some(new), Some(current)) = (new.as_object(), current.as_object()) else {
+        return new == current;
+    };
+    if !current.contains_key(RV) {
+        return new == current;
+    }
+    let mut others = new.iter().filter(|(key, _)| key.as_str() != RV);
+    let count = others.clone().count();
+    count == current.len() - 1 && others.all(|(key, value)| current.get(key) == Some(value))
+}
+
 fn set_rv(obj: &mut Value, rv: i64) {
     meta::metadata_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
 }
@@ -1186,11 +1215,11 @@ impl Registry {
         let own_rules =
             opts.not_an_update || matches!(subresource, Some("resize" | "ephemeralcontainers"));
         self.validate(rt, &merged, Some(if own_rules { &merged } else { current }))?;
-        let mut unchanged = merged.clone();
-        if let Some(rv) = current.pointer("/metadata/resourceVersion") {
-            meta::metadata_mut(&mut unchanged).insert("resourceVersion".into(), rv.clone());
-        }
-        if &unchanged == current {
+        if same_but_resource_version(&merged, current) {
+            let mut unchanged = merged;
+            if let Some(rv) = current.pointer("/metadata/resourceVersion") {
+                meta::metadata_mut(&mut unchanged).insert("resourceVersion".into(), rv.clone());
+            }
             return Ok(Change::Unchanged(unchanged));
         }
         // An update that removes the last finalizer deletes the object, unless a graceful
@@ -1473,6 +1502,50 @@ impl ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_that_changes_nothing_but_the_resource_version_is_no_change() {
+        let current = json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7"},
+                             "spec": {"nodeName": "a"}});
+        let cases = [
+            (
+                json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "3"},
+                    "spec": {"nodeName": "a"}}),
+                true,
+            ),
+            (
+                json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "a"}}),
+                true,
+            ),
+            (
+                json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7"},
+                    "spec": {"nodeName": "b"}}),
+                false,
+            ),
+            (
+                json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7",
+                    "labels": {"a": "b"}}, "spec": {"nodeName": "a"}}),
+                false,
+            ),
+            (
+                json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7"}}),
+                false,
+            ),
+        ];
+        for (new, same) in cases {
+            assert_eq!(same_but_resource_version(&new, &current), same, "{new}");
+        }
+        // Without a resourceVersion stored, one in the write is a change.
+        let stored = json!({"metadata": {"name": "p"}});
+        assert!(same_but_resource_version(
+            &json!({"metadata": {"name": "p"}}),
+            &stored
+        ));
+        assert!(!same_but_resource_version(
+            &json!({"metadata": {"name": "p", "resourceVersion": "1"}}),
+            &stored
+        ));
+    }
 
     /// A name generator that hands out `-aaaaa` first and `-bbbbb` after.
     fn colliding(prefix: &str) -> String {
