@@ -81,40 +81,28 @@ impl Resources {
 
     /// Adds `other` to these amounts.
     pub(crate) fn add(&mut self, other: &Resources) {
-        self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
-        self.memory = self.memory.saturating_add(other.memory);
-        self.ephemeral_storage = self
-            .ephemeral_storage
-            .saturating_add(other.ephemeral_storage);
-        self.pods = self.pods.saturating_add(other.pods);
-        for (name, v) in &other.scalars {
-            let mine = self.scalars.entry(name.clone()).or_default();
-            *mine = mine.saturating_add(*v);
-        }
+        self.combine(other, i64::saturating_add);
     }
 
     /// Takes `other` off these amounts.
     pub(crate) fn subtract(&mut self, other: &Resources) {
-        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
-        self.memory = self.memory.saturating_sub(other.memory);
-        self.ephemeral_storage = self
-            .ephemeral_storage
-            .saturating_sub(other.ephemeral_storage);
-        self.pods = self.pods.saturating_sub(other.pods);
-        for (name, v) in &other.scalars {
-            let mine = self.scalars.entry(name.clone()).or_default();
-            *mine = mine.saturating_sub(*v);
-        }
+        self.combine(other, i64::saturating_sub);
     }
 
     /// Raises each amount to `other`'s where `other`'s is larger.
     fn max_with(&mut self, other: &Resources) {
-        self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
-        self.memory = self.memory.max(other.memory);
-        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        self.combine(other, i64::max);
+    }
+
+    /// Each amount of these and `other`'s, combined by `op`.
+    fn combine(&mut self, other: &Resources, op: fn(i64, i64) -> i64) {
+        self.milli_cpu = op(self.milli_cpu, other.milli_cpu);
+        self.memory = op(self.memory, other.memory);
+        self.ephemeral_storage = op(self.ephemeral_storage, other.ephemeral_storage);
+        self.pods = op(self.pods, other.pods);
         for (name, v) in &other.scalars {
             let mine = self.scalars.entry(name.clone()).or_default();
-            *mine = (*mine).max(*v);
+            *mine = op(*mine, *v);
         }
     }
 
