@@ -71,6 +71,8 @@ type ErrorPolicy<K> =
 struct Wiring<K> {
     queue: KeyQueue,
     primary: Store<K>,
+    /// Told of every key a watched object's change queues (new input, not an echo).
+    hot: Arc<HotLoopDetector>,
 }
 
 /// A controller's configuration (see the module docs).
@@ -336,9 +338,10 @@ impl<K: CachedResource> Controller<K> {
     {
         self.triggers.push(Box::new(move |informers, wiring| {
             let informer = informers.get(api, config);
-            let queue = wiring.queue.clone();
+            let (queue, hot) = (wiring.queue.clone(), wiring.hot.clone());
             informer.subscribe(Arc::new(move |change: &Change<C>| {
                 for key in map(change) {
+                    hot.on_input(&key);
                     queue.add(&key);
                 }
             }));
@@ -414,6 +417,7 @@ impl<K: CachedResource> Controller<K> {
         let wiring = Wiring {
             queue: queue.clone(),
             primary: primary.clone(),
+            hot: hot.clone(),
         };
         let mut ready: Vec<Arc<dyn ReadyFlag>> = vec![Arc::new(primary.clone())];
         for trigger in self.triggers {
@@ -481,6 +485,7 @@ where
 {
     let ready = Arc::new(TriggerReady(tokio::sync::watch::Sender::new(false)));
     let (queue, primary, flag) = (wiring.queue.clone(), wiring.primary.clone(), ready.clone());
+    let hot = wiring.hot.clone();
     let labels = resource_labels(&resource, informers.cluster().map(|c| &**c));
     informers.add_starter(crate::informer::Starter {
         resource: resource.clone(),
@@ -505,6 +510,7 @@ where
                         | watcher::Event::Apply(obj)
                         | watcher::Event::Delete(obj) => {
                             for key in map(&obj) {
+                                hot.on_input(&key);
                                 queue.add(&key);
                             }
                         }

@@ -10,8 +10,15 @@
 //! `konverge_hot_loop_detections_total`, and backs that key off (doubling, up to
 //! [`HotLoopConfig::max_backoff`]) for as long as the echoes continue. A change that is not an
 //! echo (someone else's edit, after a quiet spell) ends the episode. Other keys are untouched.
+//!
+//! A reconcile that had new input — a change of an object the controller watches for it (an
+//! owned pod, a mapped ConfigMap) since the previous one started — is not part of a loop: the
+//! write it leads to reflects that input (a ReplicaSet's status while its pods are created,
+//! scheduled and started), so its echo is not counted. The streak counts the echoes of
+//! reconciles that only their own previous write woke; a loop that rewrites a watched object
+//! as well as the primary one is therefore caught once that object's changes stop feeding it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -52,27 +59,35 @@ impl Default for HotLoopConfig {
 
 /// When a key was last reconciled, packed in 8 bytes because it is kept for every recently
 /// reconciled key: milliseconds since the detector started, plus one (0: still running),
-/// shifted left by one, with the low bit set while a reconcile runs. Keyed by a hash of the
-/// key (a collision could only misattribute one echo).
+/// shifted left by two; bit 0 is set while a reconcile runs, bit 1 when that reconcile had
+/// new input from a watched object. Keyed by a hash of the key (a collision could only
+/// misattribute one echo).
 #[derive(Clone, Copy)]
 struct Recent(u64);
 
 impl Recent {
-    fn running() -> Recent {
-        Recent(1)
+    const RUNNING: u64 = 1;
+    const FED: u64 = 2;
+
+    fn running(fed: bool) -> Recent {
+        Recent(Self::RUNNING | if fed { Self::FED } else { 0 })
     }
 
-    fn ended(epoch: Instant, at: Instant) -> Recent {
-        let ms = u64::try_from(at.duration_since(epoch).as_millis()).unwrap_or(u64::MAX >> 2);
-        Recent((ms + 1) << 1)
+    fn ended(self, epoch: Instant, at: Instant) -> Recent {
+        let ms = u64::try_from(at.duration_since(epoch).as_millis()).unwrap_or(u64::MAX >> 3);
+        Recent(((ms + 1) << 2) | (self.0 & Self::FED))
     }
 
     fn reconciling(self) -> bool {
-        self.0 & 1 == 1
+        self.0 & Self::RUNNING != 0
+    }
+
+    fn fed(self) -> bool {
+        self.0 & Self::FED != 0
     }
 
     fn last_end(self, epoch: Instant) -> Option<Instant> {
-        match self.0 >> 1 {
+        match self.0 >> 2 {
             0 => None,
             ms => Some(epoch + Duration::from_millis(ms - 1)),
         }
@@ -91,6 +106,8 @@ struct Streak {
 struct Keys {
     epoch: Instant,
     recent: HashMap<u64, Recent>,
+    /// Keys a watched object's change queued since their last reconcile started (hashed).
+    fed: HashSet<u64>,
     streaks: HashMap<ObjectKey, Streak>,
     ops: u32,
 }
@@ -130,6 +147,7 @@ impl HotLoopDetector {
             keys: Mutex::new(Keys {
                 epoch: Instant::now(),
                 recent: HashMap::new(),
+                fed: HashSet::new(),
                 streaks: HashMap::new(),
                 ops: 0,
             }),
@@ -175,6 +193,10 @@ impl HotLoopDetector {
             self.end_streak(ended);
             return;
         }
+        if recent.fed() {
+            // The echo of a reconcile that had new input: not a loop, nor the end of one.
+            return;
+        }
         let st = keys.streaks.entry(key.clone()).or_default();
         st.count = st.count.saturating_add(1);
         if let Some((old, new)) = diff() {
@@ -211,6 +233,15 @@ impl HotLoopDetector {
         }
     }
 
+    /// A change of an object the controller watches queued `key`: its next reconcile has new
+    /// input, so the write it makes is no echo of the last one.
+    pub(crate) fn on_input(&self, key: &ObjectKey) {
+        if !self.config.enabled {
+            return;
+        }
+        self.lock().fed.insert(hash(key));
+    }
+
     /// Called before reconciling `key`: returns how long to wait if it is backed off, otherwise
     /// marks it as being reconciled.
     pub(crate) fn before(&self, key: &ObjectKey) -> Option<Duration> {
@@ -224,7 +255,8 @@ impl HotLoopDetector {
         {
             return Some(until - now);
         }
-        keys.recent.insert(hash(key), Recent::running());
+        let fed = keys.fed.remove(&hash(key));
+        keys.recent.insert(hash(key), Recent::running(fed));
         None
     }
 
@@ -235,8 +267,14 @@ impl HotLoopDetector {
         }
         let now = Instant::now();
         let mut keys = self.lock();
-        let ended = Recent::ended(keys.epoch, now);
-        keys.recent.insert(hash(key), ended);
+        let h = hash(key);
+        let ended = keys
+            .recent
+            .get(&h)
+            .copied()
+            .unwrap_or(Recent::running(false))
+            .ended(keys.epoch, now);
+        keys.recent.insert(h, ended);
         // Now and then, forget keys whose echo window has passed, so memory follows the
         // recent reconcile rate rather than the number of objects ever seen.
         keys.ops = keys.ops.wrapping_add(1);
@@ -248,6 +286,7 @@ impl HotLoopDetector {
                         .is_some_and(|t| now.duration_since(t) <= window)
             });
             keys.recent.shrink_to_fit();
+            keys.fed.shrink_to_fit();
         }
     }
 
@@ -255,6 +294,7 @@ impl HotLoopDetector {
     pub(crate) fn forget(&self, key: &ObjectKey) {
         let mut keys = self.lock();
         keys.recent.remove(&hash(key));
+        keys.fed.remove(&hash(key));
         let ended = keys.streaks.remove(key);
         drop(keys);
         self.end_streak(ended);
@@ -385,5 +425,43 @@ mod tests {
             None,
             "one echo after the episode is not a loop"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn echoes_of_reconciles_with_new_input_are_not_a_loop() {
+        let d = detector();
+        let key = ObjectKey::namespaced("ns", "scaling");
+        // A status that follows the pods: every reconcile was woken by a pod's change too.
+        for i in 0..50 {
+            d.on_input(&key);
+            assert_eq!(d.before(&key), None, "reconcile {i} runs");
+            d.on_change(&key, || echo_json(i));
+            d.after(&key);
+        }
+        assert_eq!(d.before(&key), None, "50 fed reconciles are progress");
+        d.after(&key);
+        // Once the pods are quiet, a status that still changes on every write is caught.
+        for i in 0..8 {
+            assert_eq!(d.before(&key), None, "unfed reconcile {i} runs");
+            d.on_change(&key, || echo_json(i));
+            d.after(&key);
+        }
+        assert_eq!(d.before(&key), Some(Duration::from_secs(1)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn input_between_echoes_does_not_hide_an_unfed_streak() {
+        let d = detector();
+        let key = ObjectKey::namespaced("ns", "flappy");
+        // Every other reconcile is fed: the unfed ones still add up to a loop.
+        for i in 0..16 {
+            if i % 2 == 0 {
+                d.on_input(&key);
+            }
+            assert_eq!(d.before(&key), None, "reconcile {i} runs");
+            d.on_change(&key, || echo_json(i));
+            d.after(&key);
+        }
+        assert!(d.before(&key).is_some(), "eight unfed echoes are a loop");
     }
 }

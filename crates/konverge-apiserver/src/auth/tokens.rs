@@ -2,7 +2,10 @@
 //! TokenRequest API) and `TokenReview` verifies, with kube-apiserver's claims.
 //!
 //! Tokens are signed with ES256 by one key per server; its key id is kube-apiserver's: the
-//! base64url SHA-256 of the public key's PKIX encoding.
+//! base64url SHA-256 of the public key's PKIX encoding. A token whose signature was checked
+//! once is remembered (a few thousand at most), so a client sending the same token on every
+//! request costs one ECDSA verification, not one per request; the time and audience checks
+//! still run each time.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -12,6 +15,8 @@ use ring::signature::{
     UnparsedPublicKey,
 };
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// The issuer and default audience of the tokens, as kube-apiserver's default
 /// `--service-account-issuer` of kubeadm clusters.
@@ -44,7 +49,12 @@ pub struct KeyError(String);
 pub struct ServiceAccountTokens {
     key: EcdsaKeyPair,
     key_id: String,
+    /// The claims of tokens whose signature was verified, by token.
+    signed: Mutex<HashMap<String, Arc<Value>>>,
 }
+
+/// How many verified tokens are remembered; past it the memory starts over.
+const REMEMBERED: usize = 4096;
 
 impl std::fmt::Debug for ServiceAccountTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,6 +165,7 @@ impl ServiceAccountTokens {
         Ok(ServiceAccountTokens {
             key,
             key_id: URL_SAFE_NO_PAD.encode(digest.as_ref()),
+            signed: Mutex::default(),
         })
     }
 
@@ -235,16 +246,7 @@ impl ServiceAccountTokens {
     /// The claims of `token` if this server signed it, it is valid at `now`, and it is for
     /// one of `audiences`; `None` otherwise.
     pub fn verify(&self, token: &str, audiences: &[String], now: i64) -> Option<Claims> {
-        let mut parts = token.split('.');
-        let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() {
-            return None;
-        }
-        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
-        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref())
-            .verify(format!("{header}.{claims}").as_bytes(), &signature)
-            .ok()?;
-        let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?;
+        let claims = self.signed_claims(token)?;
         if claims["iss"] != ISSUER
             || claims["exp"].as_i64()? < now
             || claims["nbf"].as_i64().unwrap_or(0) > now
@@ -283,6 +285,36 @@ impl ServiceAccountTokens {
             id: claims["jti"].as_str().unwrap_or("").to_string(),
             bound,
         })
+    }
+
+    /// The claims of `token` if this server's key signed it (remembered once checked: the
+    /// same token always verifies the same way under one key).
+    fn signed_claims(&self, token: &str) -> Option<Arc<Value>> {
+        if let Some(claims) = self
+            .signed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(token)
+        {
+            return Some(claims.clone());
+        }
+        let mut parts = token.split('.');
+        let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref())
+            .verify(format!("{header}.{claims}").as_bytes(), &signature)
+            .ok()?;
+        let claims: Arc<Value> =
+            Arc::new(serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?);
+        let mut signed = self.signed.lock().unwrap_or_else(|e| e.into_inner());
+        if signed.len() >= REMEMBERED {
+            signed.clear();
+        }
+        signed.insert(token.to_string(), claims.clone());
+        Some(claims)
     }
 }
 
@@ -345,5 +377,31 @@ mod tests {
         .unwrap();
         assert_eq!(header["alg"], "ES256");
         assert_eq!(header["kid"].as_str().unwrap().len(), 43);
+    }
+
+    #[test]
+    fn a_remembered_token_is_still_checked_for_time_and_audience() {
+        let tokens = ServiceAccountTokens::generate();
+        let aud = vec![ISSUER.to_string()];
+        let token = tokens.issue("d", "builder", "u-1", &aud, 1_000, 3_600, None);
+        assert!(tokens.verify(&token, &aud, 2_000).is_some());
+        assert!(tokens.verify(&token, &aud, 2_000).is_some());
+        assert_eq!(
+            tokens.signed.lock().unwrap().len(),
+            1,
+            "verified once, remembered"
+        );
+        assert!(tokens.verify(&token, &aud, 10_000).is_none(), "expired");
+        assert!(tokens.verify(&token, &["vault".into()], 2_000).is_none());
+        // Only what verified is remembered, and never more than REMEMBERED.
+        let mut forged = token.clone();
+        forged.insert(token.find('.').unwrap() + 3, 'x');
+        assert!(tokens.verify(&forged, &aud, 2_000).is_none());
+        assert_eq!(tokens.signed.lock().unwrap().len(), 1);
+        for i in 0..REMEMBERED + 1 {
+            let other = tokens.issue("d", &format!("sa-{i}"), "u", &aud, 1_000, 3_600, None);
+            assert!(tokens.verify(&other, &aud, 2_000).is_some());
+        }
+        assert!(tokens.signed.lock().unwrap().len() <= REMEMBERED);
     }
 }
