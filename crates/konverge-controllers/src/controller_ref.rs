@@ -72,14 +72,15 @@ where
 {
     let mut claimed = Vec::new();
     let mut recheck = Some(recheck);
+    // Most children are claimed already: an Api (a URL) is made only to write one.
+    let api = |child: &C| api_for(child.meta().namespace.as_deref().unwrap_or_default());
     for child in candidates {
-        let api = api_for(&child.namespace().unwrap_or_default());
         match controller_of(child.meta()) {
             Some(controller) if controller.uid != owner.uid => {}
             Some(_) if matches(&child) => claimed.push(child),
             Some(_) => {
                 if !owner_deleting {
-                    release(&api, &child, &owner.uid).await?;
+                    release(&api(&child), &child, &owner.uid).await?;
                 }
             }
             None => {
@@ -89,7 +90,7 @@ where
                 if let Some(recheck) = recheck.take() {
                     recheck().await?;
                 }
-                if adopt(&api, &child, owner).await? {
+                if adopt(&api(&child), &child, owner).await? {
                     claimed.push(child);
                 }
             }

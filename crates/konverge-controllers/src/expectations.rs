@@ -9,7 +9,7 @@
 //! leave a controller waiting. As in kcm, expectations older than five minutes are
 //! forgotten, so a write whose answer was lost cannot stall a controller forever.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -96,6 +96,45 @@ impl Expectations {
         })
     }
 
+    /// [`satisfied`](Self::satisfied), `children` being what the cache holds (`key`'s
+    /// children among others): nothing is read when nothing is pending, and otherwise only
+    /// the children pending are looked at — a sync of a ReplicaSet of 10,000 pods must not
+    /// index them all to find the few hundred it just created.
+    pub fn satisfied_among<'c, R>(
+        &self,
+        key: &str,
+        children: impl IntoIterator<Item = &'c R>,
+    ) -> bool
+    where
+        R: kube::Resource + 'c,
+    {
+        let Some(wanted) = self.with(|map| {
+            map.get(key).map(|p| {
+                p.creations
+                    .iter()
+                    .chain(&p.deletions)
+                    .cloned()
+                    .collect::<HashSet<String>>()
+            })
+        }) else {
+            return true;
+        };
+        let seen: HashMap<&str, Seen> = children
+            .into_iter()
+            .filter_map(|child| {
+                let meta = child.meta();
+                let uid = meta.uid.as_deref().filter(|uid| wanted.contains(*uid))?;
+                let state = if meta.deletion_timestamp.is_some() {
+                    Seen::Terminating
+                } else {
+                    Seen::Present
+                };
+                Some((uid, state))
+            })
+            .collect();
+        self.satisfied(key, |uid| seen.get(uid).copied().unwrap_or(Seen::Absent))
+    }
+
     /// Forgets `key` (the owner is gone).
     pub fn forget(&self, key: &str) {
         self.with(|map| map.remove(key));
@@ -145,5 +184,37 @@ mod tests {
         assert!(!expectations.satisfied("ns/rs", |_| Seen::Absent));
         tokio::time::sleep(TIMEOUT).await;
         assert!(expectations.satisfied("ns/rs", |_| Seen::Absent));
+    }
+
+    fn pod(uid: &str, deleting: bool) -> k8s_openapi::api::core::v1::Pod {
+        let mut pod = k8s_openapi::api::core::v1::Pod::default();
+        pod.metadata.uid = Some(uid.into());
+        if deleting {
+            pod.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            );
+        }
+        pod
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn among_the_cached_children_as_by_uid() {
+        let expectations = Expectations::new();
+        let cached = [pod("a", false), pod("b", true), pod("c", false)];
+        assert!(
+            expectations.satisfied_among("ns/rs", &cached),
+            "nothing pending"
+        );
+        expectations.created("ns/rs", "a");
+        expectations.created("ns/rs", "new");
+        expectations.deleted("ns/rs", "b");
+        expectations.deleted("ns/rs", "c");
+        assert!(
+            !expectations.satisfied_among("ns/rs", &cached),
+            "\"new\" not seen yet, \"c\" still running"
+        );
+        let later = [pod("a", false), pod("new", false), pod("b", true)];
+        assert!(expectations.satisfied_among("ns/rs", &later));
+        assert!(expectations.satisfied_among("ns/other", &cached));
     }
 }

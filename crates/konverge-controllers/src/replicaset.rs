@@ -33,7 +33,7 @@ mod kind;
 mod ranking;
 mod status;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -53,7 +53,7 @@ use crate::controller_ref;
 use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
-use crate::expectations::{Expectations, Seen};
+use crate::expectations::Expectations;
 use crate::informers;
 use crate::pods;
 
@@ -258,7 +258,9 @@ async fn sync<K: ReplicaKind>(owner: Arc<K>, ctx: Arc<Context<K>>) -> Result<Act
     let namespace = owner.namespace().unwrap_or_default();
     let key = expectation_key(&*owner);
     let in_namespace = ctx.pods.list_namespace(&namespace);
-    let needs_sync = cache_caught_up(&ctx.expectations, &key, &in_namespace);
+    let needs_sync = ctx
+        .expectations
+        .satisfied_among(&key, in_namespace.iter().map(|p| &**p));
     let selector = owner.selector().map_err(|e| {
         Error::invalid(format!(
             "error converting pod selector to selector for rs {key}: {e}"
@@ -304,24 +306,6 @@ async fn sync<K: ReplicaKind>(owner: Arc<K>, ctx: Arc<Context<K>>) -> Result<Act
             None => Action::await_change(),
         },
     )
-}
-
-/// Whether the cache (`in_namespace`, the owner's namespace) shows every pod `key` last
-/// created, and none it last deleted still running (kcm's `SatisfiedExpectations`).
-fn cache_caught_up(expectations: &Expectations, key: &str, in_namespace: &[Arc<Pod>]) -> bool {
-    let seen: HashMap<&str, Seen> = in_namespace
-        .iter()
-        .filter_map(|pod| {
-            let uid = pod.metadata.uid.as_deref()?;
-            let state = if pod.metadata.deletion_timestamp.is_some() {
-                Seen::Terminating
-            } else {
-                Seen::Present
-            };
-            Some((uid, state))
-        })
-        .collect();
-    expectations.satisfied(key, |uid| seen.get(uid).copied().unwrap_or(Seen::Absent))
 }
 
 /// Creates or deletes pods so `owner` has as many as it wants (kcm's `manageReplicas`).

@@ -36,7 +36,6 @@ pub mod placement;
 mod strategy;
 pub mod update;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +54,7 @@ use crate::controller_ref::{self, controller_of, new_controller_ref};
 use crate::descriptor::{Descriptor, Setup};
 use crate::error::Result;
 use crate::events::Events;
-use crate::expectations::{self, Expectations, Seen};
+use crate::expectations::{self, Expectations};
 use crate::informers;
 use crate::pods;
 
@@ -283,25 +282,11 @@ fn by_node(daemon_pods: &[Arc<Pod>], include_deleted_terminal: bool) -> NodePods
 
 /// Whether the cache shows every pod this DaemonSet created and deleted.
 fn expectations_satisfied(ctx: &Ctx, ds: &DaemonSet, daemon_pods: &[Arc<Pod>]) -> bool {
-    let seen: HashMap<String, Seen> = daemon_pods
-        .iter()
-        .chain(
-            ctx.pods
-                .list_namespace(&ds.namespace().unwrap_or_default())
-                .iter(),
-        )
-        .filter_map(|p| {
-            let state = if p.metadata.deletion_timestamp.is_some() {
-                Seen::Terminating
-            } else {
-                Seen::Present
-            };
-            Some((p.uid()?, state))
-        })
-        .collect();
-    ctx.expectations.satisfied(&key_of(ds), |uid| {
-        seen.get(uid).copied().unwrap_or(Seen::Absent)
-    })
+    let in_namespace = ctx.pods.list_namespace(&ds.namespace().unwrap_or_default());
+    ctx.expectations.satisfied_among(
+        &key_of(ds),
+        daemon_pods.iter().chain(in_namespace.iter()).map(|p| &**p),
+    )
 }
 
 /// The selector selects every pod: kcm refuses to act on such a DaemonSet.

@@ -43,7 +43,7 @@ use crate::controller_ref::{self, claim, controller_of, new_controller_ref, rech
 use crate::descriptor::{Descriptor, Setup};
 use crate::error::{Error, Result};
 use crate::events::Events;
-use crate::expectations::{Expectations, Seen};
+use crate::expectations::Expectations;
 use crate::{informers, pods};
 
 /// kcm's `job-controller`.
@@ -543,23 +543,10 @@ async fn sync_job(ctx: &Ctx, shared: Arc<Job>, spec: JobSpec, key: String) -> Re
         .get_or_insert_with(Default::default)
         .clone();
     let uid = shared.uid().unwrap_or_default();
-    let owned: HashMap<String, Seen> = ctx
-        .pods
-        .by_owner(&uid)
-        .unwrap_or_default()
-        .iter()
-        .map(|p| {
-            let seen = if p.metadata.deletion_timestamp.is_some() {
-                Seen::Terminating
-            } else {
-                Seen::Present
-            };
-            (p.uid().unwrap_or_default(), seen)
-        })
-        .collect();
+    let owned = ctx.pods.by_owner(&uid).unwrap_or_default();
     let satisfied = ctx
         .expectations
-        .satisfied(&key, |uid| owned.get(uid).copied().unwrap_or(Seen::Absent));
+        .satisfied_among(&key, owned.iter().map(|p| &**p));
 
     let pods = pods_for_job(ctx, &job, &spec).await?;
     let active: Vec<Arc<Pod>> = pods

@@ -1,7 +1,7 @@
 //! What the pod worker reads and writes: its context, a pod's admission, its computed
 //! status and events, its pod IP.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use jiff::Timestamp;
@@ -47,12 +47,11 @@ pub(super) fn admit(ctx: &PodCtx, pod: &Pod) -> Admitted {
     if let Some(admitted) = state.pods.get(&uid) {
         return admitted.clone();
     }
-    if state.pods.len() % 64 == 63 {
-        let live: BTreeSet<String> = ctx
-            .pods
-            .list()
+    if state.due_to_forget() {
+        let pods = ctx.pods.list();
+        let live: HashSet<&str> = pods
             .iter()
-            .filter_map(|p| p.metadata.uid.clone())
+            .filter_map(|p| p.metadata.uid.as_deref())
             .collect();
         state.forget_pods_but(&live);
     }

@@ -4,7 +4,7 @@
 //! it recorded). That memory is what keeps a pod's status a pure function of the pod, its
 //! admitted lifecycle and the clock: nothing polls.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -22,6 +22,9 @@ pub(super) struct State {
     pub(super) next_rule: u64,
     /// What each kubelet remembers of the pods it admitted, by pod uid.
     pub(super) pods: HashMap<String, Admitted>,
+    /// How many pods remembered make it time to forget the gone ones (twice as many as
+    /// were left the last time: amortized, a forgetting costs nothing per admission).
+    pub(super) forget_at: usize,
 }
 
 impl State {
@@ -48,9 +51,15 @@ impl State {
         self.resync.remove(node)
     }
 
+    /// Whether enough pods were admitted since the last forgetting to forget again.
+    pub(super) fn due_to_forget(&self) -> bool {
+        self.pods.len() >= self.forget_at.max(64)
+    }
+
     /// Forgets the pods whose uid `keep` does not hold.
-    pub(super) fn forget_pods_but(&mut self, keep: &BTreeSet<String>) {
-        self.pods.retain(|uid, _| keep.contains(uid));
+    pub(super) fn forget_pods_but(&mut self, keep: &HashSet<&str>) {
+        self.pods.retain(|uid, _| keep.contains(uid.as_str()));
+        self.forget_at = 2 * self.pods.len();
     }
 }
 

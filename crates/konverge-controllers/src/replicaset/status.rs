@@ -41,9 +41,6 @@ pub(crate) fn calculate<K: ReplicaKind>(
         .unwrap_or_default();
     let fully_labeled = LabelSelector::from_set(&template_labels);
     let min_ready = owner.min_ready_seconds();
-    let count = |test: &dyn Fn(&Pod) -> bool| {
-        i32::try_from(pods.iter().filter(|p| test(p)).count()).unwrap_or(i32::MAX)
-    };
     let has_failure = status.conditions.iter().any(|c| c.type_ == REPLICA_FAILURE);
     match failure {
         Some(failure) if !has_failure => {
@@ -64,10 +61,20 @@ pub(crate) fn calculate<K: ReplicaKind>(
         None if has_failure => status.conditions.retain(|c| c.type_ != REPLICA_FAILURE),
         _ => {}
     }
-    status.replicas = count(&|_| true);
-    status.fully_labeled_replicas = count(&|p| fully_labeled.matches(pods::labels(p)));
-    status.ready_replicas = count(&|p| pods::is_ready(p));
-    status.available_replicas = count(&|p| pods::is_available(p, min_ready, now));
+    // One look at each pod (a sync of a large ReplicaSet is mostly this loop).
+    let (mut labeled, mut ready, mut available) = (0usize, 0usize, 0usize);
+    for pod in pods {
+        labeled += usize::from(fully_labeled.matches(pods::labels(pod)));
+        if pods::is_ready(pod) {
+            ready += 1;
+            available += usize::from(pods::is_available(pod, min_ready, now));
+        }
+    }
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    status.replicas = count(pods.len());
+    status.fully_labeled_replicas = count(labeled);
+    status.ready_replicas = count(ready);
+    status.available_replicas = count(available);
     status
 }
 

@@ -122,8 +122,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_UNSCHEDULABLE: Duration = Duration::from_secs(300);
 /// How many pods the scheduler's workers hold at once: one of them is in a cycle, the
 /// others wait for their turn or for their Binding to be answered (kube-scheduler binds
-/// in goroutines of their own while its loop goes on).
-const BINDINGS_IN_FLIGHT: usize = 32;
+/// in goroutines of their own while its loop goes on). Under load a Binding is answered in
+/// 10-20 ms; 32 in flight held a 10,000-pod scale-up under 1,000 bound per second.
+const BINDINGS_IN_FLIGHT: usize = 128;
 
 /// A pod's failed attempts and when it may be tried again.
 #[derive(Debug, Clone, Copy)]
