@@ -16,7 +16,7 @@ use konverge_store_disk::DiskStore;
 
 use konverge_apiserver::serve::in_process::Identity;
 use konverge_apiserver::serve::{Credentials, Serve, write_kubeconfig};
-use konverge_controllers::kubelet::{Kubelets, SimulatedNodes};
+use konverge_controllers::kubelet::SimulatedNodes;
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{ControllerManager, Selection};
 use konverge_runtime::leader::LeaseConfig;
@@ -264,29 +264,6 @@ async fn shutdown_signal() {
     }
 }
 
-/// Answers `pods/log` with what the simulated kubelets' containers "printed", as
-/// kube-apiserver answers it with the pod's kubelet's `containerLogs`.
-struct KubeletLogs(Kubelets);
-
-impl konverge_apiserver::PodLogs for KubeletLogs {
-    fn logs(
-        &self,
-        pod: &serde_json::Value,
-        container: &str,
-        previous: bool,
-    ) -> Result<Option<Vec<konverge_apiserver::LogLine>>, String> {
-        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod.clone())
-            .map_err(|error| format!("the pod cannot be read: {error}"))?;
-        let lines = self.0.logs(&pod, container, previous)?;
-        Ok(lines.map(|lines| {
-            lines
-                .into_iter()
-                .map(|(time, text)| konverge_apiserver::LogLine { time, text })
-                .collect()
-        }))
-    }
-}
-
 /// Starts kube-controller-manager's controllers beside `server`, as kcm runs beside
 /// kube-apiserver: in-process clients (no socket, no TLS), informers and the
 /// `kube-system/kube-controller-manager` Lease as `system:kube-controller-manager`, each
@@ -384,7 +361,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("export KUBECONFIG={}", kubeconfig.display());
     println!("kubectl get namespaces");
     if let Some(nodes) = &nodes {
-        server.set_pod_logs(Arc::new(KubeletLogs(nodes.kubelets())));
+        server.set_pod_logs(Arc::new(nodes.kubelets()));
         // Added before the kubelets start, so even the first pod they admit follows them.
         let kubelets = nodes.kubelets();
         for rule in rules {

@@ -306,6 +306,7 @@ impl TestEnvBuilder {
             up: tokio::sync::RwLock::new(()),
             cut: Mutex::new(CancellationToken::new()),
             faults: faults.clone(),
+            kubelets: Mutex::new(None),
         });
         let restart: Weak<dyn Restart> = Arc::downgrade(&inner) as Weak<dyn Restart>;
         faults.restart_with(restart);
@@ -314,6 +315,13 @@ impl TestEnvBuilder {
             None => in_process_client(&inner, &inner.token, "default"),
         };
         let (controllers, kubelets) = start_controllers(&inner).await?;
+        if let Some(kubelets) = &kubelets {
+            inner.server().set_pod_logs(Arc::new(kubelets.clone()));
+            *inner
+                .kubelets
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(kubelets.clone());
+        }
         Ok(TestEnv {
             client,
             socket,
@@ -537,6 +545,8 @@ struct Inner {
     /// restart puts a fresh one in its place.
     cut: Mutex<CancellationToken>,
     faults: Faults,
+    /// The simulated kubelets, once started: they answer every server's `pods/log`.
+    kubelets: Mutex<Option<Kubelets>>,
 }
 
 impl Inner {
@@ -593,6 +603,9 @@ impl Restart for Inner {
             *self.serving.lock().unwrap_or_else(PoisonError::into_inner) = Some(serving);
         }
         self.faults.follow(&server);
+        if let Some(kubelets) = &*self.kubelets.lock().unwrap_or_else(PoisonError::into_inner) {
+            server.set_pod_logs(Arc::new(kubelets.clone()));
+        }
         *self.server.lock().unwrap_or_else(PoisonError::into_inner) = server;
         Ok(())
     }

@@ -704,3 +704,49 @@ async fn cluster_faults_are_left_out_without_simulated_nodes() {
     assert_eq!(happened[0].outcome, "left out: no simulated nodes");
     assert!(happened[0].picked.is_empty());
 }
+
+/// `pods/log` is answered by the simulated kubelets in a test environment as under
+/// `konverge up`, and still after the server restarts.
+#[tokio::test(start_paused = true)]
+async fn the_kubelets_answer_pod_logs_across_a_server_restart() {
+    let env = cluster(1, &[]).await;
+    let client = env.direct_client();
+    pinned_pod(&client, "talker", "node-1", "talker").await;
+    until(Duration::from_secs(30), "talker ready", || async {
+        ready(&client, "talker").await.len() == 1
+    })
+    .await;
+    let logs = |client: Client| async move {
+        Api::<Pod>::namespaced(client, "default")
+            .logs("talker", &kube::api::LogParams::default())
+            .await
+    };
+    let before = logs(client.clone()).await.expect("the kubelet's log");
+    assert!(
+        !before.trim().is_empty(),
+        "a running container printed something"
+    );
+    env.restart(Duration::from_secs(1))
+        .await
+        .expect("restarted");
+    let client = env.direct_client();
+    let after = logs(client)
+        .await
+        .expect("the kubelet's log after the restart");
+    assert!(after.starts_with(&before), "{before:?} then {after:?}");
+    // A container the pod does not have is the kubelet's 400, not an empty log.
+    let missing = Api::<Pod>::namespaced(env.direct_client(), "default")
+        .logs(
+            "talker",
+            &kube::api::LogParams {
+                container: Some("nope".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err("no such container");
+    assert!(
+        matches!(missing, kube::Error::Api(ref s) if s.code == 400),
+        "{missing:?}"
+    );
+}

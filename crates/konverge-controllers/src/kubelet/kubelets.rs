@@ -251,3 +251,25 @@ impl Kubelets {
         super::logs::lines(pod, &status, container, previous).map(Some)
     }
 }
+
+/// The kubelets answer `pods/log` for the in-process API server, as kube-apiserver asks the
+/// pod's kubelet for `containerLogs` (`ApiServer::set_pod_logs`).
+#[cfg(feature = "apiserver")]
+impl konverge_apiserver::PodLogs for Kubelets {
+    fn logs(
+        &self,
+        pod: &serde_json::Value,
+        container: &str,
+        previous: bool,
+    ) -> Result<Option<Vec<konverge_apiserver::LogLine>>, String> {
+        let pod: Pod = serde_json::from_value(pod.clone())
+            .map_err(|error| format!("the pod cannot be read: {error}"))?;
+        let lines = Kubelets::logs(self, &pod, container, previous)?;
+        Ok(lines.map(|lines| {
+            lines
+                .into_iter()
+                .map(|(time, text)| konverge_apiserver::LogLine { time, text })
+                .collect()
+        }))
+    }
+}
