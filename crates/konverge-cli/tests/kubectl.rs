@@ -234,13 +234,21 @@ fn everyday_kubectl_commands() {
     assert_eq!(containers, ["sidecar", "nginx"]);
     let mut replaced = d.clone();
     replaced["spec"]["replicas"] = 1.into();
-    let replaced_path = write(dir, "replace.json", &replaced.to_string());
-    up.ok(&["replace", "-f", &replaced_path]);
+    // Without a resourceVersion, an unconditional update (the deployment controller writes
+    // the status meanwhile, so the version just read may be stale already).
+    let mut unconditional = replaced.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    let unconditional_path = write(dir, "replace.json", &unconditional.to_string());
+    up.ok(&["replace", "-f", &unconditional_path]);
     assert_eq!(
         up.json(&["get", "deployment", "web"])["spec"]["replicas"],
         1
     );
-    // The same stale object again: a conflict.
+    // The object as read before that replace, with its version: a conflict.
+    let replaced_path = write(dir, "stale.json", &replaced.to_string());
     let err = up.fails(&["replace", "-f", &replaced_path], None);
     assert!(err.contains("the object has been modified"), "{err}");
 

@@ -168,6 +168,23 @@ fn expectation_key<K: Resource>(owner: &K) -> String {
     )
 }
 
+/// Whether an update of a pod changed what its owner's sync reads of it beyond labels and
+/// controller: whether it is active (phase, deletion), whether it is Ready and since when
+/// (availability counts from the transition). Everything else a sync reads (the node,
+/// restarts, for choosing pods to delete) it reads from the cache when it runs.
+fn concerns_owner(old: &Pod, new: &Pod) -> bool {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    // Ready and since when (a pod not Ready counts the same however it is not).
+    fn ready_since(pod: &Pod) -> Option<Option<&Time>> {
+        pods::condition(pod, "Ready")
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.as_ref())
+    }
+    pods::is_active(old) != pods::is_active(new)
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || ready_since(old) != ready_since(new)
+}
+
 /// The objects a pod change concerns (kcm's `addPod`, `updatePod`, `deletePod`): its
 /// controller — before and after, if the controller reference or the labels changed — or,
 /// for an orphan whose labels or reference changed, every object whose selector matches it.
@@ -203,6 +220,12 @@ fn owners_of_pod<K: ReplicaKind>(owners: &Store<K>, change: &Change<Pod>) -> Vec
                 keys.extend(resolve(owners, old));
             }
             if new_ref.is_some() {
+                if !labels_changed && !ref_changed && !concerns_owner(old, new) {
+                    // A Binding, or a kubelet's status that leaves the pod as active and as
+                    // Ready as it was: kcm queues the owner and its sync finds nothing to do;
+                    // at 10,000 pods that sync is the controller's whole cost.
+                    return keys;
+                }
                 keys.extend(resolve(owners, new));
             } else if labels_changed || ref_changed {
                 keys.extend(selecting(owners, new));
@@ -631,5 +654,53 @@ mod tests {
             new: Some(Arc::new(owned)),
         };
         assert!(owners_of_pod(&owners, &change).is_empty());
+    }
+
+    #[test]
+    fn an_owned_pods_update_wakes_its_owner_only_if_the_sync_would_see_it() {
+        let writer_owner: ReplicaSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "rs-1"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {}},
+        }))
+        .expect("a replicaset");
+        let mut writer = konverge_runtime::cache::Writer::new(Vec::new());
+        let _ = writer.apply(konverge_runtime::watcher::Event::Apply(writer_owner));
+        let owners = writer.store();
+        let pod = |rv: &str, node: Option<&str>, phase: &str, ready: Option<&str>| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"},
+                             "resourceVersion": rv,
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                  "name": "web", "uid": "rs-1", "controller": true}]},
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": phase, "conditions": ready.map(|s| vec![serde_json::json!(
+                    {"type": "Ready", "status": s, "lastTransitionTime": "2026-11-27T00:00:00Z"})])},
+            }))
+            .expect("a pod")
+        };
+        let woken = |old: Pod, new: Pod| {
+            owners_of_pod(
+                &owners,
+                &Change {
+                    key: ObjectKey::namespaced("default", "p"),
+                    old: Some(Arc::new(old)),
+                    new: Some(Arc::new(new)),
+                },
+            )
+        };
+        let web = [ObjectKey::namespaced("default", "web")];
+        // Bound, then Pending with Ready False: the owner's counts do not change.
+        let created = pod("1", None, "Pending", None);
+        let bound = pod("2", Some("node-1"), "Pending", None);
+        let starting = pod("3", Some("node-1"), "Pending", Some("False"));
+        assert!(woken(created, bound.clone()).is_empty());
+        // Not Ready either way (no condition, then False): nothing to count.
+        assert!(woken(bound, starting.clone()).is_empty());
+        let running = pod("4", Some("node-1"), "Running", Some("False"));
+        assert!(woken(starting, running.clone()).is_empty());
+        let ready = pod("5", Some("node-1"), "Running", Some("True"));
+        assert_eq!(woken(running, ready.clone()), web);
+        let failed = pod("6", Some("node-1"), "Failed", Some("True"));
+        assert_eq!(woken(ready, failed), web, "no longer active");
     }
 }
