@@ -614,16 +614,21 @@ mod tests {
         assert_eq!(long.len(), MAX_GENERATED_BASE + 5);
     }
 
-    #[test]
-    fn orphans_wake_the_objects_selecting_them() {
-        let writer_owner: ReplicaSet = serde_json::from_value(serde_json::json!({
+    /// A cache holding the ReplicaSet `default/web` (uid `rs-1`, selecting `app=web`).
+    fn web_owner() -> Store<ReplicaSet> {
+        let owner: ReplicaSet = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "default", "uid": "rs-1"},
             "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {}},
         }))
         .expect("a replicaset");
         let mut writer = konverge_runtime::cache::Writer::new(Vec::new());
-        let _ = writer.apply(konverge_runtime::watcher::Event::Apply(writer_owner));
-        let owners = writer.store();
+        let _ = writer.apply(konverge_runtime::watcher::Event::Apply(owner));
+        writer.store()
+    }
+
+    #[test]
+    fn orphans_wake_the_objects_selecting_them() {
+        let owners = web_owner();
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"},
                          "resourceVersion": "1"},
@@ -658,14 +663,7 @@ mod tests {
 
     #[test]
     fn an_owned_pods_update_wakes_its_owner_only_if_the_sync_would_see_it() {
-        let writer_owner: ReplicaSet = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web", "namespace": "default", "uid": "rs-1"},
-            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {}},
-        }))
-        .expect("a replicaset");
-        let mut writer = konverge_runtime::cache::Writer::new(Vec::new());
-        let _ = writer.apply(konverge_runtime::watcher::Event::Apply(writer_owner));
-        let owners = writer.store();
+        let owners = web_owner();
         let pod = |rv: &str, node: Option<&str>, phase: &str, ready: Option<&str>| -> Pod {
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": "p", "namespace": "default", "labels": {"app": "web"},
