@@ -286,7 +286,11 @@ impl HotLoopDetector {
                         .is_some_and(|t| now.duration_since(t) <= window)
             });
             keys.recent.shrink_to_fit();
-            keys.fed.shrink_to_fit();
+            // A key queued for a primary that never reconciles would stay fed forever;
+            // dropping its flag only lets one later echo count.
+            let Keys { recent, fed, .. } = &mut *keys;
+            fed.retain(|h| recent.contains_key(h));
+            fed.shrink_to_fit();
         }
     }
 
@@ -463,5 +467,19 @@ mod tests {
             d.after(&key);
         }
         assert!(d.before(&key).is_some(), "eight unfed echoes are a loop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn input_for_keys_never_reconciled_is_not_kept() {
+        let d = detector();
+        for i in 0..100 {
+            d.on_input(&ObjectKey::namespaced("ns", format!("gone-{i}")));
+        }
+        let key = ObjectKey::namespaced("ns", "live");
+        for _ in 0..1024 {
+            d.before(&key);
+            d.after(&key);
+        }
+        assert!(d.lock().fed.is_empty(), "pruned with the recent keys");
     }
 }
