@@ -55,6 +55,9 @@ pub mod resources;
 pub mod serve;
 pub mod webhook;
 
+#[cfg(test)]
+mod builder_tests;
+
 use std::sync::{Arc, RwLock};
 
 use konverge_store::KvStore;
@@ -76,6 +79,7 @@ pub const ADMIN_GROUPS: [&str; 2] = ["system:masters", "system:authenticated"];
 
 pub use controllers::bootstrap::SYSTEM_NAMESPACES;
 pub use logs::{LogLine, PodLogs};
+pub use registry::ServiceIpRange;
 
 /// Builds an [`ApiServer`].
 #[derive(Clone)]
@@ -92,6 +96,10 @@ pub struct ApiServerBuilder {
     webhooks: webhook::Webhooks,
     disabled_admission: Vec<String>,
     admission_log: Option<usize>,
+    bootstrap: controllers::bootstrap::Config,
+    service_account_issuer: String,
+    service_account_public_keys: Vec<Vec<u8>>,
+    allow_privileged: bool,
 }
 
 /// How the server decides whether a request may be done (`--authorization-mode`).
@@ -170,7 +178,55 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Whether to run the garbage collector and the namespace controller (default: yes).
+    /// The range Service cluster IPs are allocated from (`--service-cluster-ip-range`,
+    /// default 10.96.0.0/12): the `kubernetes` ServiceCIDR's, whose first address is the
+    /// `kubernetes` Service's IP. A store that already holds a `kubernetes` ServiceCIDR keeps
+    /// it, as kube-apiserver does.
+    pub fn service_ip_range(mut self, range: ServiceIpRange) -> Self {
+        self.bootstrap.service_ip_range = range;
+        self
+    }
+
+    /// Where the `kubernetes` Service's Endpoints and EndpointSlice point, and its
+    /// `targetPort` (`--advertise-address` and `--secure-port`; default 127.0.0.1:6443).
+    pub fn advertise(mut self, address: std::net::IpAddr, port: u16) -> Self {
+        self.bootstrap.advertise_address = address;
+        self.bootstrap.advertise_port = port;
+        self
+    }
+
+    /// The issuer of ServiceAccount tokens (`--service-account-issuer`, default
+    /// [`auth::tokens::ISSUER`]): the `iss` tokens carry and must carry, the issuer of the
+    /// OIDC discovery document, and the default audience of TokenRequests, TokenReviews and
+    /// bearer tokens (as kube-apiserver's `--api-audiences` defaults to the issuer).
+    pub fn service_account_issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.service_account_issuer = issuer.into();
+        self
+    }
+
+    /// More ECDSA P-256 public keys (SubjectPublicKeyInfo DER) whose ServiceAccount tokens
+    /// are accepted, published in `/openid/v1/jwks` too — as kube-apiserver verifies with
+    /// every key of `--service-account-key-file`. [`build`](Self::build) fails on a key that
+    /// is not P-256.
+    pub fn service_account_public_keys(mut self, spki_der: Vec<Vec<u8>>) -> Self {
+        self.service_account_public_keys = spki_der;
+        self
+    }
+
+    /// Whether pods (and the pod templates of workloads) may have privileged containers
+    /// (`--allow-privileged`). Default: yes, as `konverge up` allows them; kube-apiserver's
+    /// default is no. When not, a container with `securityContext.privileged: true` is refused
+    /// by validation, `Forbidden: disallowed by cluster policy`, as kube-apiserver refuses it.
+    pub fn allow_privileged(mut self, allow: bool) -> Self {
+        self.allow_privileged = allow;
+        self
+    }
+
+    /// Whether to run kube-controller-manager's loops (default: yes): the garbage collector,
+    /// namespace finalization, every namespace's `default` ServiceAccount and
+    /// `kube-root-ca.crt`, ClusterRole aggregation, ResourceQuota usage and the type checking
+    /// of ValidatingAdmissionPolicies. What kube-apiserver itself does runs either way: the
+    /// bootstrap objects, the CRD controller and compaction.
     pub fn control_loops(mut self, run: bool) -> Self {
         self.control_loops = run;
         self
@@ -191,17 +247,25 @@ impl ApiServerBuilder {
     }
 
     /// Creates the server and the objects a cluster has from the start (the system
-    /// namespaces, bootstrap RBAC, the `default/kubernetes` Service), if they are missing.
+    /// namespaces, bootstrap RBAC, the `kubernetes` ServiceCIDR, the `default/kubernetes`
+    /// Service), if they are missing.
     /// With control loops on, their first pass also runs before this returns, so the server
     /// is settled when its first client arrives: every namespace has its `default`
     /// ServiceAccount (and `kube-root-ca.crt`), and aggregated ClusterRoles have their rules.
     pub async fn build(self) -> Result<Arc<ApiServer>, ApiError> {
         let catalog = Arc::new(Catalog::builtin());
+        if !self.allow_privileged {
+            resources::builtin::refuse_privileged(&catalog);
+        }
         let tokens = match &self.service_account_key {
             Some(der) => auth::tokens::ServiceAccountTokens::from_pkcs8(der)
                 .map_err(|e| ApiError::internal(format!("the service account key: {e}")))?,
             None => auth::tokens::ServiceAccountTokens::generate(),
         };
+        let tokens = tokens
+            .with_issuer(self.service_account_issuer.clone())
+            .with_public_keys(&self.service_account_public_keys)
+            .map_err(|e| ApiError::internal(format!("the service account keys: {e}")))?;
         let metrics = Arc::new(metrics::Metrics::new());
         let registry = Registry::new(self.store, catalog)
             .with_watch_cache(self.watch_cache)
@@ -285,7 +349,7 @@ impl ApiServerBuilder {
             pod_logs: RwLock::new(None),
         });
         server.metrics.set_build_info(&server.version_info());
-        controllers::bootstrap::run(&server.registry).await?;
+        controllers::bootstrap::run(&server.registry, &self.bootstrap).await?;
         controllers::crd::install_existing(&server.registry)
             .await
             .map_err(|e| {
@@ -299,6 +363,10 @@ impl ApiServerBuilder {
                 )
             })?;
         server.background(controllers::crd::run(server.registry.clone()));
+        server.background(controllers::compaction::run(
+            server.registry.store().clone(),
+            self.compaction_interval,
+        ));
         if self.control_loops {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
@@ -307,10 +375,6 @@ impl ApiServerBuilder {
                 .await
                 .map_err(|e| ApiError::from_store(e, error::Target::default()))?;
             server.background(controllers::run(server.registry.clone(), settings));
-            server.background(controllers::compaction::run(
-                server.registry.store().clone(),
-                self.compaction_interval,
-            ));
         }
         Ok(server)
     }
@@ -353,6 +417,10 @@ impl ApiServer {
             webhooks: webhook::Webhooks::default(),
             disabled_admission: Vec::new(),
             admission_log: None,
+            bootstrap: controllers::bootstrap::Config::default(),
+            service_account_issuer: auth::tokens::ISSUER.to_string(),
+            service_account_public_keys: Vec::new(),
+            allow_privileged: true,
         }
     }
 

@@ -13,9 +13,12 @@
 //!   `doctor` (the doctor's memory and findings on 10,000 objects), `auth` (RBAC against
 //!   AlwaysAllow for a ServiceAccount's requests), `workloads` (the deployment and replicaset
 //!   controllers' requests per pod, against kube-controller-manager's).
+//! - `konverge envtest assets`: a folder for controller-runtime envtest's `KUBEBUILDER_ASSETS`
+//!   whose `kube-apiserver` and `etcd` are this binary standing in for them (see `envtest`).
 
 mod bench;
 mod doctor;
+mod envtest;
 mod kubeconfig;
 mod rules;
 mod up;
@@ -66,9 +69,26 @@ enum Command {
         #[command(subcommand)]
         target: bench::Target,
     },
+    /// Stand in for the binaries controller-runtime's envtest runs: `export
+    /// KUBEBUILDER_ASSETS=$(konverge envtest assets)` and a Go operator's tests start konverge
+    /// instead of etcd and kube-apiserver.
+    Envtest {
+        #[command(subcommand)]
+        command: envtest::EnvtestCommand,
+    },
 }
 
 fn main() -> anyhow::Result<ExitCode> {
+    // Called as `kube-apiserver` or `etcd` (the links `konverge envtest assets` writes), this
+    // binary is that program's stand-in, with that program's flags.
+    let mut args = std::env::args_os();
+    let stand_in = args.next().as_ref().and_then(envtest::StandIn::named);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    if let Some(stand_in) = stand_in {
+        return Ok(runtime.block_on(envtest::run_stand_in(stand_in, args.collect())));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -77,14 +97,12 @@ fn main() -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     runtime.block_on(async {
         match cli.command {
             Command::Up(args) => up::run(args).await.map(|()| ExitCode::SUCCESS),
             Command::Kubeconfig(args) => kubeconfig::run(args).await.map(|()| ExitCode::SUCCESS),
             Command::Bench { target } => bench::run(target).await.map(|()| ExitCode::SUCCESS),
+            Command::Envtest { command } => envtest::run(command).await,
             // Findings and failures get distinct exit codes, so scripts can tell a sick
             // cluster from a doctor that could not look.
             Command::Doctor(args) => Ok(match doctor::run(args).await {

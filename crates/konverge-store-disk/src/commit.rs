@@ -4,7 +4,8 @@
 //! Transactions queue on a channel. The committer takes whatever has queued (up to
 //! [`MAX_BATCH`]) while the previous fsync ran, plans each against the on-disk state plus the
 //! batch's earlier writes, writes the whole batch as one atomic fjall batch with `SyncAll`
-//! durability, and only then publishes the new revision to readers and watchers and answers
+//! durability (or `Buffer`, handed to the operating system without fsync, when the store was
+//! opened without [`sync`](crate::DiskStoreOptions::sync)), and only then publishes the new revision to readers and watchers and answers
 //! the callers. Nothing is visible before it is durable, and a crash loses only transactions
 //! that were never acknowledged.
 
@@ -12,7 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fjall::PersistMode;
 use konverge_store::mvcc::{Overlay, plan_txn};
 use konverge_store::{Error, Event, EventKind, KeyValue, Result, Revision, Txn, TxnResponse};
 use tokio::sync::{mpsc, oneshot};
@@ -68,7 +68,7 @@ fn commit_batch(shared: &Shared, batch: Vec<(Txn, Reply)>) {
     let base = shared.revision();
     let mut revision = base;
     let mut pending: BTreeMap<Bytes, Option<KeyValue>> = BTreeMap::new();
-    let mut write = shared.db.batch().durability(Some(PersistMode::SyncAll));
+    let mut write = shared.db.batch().durability(Some(shared.persist));
     let mut committed: Vec<(Revision, Arc<[Event]>)> = Vec::new();
     let mut answers = Vec::with_capacity(batch.len());
     let latest = Latest(&shared.history);
@@ -143,7 +143,7 @@ fn compact(shared: &Arc<Shared>, revision: Revision) -> Result<()> {
             current,
         });
     }
-    let mut write = shared.db.batch().durability(Some(PersistMode::SyncAll));
+    let mut write = shared.db.batch().durability(Some(shared.persist));
     write.insert(&shared.meta, META_COMPACT, revision.to_be_bytes());
     write
         .commit()

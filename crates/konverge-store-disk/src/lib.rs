@@ -14,7 +14,8 @@
 //! The store passes `konverge_store::conformance` like every backend. A transaction is
 //! acknowledged only after the batch it belongs to is on disk (fsync), and becomes visible to
 //! reads and watches no earlier, so an acknowledged write survives `kill -9` and nothing that
-//! was seen can be lost. Watches are served from an in-memory window of recent revisions and
+//! was seen can be lost (with [`DiskStoreOptions::sync`] off, acknowledged writes survive the
+//! process being killed but not the machine crashing). Watches are served from an in-memory window of recent revisions and
 //! catch up from the on-disk change log when they start further back.
 
 mod codec;
@@ -51,6 +52,12 @@ pub struct DiskStoreOptions {
     pub watch_window_bytes: usize,
     /// How many transactions may wait for the committer before callers wait to enqueue.
     pub queue_depth: usize,
+    /// Whether each batch is fsynced before it is acknowledged (default: yes). Without
+    /// (etcd's `--unsafe-no-fsync`, what envtest runs etcd with), a batch is handed to the
+    /// operating system and acknowledged: its data survives the process exiting or being
+    /// killed, but not the machine crashing or losing power. Tests that start and stop many
+    /// servers spend most of their write time in fsync otherwise.
+    pub sync: bool,
 }
 
 impl Default for DiskStoreOptions {
@@ -59,6 +66,7 @@ impl Default for DiskStoreOptions {
             watch_window_events: 65_536,
             watch_window_bytes: 16 * 1024 * 1024,
             queue_depth: 8_192,
+            sync: true,
         }
     }
 }
@@ -108,6 +116,9 @@ pub(crate) struct Shared {
     revision_tx: watch::Sender<Revision>,
     window_events: usize,
     window_bytes: usize,
+    /// How commits reach the disk: fsynced, or handed to the operating system
+    /// ([`DiskStoreOptions::sync`]).
+    persist: fjall::PersistMode,
 }
 
 /// What readers may see: everything up to `revision` is durable.
@@ -179,6 +190,11 @@ impl DiskStore {
             revision_tx,
             window_events: options.watch_window_events.max(1),
             window_bytes: options.watch_window_bytes,
+            persist: if options.sync {
+                fjall::PersistMode::SyncAll
+            } else {
+                fjall::PersistMode::Buffer
+            },
         });
         let (commands, queue) = mpsc::channel(options.queue_depth.max(1));
         let committer = shared.clone();

@@ -167,9 +167,13 @@
 //! - [`RequestLog`], [`RequestRecord`], [`RequestInfo`], [`Verb`]: request accounting, and how
 //!   a request's verb and resource are read from its method and path (as kube-apiserver
 //!   does).
+//! - [`envtest`]: controller-runtime envtest's control plane restated (etcd and
+//!   kube-apiserver started from an assets folder as envtest starts them, users, CRDs,
+//!   `Stop()`): to check binaries work as envtest's assets and to time its start-up.
 
 mod cluster;
 mod env;
+pub mod envtest;
 mod faults;
 mod invariants;
 mod permissions;

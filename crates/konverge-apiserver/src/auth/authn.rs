@@ -23,7 +23,7 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::authz::{Attributes, Authorization};
-use super::tokens::{ISSUER, ServiceAccountTokens};
+use super::tokens::ServiceAccountTokens;
 use super::user::{ANONYMOUS, AUTHENTICATED, SERVICE_ACCOUNTS, UNAUTHENTICATED, UserInfo};
 use crate::error::ApiError;
 use crate::registry::Registry;
@@ -94,7 +94,8 @@ impl Authenticator {
                 Ok(UserInfo::anonymous())
             };
         };
-        let audiences = [ISSUER.to_string()];
+        // kube-apiserver's `--api-audiences` defaults to the issuer.
+        let audiences = [self.tokens.issuer().to_string()];
         match self.token(registry, token, &audiences).await {
             Some((user, _)) => Ok(user),
             None => Err(ApiError::unauthorized()),

@@ -18,37 +18,84 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// The issuer and default audience of the tokens, as kube-apiserver's default
-/// `--service-account-issuer` of kubeadm clusters.
+/// The default issuer of the tokens (`--service-account-issuer` of kubeadm clusters), and so
+/// their default audience; a server can be given another
+/// ([`ApiServerBuilder::service_account_issuer`](crate::ApiServerBuilder::service_account_issuer)).
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
-/// The audiences a TokenRequest or TokenReview names in `spec.audiences`, or the issuer.
-pub fn audiences(body: &Value) -> Vec<String> {
-    let named: Vec<String> = body
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
+/// Why a key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The signing key is not an ECDSA P-256 private key in PKCS#8.
+    #[error("not an ECDSA P-256 private key in PKCS#8: {0}")]
+    Private(String),
+    /// A verifying key is not an ECDSA P-256 public key.
+    #[error(
+        "public key {index} is not an ECDSA P-256 public key (SubjectPublicKeyInfo DER): konverge signs and verifies ES256 tokens only"
+    )]
+    Public {
+        /// Its position in the list given.
+        index: usize,
+    },
+}
+
+/// A public key tokens are verified with: its key id and its uncompressed P-256 point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct VerifyingKey {
+    key_id: String,
+    point: Vec<u8>,
+}
+
+impl VerifyingKey {
+    /// The key of a P-256 point, with kube-apiserver's key id: the base64url SHA-256 of the
+    /// key's PKIX encoding.
+    fn of_point(point: &[u8]) -> VerifyingKey {
+        let mut spki = P256_SPKI_PREFIX.to_vec();
+        spki.extend_from_slice(point);
+        let digest = ring::digest::digest(&ring::digest::SHA256, &spki);
+        VerifyingKey {
+            key_id: URL_SAFE_NO_PAD.encode(digest.as_ref()),
+            point: point.to_vec(),
+        }
+    }
+
+    /// The key a P-256 SubjectPublicKeyInfo holds, if that is what `spki` is.
+    fn of_spki(spki: &[u8]) -> Option<VerifyingKey> {
+        let point = spki.strip_prefix(&P256_SPKI_PREFIX[..])?;
+        (point.len() == 65 && point[0] == 0x04).then(|| VerifyingKey::of_point(point))
+    }
+
+    /// Whether this key made `signature` of `message`.
+    fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &self.point)
+            .verify(message, signature)
+            .is_ok()
+    }
+
+    /// The key as a JSON Web Key.
+    fn jwk(&self) -> Value {
+        // An uncompressed P-256 point: 0x04, then X and Y, 32 bytes each.
+        let (x, y) = self.point[1..].split_at(32);
+        json!({
+            "use": "sig",
+            "kty": "EC",
+            "kid": self.key_id,
+            "crv": "P-256",
+            "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(x),
+            "y": URL_SAFE_NO_PAD.encode(y),
         })
-        .unwrap_or_default();
-    if named.is_empty() {
-        vec![ISSUER.to_string()]
-    } else {
-        named
     }
 }
 
-/// Why a signing key cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("not an ECDSA P-256 private key in PKCS#8: {0}")]
-pub struct KeyError(String);
-
-/// The key tokens are signed with.
+/// The key tokens are signed with, the keys they are verified with, and the issuer they name.
 pub struct ServiceAccountTokens {
     key: EcdsaKeyPair,
-    key_id: String,
+    /// The signing key's public half, then the other keys tokens may be signed with
+    /// (`--service-account-key-file`).
+    verifying: Vec<VerifyingKey>,
+    /// `iss` of the tokens issued, the one accepted, and the default audience.
+    issuer: String,
     /// The claims of tokens whose signature was verified, by token.
     signed: Mutex<HashMap<String, Arc<Value>>>,
 }
@@ -59,7 +106,8 @@ const REMEMBERED: usize = 4096;
 impl std::fmt::Debug for ServiceAccountTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServiceAccountTokens")
-            .field("key_id", &self.key_id)
+            .field("key_id", &self.verifying[0].key_id)
+            .field("issuer", &self.issuer)
             .finish_non_exhaustive()
     }
 }
@@ -158,38 +206,76 @@ impl ServiceAccountTokens {
     pub fn from_pkcs8(der: &[u8]) -> Result<Self, KeyError> {
         let key =
             EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der, &SystemRandom::new())
-                .map_err(|e| KeyError(e.to_string()))?;
-        let mut spki = P256_SPKI_PREFIX.to_vec();
-        spki.extend_from_slice(key.public_key().as_ref());
-        let digest = ring::digest::digest(&ring::digest::SHA256, &spki);
+                .map_err(|e| KeyError::Private(e.to_string()))?;
+        let signing = VerifyingKey::of_point(key.public_key().as_ref());
         Ok(ServiceAccountTokens {
             key,
-            key_id: URL_SAFE_NO_PAD.encode(digest.as_ref()),
+            verifying: vec![signing],
+            issuer: ISSUER.to_string(),
             signed: Mutex::default(),
         })
     }
 
-    /// The signing key as a JSON Web Key Set (`/openid/v1/jwks`).
+    /// The same key, issuing and accepting tokens of `issuer` (`--service-account-issuer`),
+    /// which is also their default audience (as kube-apiserver's `--api-audiences` defaults
+    /// to the issuer).
+    pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = issuer.into();
+        self.signed
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self
+    }
+
+    /// Also accepts tokens signed by the keys of these ECDSA P-256 public keys
+    /// (SubjectPublicKeyInfo DER), and publishes them in the key set — as kube-apiserver
+    /// verifies with every key of `--service-account-key-file`. The signing key's own public
+    /// key may be among them.
+    pub fn with_public_keys(mut self, spki_der: &[Vec<u8>]) -> Result<Self, KeyError> {
+        for (index, der) in spki_der.iter().enumerate() {
+            let key = VerifyingKey::of_spki(der).ok_or(KeyError::Public { index })?;
+            if !self.verifying.contains(&key) {
+                self.verifying.push(key);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The issuer tokens name and must name.
+    pub fn issuer(&self) -> &str {
+        &self.issuer
+    }
+
+    /// The audiences a TokenRequest or TokenReview names in `spec.audiences`, or the issuer.
+    pub fn audiences(&self, body: &Value) -> Vec<String> {
+        let named: Vec<String> = body
+            .pointer("/spec/audiences")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if named.is_empty() {
+            vec![self.issuer.clone()]
+        } else {
+            named
+        }
+    }
+
+    /// The keys tokens verify with, as a JSON Web Key Set (`/openid/v1/jwks`): the signing
+    /// key first.
     pub fn jwks(&self) -> Value {
-        let point = self.key.public_key().as_ref();
-        // An uncompressed P-256 point: 0x04, then X and Y, 32 bytes each.
-        let (x, y) = point[1..].split_at(32);
-        json!({"keys": [{
-            "use": "sig",
-            "kty": "EC",
-            "kid": self.key_id,
-            "crv": "P-256",
-            "alg": "ES256",
-            "x": URL_SAFE_NO_PAD.encode(x),
-            "y": URL_SAFE_NO_PAD.encode(y),
-        }]})
+        json!({"keys": self.verifying.iter().map(VerifyingKey::jwk).collect::<Vec<_>>()})
     }
 
     /// The OpenID provider configuration (`/.well-known/openid-configuration`) with the
     /// keys at `jwks_uri`.
     pub fn openid_configuration(&self, jwks_uri: &str) -> Value {
         json!({
-            "issuer": ISSUER,
+            "issuer": self.issuer,
             "jwks_uri": jwks_uri,
             "response_types_supported": ["id_token"],
             "subject_types_supported": ["public"],
@@ -221,13 +307,13 @@ impl ServiceAccountTokens {
             "aud": audiences,
             "exp": now + seconds,
             "iat": now,
-            "iss": ISSUER,
+            "iss": self.issuer,
             "jti": uuid::Uuid::new_v4().to_string(),
             "kubernetes.io": kubernetes,
             "nbf": now,
             "sub": format!("system:serviceaccount:{namespace}:{name}"),
         });
-        let header = json!({"alg": "ES256", "kid": self.key_id});
+        let header = json!({"alg": "ES256", "kid": self.verifying[0].key_id});
         let signing_input = format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(header.to_string()),
@@ -247,7 +333,7 @@ impl ServiceAccountTokens {
     /// one of `audiences`; `None` otherwise.
     pub fn verify(&self, token: &str, audiences: &[String], now: i64) -> Option<Claims> {
         let claims = self.signed_claims(token)?;
-        if claims["iss"] != ISSUER
+        if claims["iss"].as_str() != Some(self.issuer.as_str())
             || claims["exp"].as_i64()? < now
             || claims["nbf"].as_i64().unwrap_or(0) > now
         {
@@ -287,8 +373,8 @@ impl ServiceAccountTokens {
         })
     }
 
-    /// The claims of `token` if this server's key signed it (remembered once checked: the
-    /// same token always verifies the same way under one key).
+    /// The claims of `token` if one of the server's keys signed it (remembered once checked:
+    /// the same token always verifies the same way under the same keys).
     fn signed_claims(&self, token: &str) -> Option<Arc<Value>> {
         if let Some(claims) = self
             .signed
@@ -304,9 +390,14 @@ impl ServiceAccountTokens {
             return None;
         }
         let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
-        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, self.key.public_key().as_ref())
-            .verify(format!("{header}.{claims}").as_bytes(), &signature)
-            .ok()?;
+        let message = format!("{header}.{claims}");
+        if !self
+            .verifying
+            .iter()
+            .any(|key| key.verifies(message.as_bytes(), &signature))
+        {
+            return None;
+        }
         let claims: Arc<Value> =
             Arc::new(serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?);
         let mut signed = self.signed.lock().unwrap_or_else(|e| e.into_inner());

@@ -79,6 +79,8 @@ struct Parsed {
     subject_der: Vec<u8>,
     /// The subject key identifier, if the certificate has one.
     subject_key_id: Option<Vec<u8>>,
+    /// The `SubjectPublicKeyInfo`, tag and length included.
+    public_key_info: Vec<u8>,
 }
 
 /// Reads the subject and the subject key identifier of a DER certificate.
@@ -92,7 +94,7 @@ fn parse(der: &[u8]) -> Result<Parsed, X509Error> {
                     r.next().read_der()?;
                 }
                 let subject_der = r.next().read_der()?;
-                r.next().read_der()?; // subjectPublicKeyInfo
+                let public_key_info = r.next().read_der()?;
                 let mut subject_key_id = None;
                 // issuerUniqueID [1], subjectUniqueID [2], extensions [3].
                 while let Some(field) = r.read_optional(|r| r.read_tagged_der())? {
@@ -103,6 +105,7 @@ fn parse(der: &[u8]) -> Result<Parsed, X509Error> {
                 Ok(Parsed {
                     subject_der,
                     subject_key_id,
+                    public_key_info,
                 })
             })?;
             r.next().read_der()?; // signatureAlgorithm
@@ -217,6 +220,13 @@ impl ClientCertificate {
         }
         Ok(certificate)
     }
+}
+
+/// The public key of the DER certificate `der`, as a `SubjectPublicKeyInfo` (DER): what
+/// kube-apiserver takes from a certificate in `--service-account-key-file`. The certificate is
+/// not verified here.
+pub fn public_key_info(der: &[u8]) -> Result<Vec<u8>, X509Error> {
+    Ok(parse(der)?.public_key_info)
 }
 
 fn sha256(bytes: &[u8]) -> Vec<u8> {

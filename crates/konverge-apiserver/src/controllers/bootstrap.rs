@@ -1,26 +1,60 @@
 //! What kube-apiserver's start-up hooks create in a new cluster, created once when the server
-//! starts (and again where missing): the system namespaces, the `kubernetes` Service with its
-//! Endpoints and EndpointSlice, the system PriorityClasses, the bootstrap RBAC roles and
-//! bindings (`cluster-admin`, `admin`, `edit`, `view`, the `system:` discovery and public
-//! information roles), and an APIService for every built-in group-version.
+//! starts (and again where missing): the system namespaces, the `kubernetes` ServiceCIDR (the
+//! service IP range), the `kubernetes` Service with its Endpoints and EndpointSlice (pointing
+//! at the advertised address, and brought back to it when a restarted server advertises
+//! another), the system PriorityClasses, the bootstrap RBAC roles and bindings
+//! (`cluster-admin`, `admin`, `edit`, `view`, the `system:` discovery and public information
+//! roles), and an APIService for every built-in group-version.
 //!
 //! The objects themselves are data, in `bootstrap.json`, as Kubernetes 1.33 creates them.
+
+use std::net::IpAddr;
 
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Reason};
-use crate::registry::{Registry, WriteOptions};
+use crate::registry::{Registry, ServiceIpRange, WriteOptions};
 
 /// The namespaces that exist from the start.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
-/// The `kubernetes` Service's cluster IP: the first address of kubeadm's default service
-/// range (10.96.0.0/12).
+/// The `kubernetes` Service's cluster IP in the default service range (10.96.0.0/12,
+/// kubeadm's); see [`ServiceIpRange::kubernetes_service_ip`] for another range.
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
 /// The field manager of what the server writes at start-up.
 const MANAGER: &str = "kube-apiserver";
+
+/// The field manager of the default ServiceCIDR's status, kube-apiserver's controller's name.
+const SERVICE_CIDR_MANAGER: &str = "kubernetes-service-cidr-controller";
+
+/// The name of the ServiceCIDR made from the service IP range, and of the Service, Endpoints
+/// and EndpointSlice that point at the server.
+const KUBERNETES: &str = "kubernetes";
+
+/// What the bootstrap objects say about the server: its flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The range cluster IPs come from (`--service-cluster-ip-range`): the `kubernetes`
+    /// ServiceCIDR's, and the `kubernetes` Service's IP is its first address.
+    pub service_ip_range: ServiceIpRange,
+    /// The address the `kubernetes` Service's endpoints point at (`--advertise-address`).
+    pub advertise_address: IpAddr,
+    /// The port they point at, the Service's `targetPort` (`--secure-port`).
+    pub advertise_port: u16,
+}
+
+impl Default for Config {
+    /// 10.96.0.0/12, and 127.0.0.1:6443.
+    fn default() -> Self {
+        Config {
+            service_ip_range: ServiceIpRange::default(),
+            advertise_address: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            advertise_port: 6443,
+        }
+    }
+}
 
 /// Every built-in group's APIService priorities: (group, version, groupPriorityMinimum,
 /// versionPriority), as kube-apiserver registers them.
@@ -88,7 +122,7 @@ async fn ensure(
 }
 
 /// Creates every bootstrap object that is missing.
-pub async fn run(registry: &Registry) -> Result<(), ApiError> {
+pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
     for name in SYSTEM_NAMESPACES {
         ensure(
             registry,
@@ -100,7 +134,8 @@ pub async fn run(registry: &Registry) -> Result<(), ApiError> {
         )
         .await?;
     }
-    kubernetes_service(registry).await?;
+    default_service_cidr(registry, &config.service_ip_range).await?;
+    kubernetes_service(registry, config).await?;
     let data = bootstrap_data();
     for (list, group, plural) in [
         ("priorityClasses", "scheduling.k8s.io", "priorityclasses"),
@@ -153,56 +188,158 @@ fn api_service(group: &str, version: &str, group_priority: i64, version_priority
     })
 }
 
-/// The `kubernetes` Service in `default`, its Endpoints and its EndpointSlice, pointing at the
-/// server itself.
-async fn kubernetes_service(registry: &Registry) -> Result<(), ApiError> {
+/// The `kubernetes` ServiceCIDR: the service IP range cluster IPs are allocated from, made
+/// Ready, as kube-apiserver's default ServiceCIDR controller does. One left by an earlier run
+/// with another range is kept (kube-apiserver does not change it either, and says so).
+async fn default_service_cidr(registry: &Registry, range: &ServiceIpRange) -> Result<(), ApiError> {
+    let Some(rt) = registry
+        .catalog()
+        .get("networking.k8s.io", "v1", "servicecidrs")
+    else {
+        return Ok(());
+    };
+    let cidrs = json!([range.to_string()]);
     ensure(
         registry,
-        "",
+        "networking.k8s.io",
         "v1",
+        "servicecidrs",
+        None,
+        json!({"metadata": {"name": KUBERNETES}, "spec": {"cidrs": cidrs}}),
+    )
+    .await?;
+    let mut current = registry.get(&rt, None, KUBERNETES, None).await?;
+    if current.pointer("/metadata/deletionTimestamp").is_some() {
+        return Ok(());
+    }
+    if current.pointer("/spec/cidrs") != Some(&cidrs) {
+        tracing::warn!(
+            service_cidr = ?current.pointer("/spec/cidrs"),
+            flags = %range,
+            "the default ServiceCIDR does not match the service IP range; configure the range to match it or delete it"
+        );
+        return Ok(());
+    }
+    let ready = current
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
+    if ready.is_some_and(|c| c["status"] != "Unknown") {
+        return Ok(());
+    }
+    current["status"] = json!({"conditions": [{
+        "type": "Ready",
+        "status": "True",
+        "lastTransitionTime": crate::resources::meta::now(),
+        "reason": "",
+        "message": "Kubernetes default Service CIDR is ready",
+    }]});
+    let opts = WriteOptions {
+        field_manager: Some(SERVICE_CIDR_MANAGER.into()),
+        ..WriteOptions::default()
+    };
+    registry
+        .update(&rt, None, KUBERNETES, current, Some("status"), &opts)
+        .await
+        .map(|_| ())
+}
+
+/// Creates `desired` as `resource` if it is missing, or brings the fields at `fields` (JSON
+/// pointers) of the existing object back to `desired`'s, as kube-apiserver's endpoint
+/// reconciler keeps the `kubernetes` Service pointing at the server.
+async fn reconcile(
+    registry: &Registry,
+    group: &str,
+    plural: &str,
+    desired: Value,
+    fields: &[&str],
+) -> Result<(), ApiError> {
+    let Some(rt) = registry.catalog().get(group, "v1", plural) else {
+        return Ok(());
+    };
+    let current = match registry.get(&rt, Some("default"), KUBERNETES, None).await {
+        Ok(current) => current,
+        Err(e) if e.reason == Reason::NotFound => {
+            return ensure(registry, group, "v1", plural, Some("default"), desired).await;
+        }
+        Err(e) => return Err(e),
+    };
+    let mut updated = current.clone();
+    for field in fields {
+        let want = desired.pointer(field).cloned().unwrap_or(Value::Null);
+        if let Some(have) = updated.pointer_mut(field) {
+            *have = want;
+        }
+    }
+    if updated == current {
+        return Ok(());
+    }
+    let opts = WriteOptions {
+        field_manager: Some(MANAGER.into()),
+        ..WriteOptions::default()
+    };
+    registry
+        .update(&rt, Some("default"), KUBERNETES, updated, None, &opts)
+        .await
+        .map(|_| ())
+}
+
+/// The `kubernetes` Service in `default`, its Endpoints and its EndpointSlice, pointing at the
+/// server's advertised address and port, as kube-apiserver's endpoint reconciler writes them.
+async fn kubernetes_service(registry: &Registry, config: &Config) -> Result<(), ApiError> {
+    let ip = config.service_ip_range.kubernetes_service_ip().to_string();
+    let address = config.advertise_address.to_string();
+    let port = config.advertise_port;
+    let address_type = match config.advertise_address {
+        IpAddr::V4(_) => "IPv4",
+        IpAddr::V6(_) => "IPv6",
+    };
+    reconcile(
+        registry,
+        "",
         "services",
-        Some("default"),
         json!({
-            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "metadata": {"name": KUBERNETES, "labels": {"component": "apiserver", "provider": "kubernetes"}},
             "spec": {
                 "type": "ClusterIP",
-                "clusterIP": KUBERNETES_SERVICE_IP,
-                "clusterIPs": [KUBERNETES_SERVICE_IP],
+                "clusterIP": ip,
+                "clusterIPs": [ip],
                 "ipFamilies": ["IPv4"],
                 "ipFamilyPolicy": "SingleStack",
                 "internalTrafficPolicy": "Cluster",
-                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
             },
         }),
+        &["/spec/ports"],
     )
     .await?;
-    ensure(
+    reconcile(
         registry,
         "",
-        "v1",
         "endpoints",
-        Some("default"),
         json!({
-            "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "metadata": {"name": KUBERNETES, "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
             "subsets": [{
-                "addresses": [{"ip": "127.0.0.1"}],
-                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+                "addresses": [{"ip": address}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
             }],
         }),
+        &["/subsets"],
     )
     .await?;
-    ensure(
+    reconcile(
         registry,
         "discovery.k8s.io",
-        "v1",
         "endpointslices",
-        Some("default"),
         json!({
-            "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
-            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+            "metadata": {"name": KUBERNETES, "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": address_type,
+            "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         }),
+        &["/endpoints", "/ports"],
     )
     .await
 }

@@ -1,10 +1,11 @@
-//! The control loops a cluster has even without nodes: ownerReference garbage collection
-//! ([`gc`]), namespace finalization ([`namespaces`]), what every namespace holds
-//! ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]), ResourceQuota usage
-//! ([`quota`], with its own watch), the type checking of ValidatingAdmissionPolicies
-//! ([`policy_status`]) and store compaction ([`compaction`]); the definition controller
-//! ([`crd`]), which serves custom resources; and the objects a new cluster starts with
-//! ([`bootstrap`]).
+//! The control loops a cluster has even without nodes. kube-controller-manager's, which
+//! [`ApiServerBuilder::control_loops`](crate::ApiServerBuilder::control_loops) turns off:
+//! ownerReference garbage collection ([`gc`]), namespace finalization ([`namespaces`]), what
+//! every namespace holds ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]),
+//! ResourceQuota usage ([`quota`], with its own watch) and the type checking of
+//! ValidatingAdmissionPolicies ([`policy_status`]). And kube-apiserver's own, which always
+//! run: store compaction ([`compaction`]), the definition controller ([`crd`]), which serves
+//! custom resources, and the objects a new cluster starts with ([`bootstrap`]).
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the

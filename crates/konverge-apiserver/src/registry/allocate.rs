@@ -1,11 +1,13 @@
 //! Service addresses: a cluster IP for every Service but headless and ExternalName ones, and
 //! node ports for NodePort and LoadBalancer ports, as kube-apiserver allocates them.
 //!
-//! Cluster IPs come from 10.96.0.0/12 (kubeadm's default service range; 10.96.0.1 is the
-//! `kubernetes` Service's). Each allocated IP is an `IPAddress` object named by the IP with
-//! the Service as its parent, as with kube-apiserver 1.33's allocator, so a taken IP is an
-//! object that already exists. Node ports come from 30000-32767 and are taken when another
-//! Service has them.
+//! Cluster IPs come from the ServiceCIDRs, as with kube-apiserver 1.33's allocator: the
+//! server creates the `kubernetes` ServiceCIDR from its [`ServiceIpRange`]
+//! (`--service-cluster-ip-range`, 10.96.0.0/12 unless told otherwise; its first address is the
+//! `kubernetes` Service's), and IPs are picked at random from every IPv4 ServiceCIDR that is
+//! ready and not being deleted. Each allocated IP is an `IPAddress` object named by the IP
+//! with the Service as its parent, so a taken IP is an object that already exists. Node ports
+//! come from 30000-32767 and are taken when another Service has them.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -16,14 +18,122 @@ use super::{ListOptions, Registry, WriteOptions};
 use crate::error::{ApiError, Cause, Reason, Result};
 use crate::resources::ResourceType;
 
-/// The service IP range: 10.96.0.0/12.
-const RANGE_START: u32 = u32::from_be_bytes([10, 96, 0, 0]);
-const RANGE_BITS: u32 = 12;
-const RANGE_TEXT: &str = "10.96.0.0/12";
 /// The node port range.
 const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
 /// Random picks before giving up on a full range.
 const PICKS: usize = 64;
+/// The widest range kube-apiserver accepts: 2^20 addresses (a /12 for IPv4).
+const MAX_HOST_BITS: u8 = 20;
+/// The narrowest: 8 addresses (a /29).
+const MIN_HOST_BITS: u8 = 3;
+
+/// The IPv4 range Service cluster IPs are allocated from (`--service-cluster-ip-range`),
+/// 10.96.0.0/12 (kubeadm's) by default.
+///
+/// Parsed from CIDR text with kube-apiserver's checks (a valid CIDR of 8 to 2^20 addresses)
+/// and its words; IPv6 and dual-stack ranges are refused, as konverge allocates IPv4 service
+/// IPs only. A CIDR with host bits set names its network, as Go's `ParseCIDR` does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServiceIpRange {
+    network: Ipv4Addr,
+    prefix: u8,
+}
+
+impl Default for ServiceIpRange {
+    fn default() -> Self {
+        ServiceIpRange {
+            network: Ipv4Addr::new(10, 96, 0, 0),
+            prefix: 12,
+        }
+    }
+}
+
+impl std::fmt::Display for ServiceIpRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+impl std::str::FromStr for ServiceIpRange {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let text = text.trim();
+        if text.contains(',') {
+            return Err(format!(
+                "konverge allocates IPv4 service IPs only: the dual-stack service-cluster-ip-range {text:?} is not supported"
+            ));
+        }
+        let Some((address, prefix)) = text.split_once('/') else {
+            return Err("service-cluster-ip-range[0] is not a valid cidr".into());
+        };
+        if address.parse::<std::net::Ipv6Addr>().is_ok() {
+            return Err(format!(
+                "konverge allocates IPv4 service IPs only: the IPv6 service-cluster-ip-range {text:?} is not supported"
+            ));
+        }
+        let digits = !prefix.is_empty() && prefix.bytes().all(|b| b.is_ascii_digit());
+        let (Ok(address), Ok(prefix), true) =
+            (address.parse::<Ipv4Addr>(), prefix.parse::<u8>(), digits)
+        else {
+            return Err("service-cluster-ip-range[0] is not a valid cidr".into());
+        };
+        if prefix > 32 {
+            return Err("service-cluster-ip-range[0] is not a valid cidr".into());
+        }
+        let host_bits = 32 - prefix;
+        if host_bits > MAX_HOST_BITS {
+            return Err(format!(
+                "specified --service-cluster-ip-range is too large; for 32-bit addresses, the mask must be >= {}",
+                32 - MAX_HOST_BITS
+            ));
+        }
+        if host_bits < MIN_HOST_BITS {
+            return Err("error determining service IP ranges for primary service cidr: the service cluster IP range must be at least 8 IP addresses".into());
+        }
+        let mask = u32::MAX << host_bits;
+        Ok(ServiceIpRange {
+            network: Ipv4Addr::from(u32::from(address) & mask),
+            prefix,
+        })
+    }
+}
+
+impl ServiceIpRange {
+    /// The `kubernetes` Service's cluster IP: the range's first address after the network
+    /// address, as kube-apiserver picks it.
+    pub fn kubernetes_service_ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network) + 1)
+    }
+
+    /// The network address.
+    pub fn network(&self) -> Ipv4Addr {
+        self.network
+    }
+
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Whether `ip` is in the range.
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = u32::MAX << (32 - self.prefix);
+        u32::from(ip) & mask == u32::from(self.network)
+    }
+
+    /// How many addresses the range holds.
+    fn size(&self) -> u64 {
+        1u64 << (32 - self.prefix)
+    }
+
+    /// A random address of the range, neither its network nor its broadcast address.
+    fn random_ip(&self) -> Ipv4Addr {
+        use rand::Rng;
+        let offset = rand::rng().random_range(1..self.size() - 1);
+        Ipv4Addr::from(u32::from(self.network) + offset as u32)
+    }
+}
 
 /// What a create allocated, to give back if the create fails.
 #[derive(Debug, Default)]
@@ -31,16 +141,60 @@ pub(crate) struct Allocated {
     ip: Option<String>,
 }
 
-fn in_range(ip: Ipv4Addr) -> bool {
-    u32::from(ip) >> (32 - RANGE_BITS) == RANGE_START >> (32 - RANGE_BITS)
+/// The ranges of the IPv4 ServiceCIDRs that take allocations: ready (or with no Ready
+/// condition yet, as kube's allocator assumes when kube-controller-manager is not running)
+/// and not being deleted; the default one's (`kubernetes`) first, the others' in name order
+/// (kube's allocator takes them in no particular order, and turns to another when one is
+/// full).
+fn allocating_ranges(service_cidrs: &[std::sync::Arc<Value>]) -> Vec<ServiceIpRange> {
+    let mut ordered: Vec<&Value> = service_cidrs.iter().map(|c| c.as_ref()).collect();
+    ordered
+        .sort_by_key(|c| c.pointer("/metadata/name").and_then(Value::as_str) != Some("kubernetes"));
+    let mut ranges = Vec::new();
+    for cidr in ordered {
+        if cidr
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null())
+        {
+            continue;
+        }
+        let ready = cidr
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .is_none_or(|c| c["status"] == "True");
+        if !ready {
+            continue;
+        }
+        for text in cidr
+            .pointer("/spec/cidrs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if let Some(range) = parse_cidr(text)
+                && !ranges.contains(&range)
+            {
+                ranges.push(range);
+            }
+        }
+    }
+    ranges
 }
 
-fn random_ip() -> String {
-    use rand::Rng;
-    let size = 1u32 << (32 - RANGE_BITS);
-    // Neither the network address nor the broadcast address.
-    let offset = rand::rng().random_range(1..size - 1);
-    Ipv4Addr::from(RANGE_START + offset).to_string()
+/// An IPv4 CIDR of a ServiceCIDR, whatever its size (validation decided what it may be).
+fn parse_cidr(text: &str) -> Option<ServiceIpRange> {
+    let (address, prefix) = text.split_once('/')?;
+    let address: Ipv4Addr = address.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok().filter(|p| (1..=30).contains(p))?;
+    let mask = u32::MAX << (32 - prefix);
+    Some(ServiceIpRange {
+        network: Ipv4Addr::from(u32::from(address) & mask),
+        prefix,
+    })
 }
 
 fn wants_cluster_ip(svc: &Value) -> bool {
@@ -84,15 +238,20 @@ impl Registry {
         let name = crate::resources::meta::meta_str(svc, "name")
             .unwrap_or("")
             .to_string();
+        let ranges = self.service_ranges().await?;
         let ip = match asked {
             Some(ip) => {
                 let problem = match ip.parse::<Ipv4Addr>() {
                     Err(_) => Some(format!(
                         "failed to allocate IP {ip}: the provided IP ({ip}) is not a valid IPv4 address"
                     )),
-                    Ok(parsed) if !in_range(parsed) => Some(format!(
-                        "failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {RANGE_TEXT}"
-                    )),
+                    Ok(parsed) if !ranges.iter().any(|r| r.contains(parsed)) => {
+                        let valid: Vec<String> = ranges.iter().map(ToString::to_string).collect();
+                        Some(format!(
+                            "failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}",
+                            valid.join(", ")
+                        ))
+                    }
                     Ok(_) => None,
                 };
                 if let Some(problem) = problem {
@@ -120,15 +279,17 @@ impl Registry {
             }
             None => {
                 let mut picked = None;
-                for _ in 0..PICKS {
-                    let ip = random_ip();
-                    match self.claim_ip(&ip, ns, &name).await {
-                        Ok(()) => {
-                            picked = Some(ip);
-                            break;
+                'ranges: for range in &ranges {
+                    for _ in 0..PICKS {
+                        let ip = range.random_ip().to_string();
+                        match self.claim_ip(&ip, ns, &name).await {
+                            Ok(()) => {
+                                picked = Some(ip);
+                                break 'ranges;
+                            }
+                            Err(e) if e.reason == Reason::AlreadyExists => continue,
+                            Err(e) => return Err(e),
                         }
-                        Err(e) if e.reason == Reason::AlreadyExists => continue,
-                        Err(e) => return Err(e),
                     }
                 }
                 picked.ok_or_else(|| {
@@ -145,6 +306,20 @@ impl Registry {
         }
         allocated.ip = Some(ip);
         Ok(allocated)
+    }
+
+    /// The ranges cluster IPs are allocated from: those of the ServiceCIDRs that take
+    /// allocations. A registry without the ServiceCIDR API, or one whose ServiceCIDRs were
+    /// never created (no server bootstrapped it), allocates from the default range.
+    async fn service_ranges(&self) -> Result<Vec<ServiceIpRange>> {
+        let Some(cidrs) = self.catalog.get("networking.k8s.io", "v1", "servicecidrs") else {
+            return Ok(vec![ServiceIpRange::default()]);
+        };
+        let listed = self.list(&cidrs, None, &ListOptions::default()).await?;
+        if listed.items.is_empty() {
+            return Ok(vec![ServiceIpRange::default()]);
+        }
+        Ok(allocating_ranges(&listed.items))
     }
 
     /// Gives back what a failed create allocated.
@@ -313,6 +488,55 @@ pub(crate) fn carry_service_addresses(new: &mut Value, current: &Value) {
             .filter(|n| n.is_i64())
         {
             port["nodePort"] = node_port.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn cidr(name: &str, cidrs: &[&str], ready: Option<&str>, deleting: bool) -> Arc<Value> {
+        let mut obj = json!({"metadata": {"name": name}, "spec": {"cidrs": cidrs}});
+        if let Some(status) = ready {
+            obj["status"] = json!({"conditions": [{"type": "Ready", "status": status}]});
+        }
+        if deleting {
+            obj["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+        }
+        Arc::new(obj)
+    }
+
+    #[test]
+    fn ranges_are_the_ready_ipv4_service_cidrs_the_default_first() {
+        let listed = [
+            cidr("a-extra", &["10.1.0.0/24"], None, false),
+            cidr("b-gone", &["10.2.0.0/24"], Some("True"), true),
+            cidr("c-not-ready", &["10.3.0.0/24"], Some("False"), false),
+            cidr(
+                "d-dual",
+                &["fd00::/108", "10.4.0.5/24"],
+                Some("True"),
+                false,
+            ),
+            cidr("kubernetes", &["10.96.0.0/12"], Some("True"), false),
+        ];
+        let ranges: Vec<String> = allocating_ranges(&listed)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(ranges, ["10.96.0.0/12", "10.1.0.0/24", "10.4.0.0/24"]);
+    }
+
+    #[test]
+    fn random_ips_are_neither_network_nor_broadcast() {
+        let range: ServiceIpRange = "10.0.0.8/29".parse().expect("valid");
+        for _ in 0..200 {
+            let ip = range.random_ip();
+            assert!(range.contains(ip));
+            assert!(ip != Ipv4Addr::new(10, 0, 0, 8) && ip != Ipv4Addr::new(10, 0, 0, 15));
         }
     }
 }

@@ -27,6 +27,7 @@ use bytes::Bytes;
 use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
 use serde_json::{Value, json};
 
+pub use allocate::ServiceIpRange;
 pub use cache::WatchCacheConfig;
 pub(crate) use list::Item;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};

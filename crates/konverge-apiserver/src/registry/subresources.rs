@@ -643,7 +643,7 @@ pub async fn token_request(
             causes,
         ));
     }
-    let audiences = crate::auth::tokens::audiences(&request);
+    let audiences = tokens.audiences(&request);
     let mut bound_to = None;
     if let Some(bound) = request
         .pointer("/spec/boundObjectRef")

@@ -57,7 +57,7 @@ async fn token(server: &ApiServer, body: Value) -> Value {
         .pointer("/spec/token")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let audiences = crate::auth::tokens::audiences(&body);
+    let audiences = server.service_account_tokens().audiences(&body);
     let status = match server
         .authenticator()
         .token(server.registry(), token, &audiences)

@@ -2,10 +2,11 @@
 //! (ALPN `h2`, `http/1.1`), one task per connection, no request or idle timeouts (watches are
 //! long-lived streams), graceful shutdown bounded by a grace period.
 //!
-//! Over TLS the server asks for a client certificate without requiring one, as kube-apiserver
-//! does: a client that sends one must send one the CA of the credentials signed for client
-//! authentication (or the handshake fails); a client that sends none goes on to bearer tokens
-//! or anonymity.
+//! Over TLS with a client CA (`--client-ca-file`; the CA of the credentials), the server asks
+//! for a client certificate without requiring one, as kube-apiserver does: a client that
+//! sends one must send one that CA signed for client authentication (or the handshake fails);
+//! a client that sends none goes on to bearer tokens or anonymity. Without a client CA it asks
+//! for none.
 //!
 //! Each request carries the peer address as an [`axum::extract::ConnectInfo<SocketAddr>`]
 //! extension and, when the connection presented a client certificate, what it says as a
@@ -89,11 +90,15 @@ pub enum ServeError {
     ClientCa(#[source] rustls::server::VerifierBuilderError),
 }
 
-/// The rustls server configuration for `credentials`: the serving certificate, TLS 1.2 and
-/// 1.3 with the ring provider, ALPN `h2` then `http/1.1`, client certificates asked for (not
-/// required) and verified against the CA.
-fn tls_server_config(credentials: &Credentials) -> Result<Arc<rustls::ServerConfig>, ServeError> {
-    let chain = CertificateDer::pem_slice_iter(credentials.cert_pem.as_bytes())
+/// The rustls server configuration: the serving chain and key (PEM), TLS 1.2 and 1.3 with the
+/// ring provider, ALPN `h2` then `http/1.1`, and, with a client CA (PEM), client certificates
+/// asked for (not required) and verified against it.
+fn tls_server_config(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca_pem: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| ServeError::Pem {
             what: "certificate",
@@ -105,29 +110,34 @@ fn tls_server_config(credentials: &Credentials) -> Result<Arc<rustls::ServerConf
             source: rustls::pki_types::pem::Error::NoItemsFound,
         });
     }
-    let key = PrivateKeyDer::from_pem_slice(credentials.key_pem.as_bytes()).map_err(|source| {
-        ServeError::Pem {
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|source| ServeError::Pem {
             what: "private key",
             source,
-        }
-    })?;
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(credentials.ca_pem.as_bytes()) {
-        let ca = ca.map_err(|source| ServeError::Pem {
-            what: "CA certificate",
-            source,
         })?;
-        roots.add(ca).map_err(ServeError::Tls)?;
-    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let clients = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(ServeError::ClientCa)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(ServeError::Tls)?
-        .with_client_cert_verifier(clients)
+        .map_err(ServeError::Tls)?;
+    let builder = match client_ca_pem {
+        Some(ca_pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+                let ca = ca.map_err(|source| ServeError::Pem {
+                    what: "CA certificate",
+                    source,
+                })?;
+                roots.add(ca).map_err(ServeError::Tls)?;
+            }
+            let clients = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(ServeError::ClientCa)?;
+            builder.with_client_cert_verifier(clients)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
         .with_single_cert(chain, key)
         .map_err(ServeError::Tls)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -180,9 +190,31 @@ impl Serve {
     }
 
     /// Serves over TLS with the serving certificate of `credentials` (HTTP/2 and HTTP/1.1 by
-    /// ALPN).
-    pub fn tls(mut self, credentials: &Credentials) -> Result<Self, ServeError> {
-        self.tls = Some(TlsAcceptor::from(tls_server_config(credentials)?));
+    /// ALPN), verifying client certificates against their CA.
+    pub fn tls(self, credentials: &Credentials) -> Result<Self, ServeError> {
+        self.tls_pem(
+            &credentials.cert_pem,
+            &credentials.key_pem,
+            Some(&credentials.ca_pem),
+        )
+    }
+
+    /// Serves over TLS with the certificate chain `cert_pem` (leaf first) and its private key
+    /// `key_pem` (PKCS#8 `PRIVATE KEY`, SEC1 `EC PRIVATE KEY` or PKCS#1 `RSA PRIVATE KEY`), as
+    /// kube-apiserver's `--tls-cert-file` and `--tls-private-key-file`. With `client_ca_pem`
+    /// (`--client-ca-file`), clients are asked for a certificate (not required), which must
+    /// chain to one of its CAs and then authenticates the request; without, none is asked for.
+    pub fn tls_pem(
+        mut self,
+        cert_pem: &str,
+        key_pem: &str,
+        client_ca_pem: Option<&str>,
+    ) -> Result<Self, ServeError> {
+        self.tls = Some(TlsAcceptor::from(tls_server_config(
+            cert_pem,
+            key_pem,
+            client_ca_pem,
+        )?));
         Ok(self)
     }
 

@@ -1266,3 +1266,254 @@ print(urllib.request.urlopen(req, context=ctx).read().decode())
     }
     server.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Serving with certificates made elsewhere (`Serve::tls_pem`), as envtest hands them over.
+
+/// A CA made as controller-runtime's tinyca makes one: ECDSA P-256, may sign certificates.
+fn tiny_ca(common_name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    rcgen::CertifiedIssuer::self_signed(params, key).unwrap()
+}
+
+/// A certificate `ca` signs as tinyca does (ECDSA P-256, KeyUsage digitalSignature and
+/// keyEncipherment), for `usage`, with `names` as SANs: its PEM and its key.
+fn tiny_cert(
+    ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    common_name: &str,
+    organizations: &[&str],
+    names: &[&str],
+    usage: rcgen::ExtendedKeyUsagePurpose,
+) -> (String, rcgen::KeyPair) {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
+    for organization in organizations {
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, *organization);
+    }
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![usage];
+    (params.signed_by(&key, ca).unwrap().pem(), key)
+}
+
+/// The SEC1 `EC PRIVATE KEY` PEM of a P-256 key: the ECPrivateKey its PKCS#8 wraps.
+fn sec1_pem(key: &rcgen::KeyPair) -> String {
+    let pkcs8 = key.serialize_der();
+    // SEQUENCE (two-byte length) { INTEGER 0, SEQUENCE { OIDs }, OCTET STRING { ECPrivateKey } }
+    assert_eq!(&pkcs8[..2], &[0x30, 0x81]);
+    let algorithm = 3 + 3;
+    let octets = algorithm + 2 + usize::from(pkcs8[algorithm + 1]);
+    assert_eq!(pkcs8[octets], 0x04);
+    let len = usize::from(pkcs8[octets + 1]);
+    let sec1 = &pkcs8[octets + 2..octets + 2 + len];
+    let body = base64::engine::general_purpose::STANDARD.encode(sec1);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN EC PRIVATE KEY-----\n{}\n-----END EC PRIVATE KEY-----\n",
+        lines.join("\n")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_pem_serves_given_certificates_and_verifies_clients_against_another_ca() {
+    let serving_ca = tiny_ca("serving-ca");
+    let client_ca = tiny_ca("client-ca");
+    let (serving_pem, serving_key) = tiny_cert(
+        &serving_ca,
+        "localhost",
+        &[],
+        &["localhost", "127.0.0.1"],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    // The client certificate: no SAN, client authentication only, from the other CA.
+    let (alice_pem, alice_key) = tiny_cert(
+        &client_ca,
+        "alice",
+        &["team"],
+        &[],
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let alice_key = alice_key.serialize_pem();
+    assert!(alice_key.starts_with("-----BEGIN PRIVATE KEY-----"));
+
+    let server = running(
+        Serve::new(Api::new("t").router())
+            .tls_pem(
+                &serving_pem,
+                &serving_key.serialize_pem(),
+                Some(&client_ca.pem()),
+            )
+            .expect("TLS configuration")
+            .listen(loopback_listener().await)
+            .expect("serving"),
+    )
+    .await;
+    for proto in [Proto::H1, Proto::H2] {
+        let tls = tls_connect_as(
+            server.addr,
+            &serving_ca.pem(),
+            proto,
+            Some((&alice_pem, &alice_key)),
+        )
+        .await
+        .unwrap();
+        let mut response = get_on(tls, proto, server.addr, "/whoami").await;
+        expect_text(response.body_mut(), "alice team").await;
+        let tls = tls_connect(server.addr, &serving_ca.pem(), proto).await;
+        let mut response = get_on(tls, proto, server.addr, "/whoami").await;
+        expect_text(response.body_mut(), "none").await;
+    }
+    server.stop().await;
+
+    // Without a client CA no certificate is asked for (rustls clients send one only when
+    // asked), and a SEC1 `EC PRIVATE KEY` serves as well.
+    let server = running(
+        Serve::new(Api::new("t").router())
+            .tls_pem(&serving_pem, &sec1_pem(&serving_key), None)
+            .expect("TLS configuration")
+            .listen(loopback_listener().await)
+            .expect("serving"),
+    )
+    .await;
+    let tls = tls_connect_as(
+        server.addr,
+        &serving_ca.pem(),
+        Proto::H1,
+        Some((&alice_pem, &alice_key)),
+    )
+    .await
+    .unwrap();
+    let mut response = get_on(tls, Proto::H1, server.addr, "/whoami").await;
+    expect_text(response.body_mut(), "none").await;
+    server.stop().await;
+
+    // Bad input: clear errors, no panics.
+    let error = |result: Result<Serve, super::https::ServeError>| match result {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    let serve = || Serve::new(Api::new("t").router());
+    assert_eq!(
+        error(serve().tls_pem("", &alice_key, None)),
+        "cannot parse the serving certificate"
+    );
+    assert_eq!(
+        error(serve().tls_pem(&serving_pem, "not a key", None)),
+        "cannot parse the serving private key"
+    );
+    assert_eq!(
+        error(serve().tls_pem(&serving_pem, &alice_key, None)),
+        "cannot build the TLS configuration"
+    );
+    assert_eq!(
+        error(serve().tls_pem(&serving_pem, &serving_key.serialize_pem(), Some(""))),
+        "cannot verify client certificates with the CA"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_of_the_client_ca_authenticates_its_user() {
+    let serving_ca = tiny_ca("serving-ca");
+    let client_ca = tiny_ca("client-ca");
+    let (serving_pem, serving_key) = tiny_cert(
+        &serving_ca,
+        "localhost",
+        &[],
+        &["localhost"],
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (alice_pem, alice_key) = tiny_cert(
+        &client_ca,
+        "alice",
+        &["team"],
+        &[],
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let api = crate::ApiServer::builder(Arc::new(konverge_store::MemStore::new()))
+        .control_loops(false)
+        .bearer_token("admin-token")
+        .authorization(crate::AuthorizationMode::Rbac)
+        .build()
+        .await
+        .unwrap();
+    let server = running(
+        Serve::new(api.router())
+            .tls_pem(
+                &serving_pem,
+                &serving_key.serialize_pem(),
+                Some(&client_ca.pem()),
+            )
+            .unwrap()
+            .listen(loopback_listener().await)
+            .unwrap(),
+    )
+    .await;
+    // RBAC refuses alice by name (she has no role): the certificate made her alice.
+    let tls = tls_connect_as(
+        server.addr,
+        &serving_ca.pem(),
+        Proto::H1,
+        Some((&alice_pem, &alice_key.serialize_pem())),
+    )
+    .await
+    .unwrap();
+    let response = get_on(
+        tls,
+        Proto::H1,
+        server.addr,
+        "/api/v1/namespaces/default/pods",
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        status["message"],
+        "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    // Without a certificate (nor a token): anonymous.
+    let tls = tls_connect(server.addr, &serving_ca.pem(), Proto::H1).await;
+    let response = get_on(
+        tls,
+        Proto::H1,
+        server.addr,
+        "/api/v1/namespaces/default/pods",
+    )
+    .await;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("User \"system:anonymous\""),
+        "{status}"
+    );
+    server.stop().await;
+}

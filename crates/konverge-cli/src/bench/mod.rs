@@ -7,6 +7,7 @@ mod cluster;
 mod compare;
 mod controller;
 mod doctor;
+mod envtest;
 mod store;
 mod up;
 mod workloads;
@@ -33,6 +34,9 @@ pub(crate) enum Target {
     /// memory of a whole cluster in one process (API server, kcm's controllers, the
     /// scheduler, 100 simulated nodes) for one Deployment of 10,000 replicas.
     Cluster(cluster::ClusterArgs),
+    /// controller-runtime envtest's Start() (with CRDs) and Stop() on konverge's assets, vs
+    /// a real etcd's part of it (and real kube-apiserver + etcd when given).
+    Envtest(envtest::EnvtestArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
@@ -44,5 +48,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Auth(args) => auth::run(args).await,
         Target::Workloads(args) => workloads::run(args).await,
         Target::Cluster(args) => cluster::run(args).await,
+        Target::Envtest(args) => envtest::run(args).await,
     }
 }

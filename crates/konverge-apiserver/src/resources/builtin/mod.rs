@@ -28,6 +28,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde_json::Value;
 
 pub(crate) use convert::{events_to_core, hpa_to_v2};
+pub(crate) use validation::refuse_privileged;
 
 use super::{
     ALL_VERBS, Column, Conversion, FieldLabels, NameRule, ResourceType, Review, STATUS_RESETS_ALL,
