@@ -398,14 +398,22 @@ fn the_stand_ins_answer_help_and_refuse_what_they_cannot_do() {
             "--service-account-issuer=https://example.com",
             "--service-account-signing-key-file=/nonexistent",
             "--authorization-mode=Node,RBAC",
-            "--feature-gates=InPlacePodVerticalScaling=true",
+            "--feature-gates=InPlacePodVerticalScaling=true,WatchList=true",
             "--service-cluster-ip-range=10.0.0.0/40",
         ],
     );
     assert_eq!(refused.0, Some(1));
     let said = refused.2.trim();
     assert!(said.starts_with("Error: [authorization-mode \"Node\": konverge authorizes with RBAC or AlwaysAllow only, --service-cluster-ip-range: "), "{said}");
-    assert!(said.contains("--feature-gates InPlacePodVerticalScaling=true: konverge serves Kubernetes 1.33 with its default feature gates"), "{said}");
+    // A gate at its 1.33 default is taken; one that would change is refused.
+    assert!(
+        said.contains(
+            "--feature-gates WatchList=true: konverge runs every feature gate at its Kubernetes \
+             1.33 default and cannot set WatchList"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("InPlacePodVerticalScaling"), "{said}");
 }
 
 #[test]
@@ -468,4 +476,54 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
         .and_then(|found| found.canonicalize().ok())
+}
+
+/// `TEST_ASSET_KUBE_APISERVER`, `TEST_ASSET_ETCD` and `TEST_ASSET_KUBECTL` name the binaries one
+/// by one, under any name that starts as the program's; envtest's `KubeCtl` runs the kubectl
+/// with the user's kubeconfig.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assets_named_one_by_one_work_and_kubectl_reaches_the_server() {
+    let folder = Folder::write();
+    let elsewhere = tempfile::tempdir().expect("temp dir");
+    let konverge = folder
+        .path
+        .join("kube-apiserver")
+        .canonicalize()
+        .expect("konverge");
+    let apiserver = elsewhere.path().join("kube-apiserver-v1.33.0");
+    let etcd = elsewhere.path().join("etcd-v3.5.21");
+    std::os::unix::fs::symlink(&konverge, &apiserver).expect("link");
+    std::os::unix::fs::symlink(&konverge, &etcd).expect("link");
+    let assets = Assets {
+        etcd,
+        kube_apiserver: apiserver,
+    };
+    let release = RELEASES[RELEASES.len() - 1];
+    let plane = ControlPlane::start(&assets, release, &[])
+        .await
+        .expect("start");
+    let kubectl = folder.path.join("kubectl");
+    if kubectl.exists() {
+        let config = elsewhere.path().join("admin.kubecfg");
+        std::fs::write(
+            &config,
+            plane.kubeconfig(&admin_user()).expect("kubeconfig"),
+        )
+        .expect("write the kubeconfig");
+        let out = Command::new(&kubectl)
+            .arg(format!("--kubeconfig={}", config.display()))
+            .args(["get", "namespace", "default", "-o", "name"])
+            .output()
+            .expect("kubectl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "namespace/default"
+        );
+    }
+    plane.stop().await.expect("stop");
 }

@@ -343,6 +343,7 @@ pub struct ControlPlane {
     serving_ca_pem: String,
     client_ca: TinyCa,
     apiserver_args: Vec<String>,
+    apiserver_ready_after: Duration,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -430,6 +431,7 @@ impl ControlPlane {
             serving_ca_pem,
             client_ca,
             apiserver_args: Vec::new(),
+            apiserver_ready_after: Duration::ZERO,
         };
         let mut args = plane.default_apiserver_args();
         if help_lists(&assets.kube_apiserver, "insecure-port").await? {
@@ -498,12 +500,19 @@ impl ControlPlane {
             .unwrap_or_default()
     }
 
+    /// How long kube-apiserver's part of the start took (its last start), from spawning it
+    /// until `/healthz` answered 200.
+    pub fn apiserver_ready_after(&self) -> Duration {
+        self.apiserver_ready_after
+    }
+
     /// The kube-apiserver command line (after the program name) this plane started.
     pub fn apiserver_args(&self) -> &[String] {
         &self.apiserver_args
     }
 
     async fn start_apiserver(&mut self) -> Result<(), EnvtestError> {
+        let started = Instant::now();
         let health = self.health_client()?;
         let port = self.port;
         let child = start_process(
@@ -530,6 +539,7 @@ impl ControlPlane {
         )
         .await?;
         self.apiserver = Some(child);
+        self.apiserver_ready_after = started.elapsed();
         Ok(())
     }
 
@@ -575,6 +585,34 @@ impl ControlPlane {
             what: format!("a client for {}", user.name),
             source,
         })
+    }
+
+    /// A kubeconfig for `user` (JSON, which kubectl reads as it reads YAML): what envtest's
+    /// `AuthenticatedUser.KubeConfig()` gives and its `KubeCtl` runs kubectl with.
+    pub fn kubeconfig(&self, user: &User) -> Result<String, EnvtestError> {
+        let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
+        let (cert, key) = self.client_ca.issue(
+            &user.name,
+            &groups,
+            Vec::new(),
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
+        let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
+        let config = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "envtest", "cluster": {
+                "server": format!("https://127.0.0.1:{}", self.port),
+                "certificate-authority-data": b64(&self.serving_ca_pem),
+            }}],
+            "users": [{"name": "envtest", "user": {
+                "client-certificate-data": b64(&cert),
+                "client-key-data": b64(&key),
+            }}],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest"}}],
+            "current-context": "envtest",
+        });
+        Ok(config.to_string())
     }
 
     /// A client that authenticates with a bearer `token` (a ServiceAccount's).

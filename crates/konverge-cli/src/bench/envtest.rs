@@ -65,6 +65,8 @@ struct Rounds {
     start: Spread,
     stop: Spread,
     etcd: Spread,
+    apiserver: Spread,
+    crds: Spread,
 }
 
 async fn control_plane_rounds(
@@ -75,13 +77,17 @@ async fn control_plane_rounds(
     let release = RELEASES[RELEASES.len() - 1];
     let crds = sample_crds(crds);
     let (mut starts, mut stops, mut etcds) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut apiservers, mut installs) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let started = Instant::now();
         let plane = ControlPlane::start(assets, release, &[]).await?;
         let admin = plane.client(&User::new("admin", &["system:masters"]))?;
+        let installing = Instant::now();
         plane.install_crds(&admin, &crds).await?;
         starts.push(started.elapsed());
+        installs.push(installing.elapsed());
         etcds.push(plane.etcd_ready_after());
+        apiservers.push(plane.apiserver_ready_after());
         let stopping = Instant::now();
         plane.stop().await?;
         stops.push(stopping.elapsed());
@@ -90,6 +96,8 @@ async fn control_plane_rounds(
         start: Spread::of(starts),
         stop: Spread::of(stops),
         etcd: Spread::of(etcds),
+        apiserver: Spread::of(apiservers),
+        crds: Spread::of(installs),
     })
 }
 
@@ -142,6 +150,14 @@ pub(crate) async fn run(args: EnvtestArgs) -> anyhow::Result<()> {
     println!(
         "konverge assets: etcd's part of Start() {}",
         ours.etcd.show()
+    );
+    println!(
+        "konverge assets: kube-apiserver's part (spawn to /healthz) {}",
+        ours.apiserver.show()
+    );
+    println!(
+        "konverge assets: CRDs created and served {}",
+        ours.crds.show()
     );
 
     let real_etcd = args.etcd.clone().or_else(|| on_path("etcd"));

@@ -114,8 +114,9 @@ pub(super) struct Flags {
     /// default APIs: settings that keep them are taken, others refused.
     #[arg(long, value_delimiter = ',')]
     runtime_config: Vec<String>,
-    /// A set of key=value pairs that describe feature gates. konverge serves 1.33 with its
-    /// default feature gates and cannot change them: any setting is refused.
+    /// A set of key=value pairs that describe feature gates (1.33's). konverge serves 1.33
+    /// with its default feature gates: a gate set to its default is taken, one set otherwise
+    /// refused.
     #[arg(long, value_delimiter = ',')]
     feature_gates: Vec<String>,
     /// List of etcd servers to connect with (scheme://ip:port), comma separated: konverge's
@@ -300,11 +301,8 @@ impl Settings {
         if let Err(e) = runtime_config(&flags.runtime_config) {
             errors.extend(e);
         }
-        for gate in flags.feature_gates.iter().filter(|g| !g.is_empty()) {
-            errors.push(format!(
-                "--feature-gates {gate}: konverge serves Kubernetes 1.33 with its default \
-                 feature gates and cannot change them"
-            ));
+        if let Err(e) = feature_gates(&flags.feature_gates) {
+            errors.extend(e);
         }
         if flags.etcd_prefix.is_empty() || !flags.etcd_prefix.starts_with('/') {
             errors.push(format!(
@@ -435,6 +433,75 @@ fn admission_plugins(enable: &[String], disable: &[String]) -> Result<Vec<String
         .filter(|name| ours.contains(&name.as_str()))
         .cloned()
         .collect())
+}
+
+/// `--feature-gates`: every name must be one of kube-apiserver 1.33's gates (or `AllAlpha`,
+/// `AllBeta`), with kube's errors for unknown names, bad values and locked gates; konverge runs
+/// each gate at its 1.33 default, so a setting that keeps it is taken and one that changes it
+/// is refused.
+fn feature_gates(entries: &[String]) -> Result<(), Vec<String>> {
+    use super::feature_gates::{ALL_ALPHA, ALL_BETA, GATES, Stage};
+    let mut errors = Vec::new();
+    for entry in entries.iter().filter(|e| !e.is_empty()) {
+        let Some((name, value)) = entry.split_once('=') else {
+            errors.push(format!("missing bool value for {entry}"));
+            continue;
+        };
+        let (name, value) = (name.trim(), value.trim());
+        let enable = match go_bool(value) {
+            Ok(enable) => enable,
+            Err(error) => {
+                errors.push(format!("invalid value of {name}={value}, err: {error}"));
+                continue;
+            }
+        };
+        let differs_at = |stage: Stage| {
+            GATES
+                .iter()
+                .filter(|gate| gate.stage == stage && gate.default != enable)
+                .map(|gate| gate.name)
+                .collect::<Vec<_>>()
+        };
+        let changed = if name == ALL_ALPHA {
+            differs_at(Stage::Alpha)
+        } else if name == ALL_BETA {
+            differs_at(Stage::Beta)
+        } else {
+            match GATES.binary_search_by(|gate| gate.name.cmp(name)) {
+                Err(_) => {
+                    errors.push(format!("unrecognized feature gate: {name}"));
+                    continue;
+                }
+                Ok(at) => {
+                    let gate = &GATES[at];
+                    if gate.locked && gate.default != enable {
+                        errors.push(format!(
+                            "cannot set feature gate {name} to {enable}, feature is locked to {}",
+                            gate.default
+                        ));
+                        continue;
+                    }
+                    if gate.default == enable {
+                        Vec::new()
+                    } else {
+                        vec![gate.name]
+                    }
+                }
+            }
+        };
+        if !changed.is_empty() {
+            errors.push(format!(
+                "--feature-gates {name}={value}: konverge runs every feature gate at its \
+                 Kubernetes 1.33 default and cannot set {}",
+                changed.join(", ")
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
 }
 
 /// `--runtime-config`: konverge serves Kubernetes 1.33's default group versions, so settings
@@ -816,6 +883,27 @@ mod tests {
     }
 
     #[test]
+    fn repeated_flags_accumulate_as_pflag_slices_and_the_last_single_value_wins() {
+        let flags = <Flags as clap::Parser>::try_parse_from([
+            "--service-account-issuer=https://a",
+            "--service-account-issuer=https://b",
+            "--enable-admission-plugins=PodSecurity,Priority",
+            "--enable-admission-plugins=RuntimeClass",
+            "--disable-admission-plugins=",
+            "--secure-port=1",
+            "--secure-port=2",
+        ])
+        .expect("parses");
+        assert_eq!(flags.service_account_issuer, ["https://a", "https://b"]);
+        assert_eq!(
+            flags.enable_admission_plugins,
+            ["PodSecurity", "Priority", "RuntimeClass"]
+        );
+        assert_eq!(flags.disable_admission_plugins, [""]);
+        assert_eq!(flags.secure_port, 2);
+    }
+
+    #[test]
     fn authorization_modes_are_rbac_or_always_allow() {
         assert_eq!(
             authorization_mode(&strings(&["RBAC"])),
@@ -906,6 +994,54 @@ mod tests {
         assert_eq!(
             runtime_config(&strings(&["nothing.example.com/v1=true"])),
             Err(strings(&["unknown api groups nothing.example.com"]))
+        );
+    }
+
+    #[test]
+    fn feature_gates_at_their_default_are_taken_and_others_refused_in_kubes_words() {
+        use crate::envtest::feature_gates::GATES;
+        assert!(
+            GATES.windows(2).all(|w| w[0].name < w[1].name),
+            "sorted for lookup"
+        );
+        assert_eq!(
+            feature_gates(&strings(&[
+                "MultiCIDRServiceAllocator=true",
+                "AllAlpha=false",
+                ""
+            ])),
+            Ok(())
+        );
+        assert_eq!(
+            feature_gates(&strings(&["NoSuchGate=true"])),
+            Err(strings(&["unrecognized feature gate: NoSuchGate"]))
+        );
+        assert_eq!(
+            feature_gates(&strings(&["ComponentSLIs=false"])),
+            Err(strings(&[
+                "cannot set feature gate ComponentSLIs to false, feature is locked to true"
+            ]))
+        );
+        assert_eq!(
+            feature_gates(&strings(&["InPlacePodVerticalScaling"])),
+            Err(strings(&[
+                "missing bool value for InPlacePodVerticalScaling"
+            ]))
+        );
+        assert_eq!(
+            feature_gates(&strings(&["WatchList=maybe"])),
+            Err(strings(&[
+                "invalid value of WatchList=maybe, err: strconv.ParseBool: parsing \"maybe\": \
+                 invalid syntax"
+            ]))
+        );
+        let changed = feature_gates(&strings(&["WatchList=true"])).expect_err("refused");
+        assert_eq!(
+            changed,
+            strings(&[
+                "--feature-gates WatchList=true: konverge runs every feature gate at its \
+                 Kubernetes 1.33 default and cannot set WatchList"
+            ])
         );
     }
 

@@ -19,6 +19,7 @@
 mod apiserver;
 mod assets;
 mod etcd;
+mod feature_gates;
 mod flags;
 
 use std::ffi::OsString;
@@ -59,14 +60,17 @@ pub(crate) enum StandIn {
 }
 
 impl StandIn {
-    /// The stand-in a program path names (`.../kube-apiserver`, `.../etcd`), if any: how the
-    /// links in the assets folder reach this binary.
+    /// The stand-in a program path names (`.../kube-apiserver`, `.../etcd`, or a name that
+    /// starts so, such as `kube-apiserver-1.33` that `TEST_ASSET_KUBE_APISERVER` may name), if
+    /// any: how the links in the assets folder reach this binary.
     pub(crate) fn named(program: &OsString) -> Option<StandIn> {
         let name = Path::new(program).file_name()?.to_str()?;
-        match name {
-            "kube-apiserver" => Some(StandIn::KubeApiserver),
-            "etcd" => Some(StandIn::Etcd),
-            _ => None,
+        if name.starts_with("kube-apiserver") {
+            Some(StandIn::KubeApiserver)
+        } else if name.starts_with("etcd") {
+            Some(StandIn::Etcd)
+        } else {
+            None
         }
     }
 }
