@@ -44,6 +44,7 @@
 //! `docs/architecture.md` in the repository walks the same path in prose.
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod controllers;
 pub mod error;
@@ -100,6 +101,7 @@ pub struct ApiServerBuilder {
     service_account_issuer: String,
     service_account_public_keys: Vec<Vec<u8>>,
     allow_privileged: bool,
+    audit: Option<Arc<audit::Audit>>,
 }
 
 /// How the server decides whether a request may be done (`--authorization-mode`).
@@ -219,6 +221,13 @@ impl ApiServerBuilder {
     /// by validation, `Forbidden: disallowed by cluster policy`, as kube-apiserver refuses it.
     pub fn allow_privileged(mut self, allow: bool) -> Self {
         self.allow_privileged = allow;
+        self
+    }
+
+    /// Writes an audit log of the requests `audit`'s policy picks (`--audit-policy-file`,
+    /// `--audit-log-path`; default: none).
+    pub fn audit(mut self, audit: audit::Audit) -> Self {
+        self.audit = Some(Arc::new(audit));
         self
     }
 
@@ -347,6 +356,7 @@ impl ApiServerBuilder {
             address: RwLock::new("127.0.0.1:6443".into()),
             stop: CancellationToken::new(),
             pod_logs: RwLock::new(None),
+            audit: self.audit.clone(),
         });
         server.metrics.set_build_info(&server.version_info());
         controllers::bootstrap::run(&server.registry, &self.bootstrap).await?;
@@ -393,6 +403,8 @@ pub struct ApiServer {
     stop: CancellationToken,
     /// What answers `pods/log` ([`ApiServer::set_pod_logs`]).
     pod_logs: RwLock<Option<Arc<dyn logs::PodLogs>>>,
+    /// The audit log, if requests are audited.
+    audit: Option<Arc<audit::Audit>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -421,6 +433,7 @@ impl ApiServer {
             service_account_issuer: auth::tokens::ISSUER.to_string(),
             service_account_public_keys: Vec::new(),
             allow_privileged: true,
+            audit: None,
         }
     }
 
@@ -458,6 +471,11 @@ impl ApiServer {
     /// Runs `task` until [`stop`](Self::stop).
     fn background(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         tokio::spawn(self.stop.clone().run_until_cancelled_owned(task));
+    }
+
+    /// The audit log, if requests are audited ([`ApiServerBuilder::audit`]).
+    pub fn audit(&self) -> Option<&Arc<audit::Audit>> {
+        self.audit.as_ref()
     }
 
     /// Records the address clients reach the server at (reported by `/api`).

@@ -360,6 +360,9 @@ fn the_stand_ins_answer_help_and_refuse_what_they_cannot_do() {
         "--advertise-address",
         "--etcd-servers",
         "--etcd-prefix",
+        "--audit-policy-file",
+        "--audit-log-path",
+        "--audit-log-maxsize",
     ] {
         assert!(
             help.1.lines().any(|l| l.trim_start().starts_with(flag)),
@@ -526,4 +529,121 @@ async fn assets_named_one_by_one_work_and_kubectl_reaches_the_server() {
         );
     }
     plane.stop().await.expect("stop");
+}
+
+/// `--audit-policy-file` and `--audit-log-path`: the requests the policy picks are in the log,
+/// at the policy's level, as kube-apiserver writes `audit.k8s.io/v1` events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_flags_log_what_the_policy_picks() {
+    let folder = Folder::write();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        r#"
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: None
+  nonResourceURLs: ["/healthz*", "/readyz*", "/livez*"]
+- level: RequestResponse
+  resources:
+  - group: ""
+    resources: ["configmaps"]
+- level: Metadata
+"#,
+    )
+    .expect("write the policy");
+    let log = dir.path().join("audit").join("audit.log");
+    let (policy_arg, log_arg) = (policy.display().to_string(), log.display().to_string());
+    let release = RELEASES[RELEASES.len() - 1];
+    let plane = ControlPlane::start(
+        &folder.assets(),
+        release,
+        &[
+            ("audit-policy-file", &policy_arg),
+            ("audit-log-path", &log_arg),
+        ],
+    )
+    .await
+    .expect("start");
+    let admin = plane.client(&admin_user()).expect("a client");
+    create(
+        &admin,
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+               "data": {"color": "blue"}}),
+    )
+    .await;
+    let alice = plane
+        .client(&User::new("alice", &["team"]))
+        .expect("a client");
+    send(
+        &alice,
+        http::Request::get("/api/v1/namespaces/default/configmaps/settings")
+            .body(vec![])
+            .expect("request"),
+    )
+    .await
+    .expect_err("forbidden");
+    plane.stop().await.expect("stop");
+
+    let events: Vec<Value> = std::fs::read_to_string(&log)
+        .expect("the audit log")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON event a line"))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .all(|e| e["kind"] == "Event" && e["apiVersion"] == "audit.k8s.io/v1")
+    );
+    assert!(
+        events.iter().all(|e| e["stage"] != "RequestReceived"),
+        "omitted stage"
+    );
+    assert!(
+        !events.iter().any(|e| e["requestURI"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("/healthz"))),
+        "level None for /healthz"
+    );
+    let created = events
+        .iter()
+        .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "configmaps")
+        .expect("the create is logged");
+    assert_eq!(created["level"], "RequestResponse");
+    assert_eq!(created["stage"], "ResponseComplete");
+    assert_eq!(created["user"]["username"], "admin");
+    assert_eq!(
+        created["objectRef"],
+        json!({"resource": "configmaps", "namespace": "default", "apiVersion": "v1"})
+    );
+    assert_eq!(created["requestObject"]["data"]["color"], "blue");
+    assert_eq!(created["responseObject"]["metadata"]["name"], "settings");
+    assert_eq!(created["responseStatus"]["code"], 201);
+    assert_eq!(
+        created["annotations"]["authorization.k8s.io/decision"],
+        "allow"
+    );
+    assert_eq!(created["sourceIPs"], json!(["127.0.0.1"]));
+    let refused = events
+        .iter()
+        .find(|e| e["user"]["username"] == "alice")
+        .expect("alice's request is logged");
+    assert_eq!(refused["verb"], "get");
+    assert_eq!(refused["objectRef"]["name"], "settings");
+    assert_eq!(refused["responseStatus"]["code"], 403);
+    assert_eq!(refused["responseStatus"]["reason"], "Forbidden");
+    assert_eq!(
+        refused["annotations"]["authorization.k8s.io/decision"],
+        "forbid"
+    );
+    let namespace = events
+        .iter()
+        .find(|e| e["objectRef"]["resource"] == "namespaces")
+        .expect("the default namespace check is logged");
+    assert_eq!(namespace["level"], "Metadata");
+    assert!(namespace.get("responseObject").is_none());
 }

@@ -4,6 +4,7 @@
 //! Everything a response can be — an object, a list, a `Table`, a watch stream, a `Status`
 //! failure — is produced here; the registry never sees HTTP.
 
+mod audited;
 pub mod discovery;
 mod health;
 pub mod openapi;
@@ -108,6 +109,7 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
 
 async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
     let started = Instant::now();
+    let received = jiff::Timestamp::now();
     let route = route::parse(req.uri().path(), server.registry.catalog());
     let accept = Accept::parse(req.headers());
     // Errors are written as the objects of the request would be: protobuf when the client
@@ -133,15 +135,33 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     // Requests refused by authentication or authorization never reach a handler, and kube
     // does not count them.
     let (parts, body) = req.into_parts();
-    let user = match admit(&server, &parts).await {
+    let mut who = audited::Who::default();
+    let admitted = admit(&server, &parts, &mut who).await;
+    let mut audited = server
+        .audit()
+        .and_then(|audit| audited::Audited::begin(audit, &parts, &who, received));
+    let long_running = info.as_ref().is_some_and(|i| i.long_running);
+    let user = match admitted {
         Ok(user) => user,
-        Err(err) => return respond(err.code, &err.to_status(), protobuf),
+        Err(err) => {
+            let response = respond(err.code, &err.to_status(), protobuf);
+            return match audited {
+                Some(audited) => audited.finish(response, false).await,
+                None => response,
+            };
+        }
     };
-    let req = Request::from_parts(parts, body);
-    let response = match handle(&server, &user, route, accept, req).await {
+    let mut req = Request::from_parts(parts, body);
+    if let Some(audited) = audited.as_mut() {
+        req = audited.keep_request_object(req).await;
+    }
+    let mut response = match handle(&server, &user, route, accept, req).await {
         Ok(response) => response,
         Err(err) => respond(err.code, &err.to_status(), protobuf),
     };
+    if let Some(audited) = audited {
+        response = audited.finish(response, long_running).await;
+    }
     match info {
         Some(info) => recorded(&server, info, started, response),
         None => response,
@@ -246,9 +266,11 @@ impl Drop for Open {
 
 /// Who asks, who they act as, and whether they may: before routing, as in kube-apiserver
 /// (a request for a resource that does not exist is forbidden before it is not found).
+/// `who` learns each as it is known, for the audit log.
 async fn admit(
     server: &ApiServer,
     parts: &http::request::Parts,
+    who: &mut audited::Who,
 ) -> Result<crate::auth::user::UserInfo> {
     let requester = server
         .authenticator()
@@ -260,16 +282,27 @@ async fn admit(
                 .get::<crate::auth::authn::ClientCertificate>(),
         )
         .await?;
+    who.requester = Some(requester.clone());
     let user =
         crate::auth::authn::impersonate(server.authorization(), requester, &parts.headers).await?;
+    who.user = Some(user.clone());
     let attributes = crate::auth::authz::Attributes::of_request(
         &user,
         &parts.method,
         parts.uri.path(),
         parts.uri.query(),
     );
-    server.authorization().check(&attributes).await?;
-    Ok(user)
+    match server.authorization().decide_observed(&attributes).await {
+        crate::auth::authz::Decision::Allow(reason) => {
+            who.decision = Some((true, reason));
+            Ok(user)
+        }
+        crate::auth::authz::Decision::Deny(reason)
+        | crate::auth::authz::Decision::NoOpinion(reason) => {
+            who.decision = Some((false, reason.clone()));
+            Err(crate::auth::authz::forbidden(&attributes, &reason))
+        }
+    }
 }
 
 async fn handle(
