@@ -162,22 +162,8 @@ async fn services_get_ips_from_the_configured_range_and_kubernetes_points_at_the
         kubernetes["spec"]["ports"],
         json!([{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8443}])
     );
-    let endpoints = get(&server, "/api/v1/namespaces/default/endpoints/kubernetes").await;
-    assert_eq!(
-        endpoints["subsets"],
-        json!([{
-            "addresses": [{"ip": "192.168.7.5"}],
-            "ports": [{"name": "https", "port": 8443, "protocol": "TCP"}],
-        }])
-    );
-    let slice = get(
-        &server,
-        "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes",
-    )
-    .await;
+    let slice = assert_endpoints(&server, "192.168.7.5", 8443).await;
     assert_eq!(slice["addressType"], "IPv4");
-    assert_eq!(slice["endpoints"][0]["addresses"], json!(["192.168.7.5"]));
-    assert_eq!(slice["ports"][0]["port"], 8443);
 
     // A new Service gets an IP of the range (neither the network nor the broadcast address).
     let (status, web) = call(
@@ -290,21 +276,28 @@ async fn the_default_range_and_address_are_kubeadms_and_a_restart_repoints_the_e
     let kubernetes = get(&second, "/api/v1/namespaces/default/services/kubernetes").await;
     assert_eq!(kubernetes["spec"]["clusterIP"], "10.96.0.1");
     assert_eq!(kubernetes["spec"]["ports"][0]["targetPort"], 7443);
-    let endpoints = get(&second, "/api/v1/namespaces/default/endpoints/kubernetes").await;
+    assert_endpoints(&second, "::1", 7443).await;
+}
+
+/// Asserts the `kubernetes` Endpoints and EndpointSlice point at `ip`:`port`; returns the
+/// slice.
+async fn assert_endpoints(server: &Arc<ApiServer>, ip: &str, port: u16) -> Value {
+    let endpoints = get(server, "/api/v1/namespaces/default/endpoints/kubernetes").await;
     assert_eq!(
         endpoints["subsets"],
         json!([{
-            "addresses": [{"ip": "::1"}],
-            "ports": [{"name": "https", "port": 7443, "protocol": "TCP"}],
+            "addresses": [{"ip": ip}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         }])
     );
     let slice = get(
-        &second,
+        server,
         "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes",
     )
     .await;
-    assert_eq!(slice["endpoints"][0]["addresses"], json!(["::1"]));
-    assert_eq!(slice["ports"][0]["port"], 7443);
+    assert_eq!(slice["endpoints"][0]["addresses"], json!([ip]));
+    assert_eq!(slice["ports"][0]["port"], port);
+    slice
 }
 
 // -------------------------------------------------------------------------------------------

@@ -82,6 +82,10 @@ pub use controllers::bootstrap::SYSTEM_NAMESPACES;
 pub use logs::{LogLine, PodLogs};
 pub use registry::ServiceIpRange;
 
+/// The admission plugin whose rule (a namespaced object's namespace exists and is not
+/// terminating) the registry enforces itself.
+const NAMESPACE_LIFECYCLE: &str = "NamespaceLifecycle";
+
 /// Builds an [`ApiServer`].
 #[derive(Clone)]
 pub struct ApiServerBuilder {
@@ -328,8 +332,18 @@ impl ApiServerBuilder {
                     authorization.clone(),
                 )),
             );
+        // NamespaceLifecycle is not in the chain: the registry keeps its rule.
+        let mut registry = registry;
+        if self
+            .disabled_admission
+            .iter()
+            .any(|n| n == NAMESPACE_LIFECYCLE)
+        {
+            registry = registry.without_namespace_lifecycle();
+        }
         if !self.disabled_admission.is_empty() {
-            let known = chain.names();
+            let mut known = chain.names();
+            known.push(NAMESPACE_LIFECYCLE);
             if let Some(unknown) = self
                 .disabled_admission
                 .iter()

@@ -242,7 +242,8 @@ async fn open_etcd(_endpoint: &str) -> anyhow::Result<(Arc<dyn KvStore>, String)
     bail!("this konverge was built without etcd support: rebuild with `--features etcd`")
 }
 
-async fn shutdown_signal() {
+/// Resolves on Ctrl-C or SIGTERM.
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let mut term =

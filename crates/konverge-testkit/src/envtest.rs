@@ -563,16 +563,21 @@ impl ControlPlane {
         })
     }
 
-    /// A client for `user`, a client certificate signed by envtest's client CA, as envtest's
-    /// `AddUser` provisions it.
-    pub fn client(&self, user: &User) -> Result<kube::Client, EnvtestError> {
+    /// A client certificate and key (PEM) for `user`, from envtest's client CA.
+    fn user_certificate(&self, user: &User) -> Result<(String, String), EnvtestError> {
         let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
-        let (cert, key) = self.client_ca.issue(
+        self.client_ca.issue(
             &user.name,
             &groups,
             Vec::new(),
             ExtendedKeyUsagePurpose::ClientAuth,
-        )?;
+        )
+    }
+
+    /// A client for `user`, a client certificate signed by envtest's client CA, as envtest's
+    /// `AddUser` provisions it.
+    pub fn client(&self, user: &User) -> Result<kube::Client, EnvtestError> {
+        let (cert, key) = self.user_certificate(user)?;
         let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
         let mut config = kube::Config::new(self.url()?);
         config.root_cert = Some(pem_certificates(&self.serving_ca_pem));
@@ -590,13 +595,7 @@ impl ControlPlane {
     /// A kubeconfig for `user` (JSON, which kubectl reads as it reads YAML): what envtest's
     /// `AuthenticatedUser.KubeConfig()` gives and its `KubeCtl` runs kubectl with.
     pub fn kubeconfig(&self, user: &User) -> Result<String, EnvtestError> {
-        let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
-        let (cert, key) = self.client_ca.issue(
-            &user.name,
-            &groups,
-            Vec::new(),
-            ExtendedKeyUsagePurpose::ClientAuth,
-        )?;
+        let (cert, key) = self.user_certificate(user)?;
         let b64 = |pem: &str| base64::engine::general_purpose::STANDARD.encode(pem);
         let config = json!({
             "apiVersion": "v1",

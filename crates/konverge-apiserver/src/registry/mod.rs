@@ -174,6 +174,9 @@ pub struct Registry {
     admission: Arc<crate::admission::Chain>,
     /// How admission and conversion webhooks are reached.
     webhooks: crate::webhook::Webhooks,
+    /// Whether a namespaced create needs its namespace to exist and not be terminating
+    /// (kube-apiserver's NamespaceLifecycle admission plugin).
+    namespace_lifecycle: bool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -294,7 +297,16 @@ impl Registry {
             quota_generation: Arc::new(AtomicU64::new(0)),
             admission: Arc::new(crate::admission::Chain::builtin()),
             webhooks: crate::webhook::Webhooks::default(),
+            namespace_lifecycle: true,
         }
+    }
+
+    /// The same registry without NamespaceLifecycle's rule: namespaced objects may be created
+    /// in namespaces that do not exist or are terminating, as with kube-apiserver's
+    /// `--disable-admission-plugins=NamespaceLifecycle`.
+    pub fn without_namespace_lifecycle(mut self) -> Self {
+        self.namespace_lifecycle = false;
+        self
     }
 
     /// The same registry running `chain` as its admission plugins (default:
@@ -859,7 +871,7 @@ impl Registry {
         self.admission.admit(admitting, &mut obj, self).await?;
         let obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
         self.validate(rt, &obj, None)?;
-        if rt.namespaced && !admitting.namespace.is_empty() {
+        if self.namespace_lifecycle && rt.namespaced && !admitting.namespace.is_empty() {
             self.check_namespace(rt, admitting.namespace, admitting.name)
                 .await?;
         }

@@ -164,76 +164,65 @@ pub(super) struct Flags {
     verbosity: u8,
 }
 
-/// kube-apiserver 1.33's admission plugins, in its order.
-const KUBE_ADMISSION_PLUGINS: [&str; 36] = [
-    "AlwaysAdmit",
-    "NamespaceAutoProvision",
-    "NamespaceLifecycle",
-    "NamespaceExists",
-    "LimitPodHardAntiAffinityTopology",
-    "LimitRanger",
-    "ServiceAccount",
-    "NodeRestriction",
-    "TaintNodesByCondition",
-    "AlwaysPullImages",
-    "ImagePolicyWebhook",
-    "PodSecurity",
-    "PodNodeSelector",
-    "Priority",
-    "DefaultTolerationSeconds",
-    "PodTolerationRestriction",
-    "EventRateLimit",
-    "ExtendedResourceToleration",
-    "DefaultStorageClass",
-    "StorageObjectInUseProtection",
-    "OwnerReferencesPermissionEnforcement",
-    "PersistentVolumeClaimResize",
-    "RuntimeClass",
-    "CertificateApproval",
-    "CertificateSigning",
-    "ClusterTrustBundleAttest",
-    "CertificateSubjectRestriction",
-    "DefaultIngressClass",
-    "DenyServiceExternalIPs",
-    "PodTopologyLabels",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionWebhook",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionWebhook",
-    "ResourceQuota",
-    "AlwaysDeny",
+/// kube-apiserver 1.33's admission plugins, in its order, and whether each runs unless told
+/// not to.
+const KUBE_ADMISSION_PLUGINS: [(&str, bool); 36] = [
+    ("AlwaysAdmit", false),
+    ("NamespaceAutoProvision", false),
+    ("NamespaceLifecycle", true),
+    ("NamespaceExists", false),
+    ("LimitPodHardAntiAffinityTopology", false),
+    ("LimitRanger", true),
+    ("ServiceAccount", true),
+    ("NodeRestriction", false),
+    ("TaintNodesByCondition", true),
+    ("AlwaysPullImages", false),
+    ("ImagePolicyWebhook", false),
+    ("PodSecurity", true),
+    ("PodNodeSelector", false),
+    ("Priority", true),
+    ("DefaultTolerationSeconds", true),
+    ("PodTolerationRestriction", false),
+    ("EventRateLimit", false),
+    ("ExtendedResourceToleration", false),
+    ("DefaultStorageClass", true),
+    ("StorageObjectInUseProtection", true),
+    ("OwnerReferencesPermissionEnforcement", false),
+    ("PersistentVolumeClaimResize", true),
+    ("RuntimeClass", true),
+    ("CertificateApproval", true),
+    ("CertificateSigning", true),
+    ("ClusterTrustBundleAttest", true),
+    ("CertificateSubjectRestriction", true),
+    ("DefaultIngressClass", true),
+    ("DenyServiceExternalIPs", false),
+    ("PodTopologyLabels", true),
+    ("MutatingAdmissionPolicy", true),
+    ("MutatingAdmissionWebhook", true),
+    ("ValidatingAdmissionPolicy", true),
+    ("ValidatingAdmissionWebhook", true),
+    ("ResourceQuota", true),
+    ("AlwaysDeny", false),
 ];
 
-/// The plugins kube-apiserver 1.33 runs unless told not to.
-const KUBE_DEFAULT_ON: [&str; 22] = [
-    "NamespaceLifecycle",
-    "LimitRanger",
-    "ServiceAccount",
-    "DefaultStorageClass",
-    "PersistentVolumeClaimResize",
-    "DefaultTolerationSeconds",
-    "MutatingAdmissionWebhook",
-    "ValidatingAdmissionWebhook",
-    "ResourceQuota",
-    "StorageObjectInUseProtection",
-    "Priority",
-    "TaintNodesByCondition",
-    "RuntimeClass",
-    "CertificateApproval",
-    "CertificateSigning",
-    "ClusterTrustBundleAttest",
-    "CertificateSubjectRestriction",
-    "DefaultIngressClass",
-    "PodSecurity",
-    "PodTopologyLabels",
-    "MutatingAdmissionPolicy",
-    "ValidatingAdmissionPolicy",
-];
+fn is_kube_plugin(name: &str) -> bool {
+    KUBE_ADMISSION_PLUGINS
+        .iter()
+        .any(|(plugin, _)| *plugin == name)
+}
 
-/// The admission plugins konverge's server runs as plugins (and so can turn off).
+fn kube_runs_by_default(name: &str) -> bool {
+    KUBE_ADMISSION_PLUGINS
+        .iter()
+        .any(|(plugin, on)| *on && *plugin == name)
+}
+
+/// The admission plugins konverge's server runs (and so can turn off): its chain, the dynamic
+/// plugins, and NamespaceLifecycle, whose rule its registry keeps.
 fn konverge_admission_plugins() -> Vec<&'static str> {
     let mut names = konverge_apiserver::admission::Chain::builtin().names();
     names.extend([
+        "NamespaceLifecycle",
         "MutatingAdmissionWebhook",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionWebhook",
@@ -470,8 +459,7 @@ fn authorization_mode(modes: &[String]) -> Result<AuthorizationMode, Vec<String>
 
 /// `--enable-admission-plugins` and `--disable-admission-plugins`: the plugins to turn off in
 /// konverge's chain. Enabling a plugin konverge runs (or kube-apiserver runs by default) is
-/// already so; enabling one konverge does not implement, or turning off one it cannot, is
-/// refused.
+/// already so; enabling one konverge does not implement is refused.
 fn admission_plugins(enable: &[String], disable: &[String]) -> Result<Vec<String>, Vec<String>> {
     let ours = konverge_admission_plugins();
     let mut errors = Vec::new();
@@ -480,7 +468,7 @@ fn admission_plugins(enable: &[String], disable: &[String]) -> Result<Vec<String
         ("disable-admission-plugins", disable),
     ] {
         for name in names.iter().filter(|n| !n.is_empty()) {
-            if !KUBE_ADMISSION_PLUGINS.contains(&name.as_str()) {
+            if !is_kube_plugin(name) {
                 errors.push(format!("{flag} plugin {name:?} is unknown"));
             }
         }
@@ -500,21 +488,13 @@ fn admission_plugins(enable: &[String], disable: &[String]) -> Result<Vec<String
         return Err(errors);
     }
     for name in enable.iter().filter(|n| !n.is_empty()) {
-        let already = ours.contains(&name.as_str())
-            || KUBE_DEFAULT_ON.contains(&name.as_str())
-            || name == "AlwaysAdmit";
+        let already =
+            ours.contains(&name.as_str()) || kube_runs_by_default(name) || name == "AlwaysAdmit";
         if !already {
             errors.push(format!(
                 "enable-admission-plugins plugin {name:?}: konverge does not implement it"
             ));
         }
-    }
-    if disable.iter().any(|n| n == "NamespaceLifecycle") {
-        errors.push(
-            "disable-admission-plugins plugin \"NamespaceLifecycle\": konverge enforces \
-             namespace lifecycle in its registry and cannot turn it off"
-                .to_string(),
-        );
     }
     if !errors.is_empty() {
         return Err(errors);
@@ -720,7 +700,8 @@ async fn run(flags: Flags, settings: Settings) -> anyhow::Result<()> {
         serving.local_addr(),
         started.elapsed().as_secs_f64() * 1e3
     );
-    super::stop_signal().await;
+    // SIGTERM, as envtest's Stop() sends, or Ctrl-C.
+    crate::up::shutdown_signal().await;
     // envtest's Stop() waits for the process: connections (watches included) are cut at
     // once rather than given a grace period.
     drop(serving);
@@ -1032,8 +1013,8 @@ mod tests {
     #[test]
     fn admission_flags_turn_off_what_konverge_runs_and_refuse_the_rest() {
         assert_eq!(
-            admission_plugins(&[], &strings(&["ServiceAccount"])),
-            Ok(strings(&["ServiceAccount"]))
+            admission_plugins(&[], &strings(&["NamespaceLifecycle", "ServiceAccount"])),
+            Ok(strings(&["NamespaceLifecycle", "ServiceAccount"]))
         );
         // Not run by konverge: nothing to turn off.
         assert_eq!(

@@ -133,7 +133,8 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
         flags.listen_client_urls.join(","),
         data_dir.display()
     );
-    super::stop_signal().await;
+    // SIGTERM, as envtest's Stop() sends, or Ctrl-C.
+    crate::up::shutdown_signal().await;
     drop(peers);
     for task in serving {
         task.abort();

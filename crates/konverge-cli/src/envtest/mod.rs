@@ -94,19 +94,3 @@ pub(crate) async fn run_stand_in(which: StandIn, args: Vec<OsString>) -> ExitCod
         StandIn::Etcd => etcd::main(args).await,
     }
 }
-
-/// Resolves when the process is asked to stop (SIGTERM, as envtest's `Stop()` sends, or
-/// Ctrl-C).
-async fn stop_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
