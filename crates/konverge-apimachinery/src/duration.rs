@@ -1,5 +1,7 @@
-//! Go's duration syntax (`time.ParseDuration`): what Kubernetes accepts wherever a request
-//! carries a duration (`?timeout=30s`), with Go's error messages.
+//! Go's durations: the syntax `time.ParseDuration` reads (what Kubernetes accepts wherever a
+//! request, a CEL expression, a protobuf `Duration` or a flag carries one: `?timeout=30s`,
+//! `1h30m`, `-1.5s`), with Go's error messages, and the text `time.Duration.String()` writes
+//! (`1m20s`, `1.5ms`). The one copy of each in konverge.
 
 use std::time::Duration;
 
@@ -39,15 +41,23 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 /// Parses a Go duration (`300ms`, `1.5h`, `2h45m`). Negative durations are refused as
 /// invalid, since nothing in the API takes one.
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
-    let invalid = || DurationError::Invalid(text.to_string());
-    let mut rest = text;
-    if let Some(r) = rest.strip_prefix('+') {
-        rest = r;
-    } else if rest.starts_with('-') {
-        return Err(invalid());
+    if text.starts_with('-') {
+        return Err(DurationError::Invalid(text.to_string()));
     }
+    let nanos = parse_nanos(text)?;
+    Ok(Duration::from_nanos(nanos.unsigned_abs()))
+}
+
+/// Parses a Go duration, negative ones included, to nanoseconds (`-1.5s` is
+/// -1,500,000,000), exactly (no floating point) and within Go's range (about ±292 years).
+pub fn parse_nanos(text: &str) -> Result<i64, DurationError> {
+    let invalid = || DurationError::Invalid(text.to_string());
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
     if rest == "0" {
-        return Ok(Duration::ZERO);
+        return Ok(0);
     }
     if rest.is_empty() {
         return Err(invalid());
@@ -88,10 +98,89 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         }
         total = total.checked_add(nanos).ok_or_else(invalid)?;
     }
-    if total > i64::MAX as u128 {
+    let limit = if negative {
+        i64::MAX as u128 + 1
+    } else {
+        i64::MAX as u128
+    };
+    if total > limit {
         return Err(invalid());
     }
-    Ok(Duration::from_nanos(total as u64))
+    // In range: `total` is at most 2^63, whose negation is i64::MIN.
+    let magnitude = total as i128;
+    Ok((if negative { -magnitude } else { magnitude }) as i64)
+}
+
+/// Go's `time.Duration(nanos).String()`: `0s`, `1.5µs`, `300ms`, `1m20s`, `-2h0m0s`.
+pub fn format_nanos(nanos: i64) -> String {
+    let mut u = nanos.unsigned_abs();
+    if u == 0 {
+        return "0s".to_string();
+    }
+    // Built back to front, as Go builds it.
+    let mut out: Vec<char> = Vec::with_capacity(32);
+    out.push('s');
+    if u < 1_000_000_000 {
+        let precision = if u < 1_000 {
+            out.push('n');
+            0
+        } else if u < 1_000_000 {
+            out.push('\u{b5}');
+            3
+        } else {
+            out.push('m');
+            6
+        };
+        u = push_fraction(&mut out, u, precision);
+        push_integer(&mut out, u);
+    } else {
+        u = push_fraction(&mut out, u, 9);
+        push_integer(&mut out, u % 60);
+        u /= 60;
+        if u > 0 {
+            out.push('m');
+            push_integer(&mut out, u % 60);
+            u /= 60;
+            if u > 0 {
+                out.push('h');
+                push_integer(&mut out, u);
+            }
+        }
+    }
+    if nanos < 0 {
+        out.push('-');
+    }
+    out.iter().rev().collect()
+}
+
+/// The fraction `v / 10^precision` without trailing zeros (nor the point, when it is zero),
+/// pushed back to front; returns the integer part.
+fn push_fraction(out: &mut Vec<char>, mut v: u64, precision: u32) -> u64 {
+    let mut print = false;
+    for _ in 0..precision {
+        let digit = (v % 10) as u8;
+        print = print || digit != 0;
+        if print {
+            out.push(char::from(b'0' + digit));
+        }
+        v /= 10;
+    }
+    if print {
+        out.push('.');
+    }
+    v
+}
+
+/// `v` in decimal, pushed back to front.
+fn push_integer(out: &mut Vec<char>, mut v: u64) {
+    if v == 0 {
+        out.push('0');
+        return;
+    }
+    while v > 0 {
+        out.push(char::from(b'0' + (v % 10) as u8));
+        v /= 10;
+    }
 }
 
 #[cfg(test)]
@@ -130,5 +219,42 @@ mod tests {
         );
         assert!(parse_duration("").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn signed_durations_parse_to_nanoseconds() {
+        assert_eq!(parse_nanos("-1.5s"), Ok(-1_500_000_000));
+        assert_eq!(parse_nanos("1h2m3.5s"), Ok(3_723_500_000_000));
+        assert_eq!(parse_nanos("-0"), Ok(0));
+        assert_eq!(parse_nanos("9223372036854775807ns"), Ok(i64::MAX));
+        assert_eq!(parse_nanos("-9223372036854775808ns"), Ok(i64::MIN));
+        assert!(parse_nanos("9223372036854775808ns").is_err());
+        assert_eq!(
+            parse_nanos("1x").unwrap_err().to_string(),
+            "time: unknown unit \"x\" in duration \"1x\""
+        );
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        for (nanos, text) in [
+            (0, "0s"),
+            (1, "1ns"),
+            (1_500, "1.5\u{b5}s"),
+            (300_000_000, "300ms"),
+            (10_000_000_000, "10s"),
+            (80_000_000_000, "1m20s"),
+            (300_000_000_000, "5m0s"),
+            (3_723_500_000_000, "1h2m3.5s"),
+            (-7_200_000_000_000, "-2h0m0s"),
+            (2_200_000, "2.2ms"),
+            (5_025_000_000_000, "1h23m45s"),
+            (-1_500_000_000, "-1.5s"),
+            (i64::MIN, "-2562047h47m16.854775808s"),
+            (i64::MAX, "2562047h47m16.854775807s"),
+        ] {
+            assert_eq!(format_nanos(nanos), text, "{nanos}");
+        }
     }
 }

@@ -190,42 +190,15 @@ fn split_account(account: &str) -> anyhow::Result<(&str, &str)> {
     }
 }
 
-/// A duration as Go writes them, in whole hours, minutes and seconds: `1h`, `90m`, `1h30m`.
+/// A duration as Go writes them (`1h`, `90m`, `1h30m`), at least a second; whole seconds
+/// count, as kubectl's `--duration` counts them.
 fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let invalid = || anyhow::anyhow!("invalid --duration {text:?}: use e.g. 10m, 1h or 8760h");
-    let mut seconds: u64 = 0;
-    let mut rest = text.trim();
-    if rest.is_empty() {
+    let parsed = konverge_apimachinery::duration::parse_duration(text).map_err(|_| invalid())?;
+    if parsed.as_secs() == 0 {
         return Err(invalid());
     }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .ok_or_else(invalid)?;
-        if digits == 0 {
-            return Err(invalid());
-        }
-        let number: u64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "h" => 3600,
-            "m" => 60,
-            "s" => 1,
-            _ => return Err(invalid()),
-        };
-        rest = &rest[unit_len..];
-        seconds = number
-            .checked_mul(unit)
-            .and_then(|s| s.checked_add(seconds))
-            .ok_or_else(invalid)?;
-    }
-    if seconds == 0 {
-        return Err(invalid());
-    }
-    Ok(Duration::from_secs(seconds))
+    Ok(Duration::from_secs(parsed.as_secs()))
 }
 
 /// Why no token came back.
@@ -302,7 +275,8 @@ mod tests {
             parse_duration("8760h").unwrap(),
             Duration::from_secs(365 * 24 * 3600)
         );
-        for bad in ["", "1", "h", "1d", "1.5h", "-1h", "0s", "1h 30m"] {
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        for bad in ["", "1", "h", "1d", "-1h", "0s", "1h 30m", "500ms"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }

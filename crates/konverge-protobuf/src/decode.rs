@@ -15,9 +15,10 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::error::DecodeError;
-use crate::gotime::{Instant, go_duration};
+use crate::gotime::Instant;
 use crate::schema::{Absent, Card, Field, Message, Repr, Ty};
 use crate::wire::{MAX_GROUP_DEPTH, Reader, WireError, WireType};
+use konverge_apimachinery::duration::format_nanos;
 
 /// How deep messages may nest (the object itself is level 1; map entries count). Kubernetes
 /// objects rarely exceed 15; CRD schemas add two levels per schema level.
@@ -588,7 +589,7 @@ fn finalize(
                 })?)
             }
         }
-        Repr::Duration => Value::String(go_duration(int(&partial.take(1)))),
+        Repr::Duration => Value::String(format_nanos(int(&partial.take(1)))),
         Repr::Quantity => match partial.take(1) {
             Slot::Scalar(value) => value,
             _ => Value::String("0".to_owned()),

@@ -118,12 +118,12 @@ fn message_fields(
         Repr::Duration => {
             let nanos = match value {
                 Value::Null => 0,
-                Value::String(text) => {
-                    crate::gotime::parse_duration(text).ok_or_else(|| EncodeError::Invalid {
+                Value::String(text) => konverge_apimachinery::duration::parse_nanos(text)
+                    .ok()
+                    .ok_or_else(|| EncodeError::Invalid {
                         path: path.to_string(),
                         expected: "a Go duration",
-                    })?
-                }
+                    })?,
                 _ => {
                     return Err(EncodeError::Invalid {
                         path: path.to_string(),

@@ -1,6 +1,6 @@
-//! Go's text forms of times and durations, as `meta/v1` Time, MicroTime and Duration write
-//! them to JSON: RFC 3339 in UTC (`2006-01-02T15:04:05Z`, `2006-01-02T15:04:05.000000Z`) and
-//! `time.Duration.String()` (`1h2m3.5s`, `1.5ms`, `0s`).
+//! Go's text forms of times, as `meta/v1` Time and MicroTime write them to JSON: RFC 3339 in
+//! UTC (`2006-01-02T15:04:05Z`, `2006-01-02T15:04:05.000000Z`). Durations' text is
+//! konverge-apimachinery's (`duration::format_nanos`, `duration::parse_nanos`).
 
 /// A time as seconds since the Unix epoch plus nanoseconds (normalized: `0..1e9`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,121 +74,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     )
 }
 
-/// Go's `time.ParseDuration` (`1h2m3.5s`, `-1.5ms`, `0`), in nanoseconds; `None` when the
-/// text is not a duration or overflows.
-pub(crate) fn parse_duration(text: &str) -> Option<i64> {
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_end].parse().ok()?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_end..];
-        total += number * scale;
-    }
-    if total > i64::MAX as f64 {
-        return None;
-    }
-    let nanos = total.round() as i64;
-    Some(if negative { -nanos } else { nanos })
-}
-
-/// Go's `time.Duration(nanos).String()`.
-pub(crate) fn go_duration(nanos: i64) -> String {
-    let neg = nanos < 0;
-    let mut u = nanos.unsigned_abs();
-    // Built back to front, like Go's.
-    let mut out: Vec<char> = Vec::with_capacity(32);
-    if u < 1_000_000_000 {
-        out.push('s');
-        let prec = if u == 0 {
-            return "0s".to_owned();
-        } else if u < 1_000 {
-            out.push('n');
-            0
-        } else if u < 1_000_000 {
-            out.push('µ');
-            3
-        } else {
-            out.push('m');
-            6
-        };
-        u = frac(&mut out, u, prec);
-        int(&mut out, u);
-    } else {
-        out.push('s');
-        u = frac(&mut out, u, 9);
-        int(&mut out, u % 60);
-        u /= 60;
-        if u > 0 {
-            out.push('m');
-            int(&mut out, u % 60);
-            u /= 60;
-            if u > 0 {
-                out.push('h');
-                int(&mut out, u);
-            }
-        }
-    }
-    if neg {
-        out.push('-');
-    }
-    out.iter().rev().collect()
-}
-
-/// Go's `fmtFrac`: the fraction `v / 10^prec` without trailing zeros (and without the point
-/// when it is zero), pushed back to front; returns the integer part.
-fn frac(out: &mut Vec<char>, mut v: u64, prec: u32) -> u64 {
-    let mut print = false;
-    for _ in 0..prec {
-        let digit = (v % 10) as u8;
-        print = print || digit != 0;
-        if print {
-            out.push(char::from(b'0' + digit));
-        }
-        v /= 10;
-    }
-    if print {
-        out.push('.');
-    }
-    v
-}
-
-/// Go's `fmtInt`, pushed back to front.
-fn int(out: &mut Vec<char>, mut v: u64) {
-    if v == 0 {
-        out.push('0');
-        return;
-    }
-    while v > 0 {
-        out.push(char::from(b'0' + (v % 10) as u8));
-        v /= 10;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,25 +119,5 @@ mod tests {
                 .unwrap()
                 .is_go_zero()
         );
-    }
-
-    #[test]
-    fn durations() {
-        for (nanos, text) in [
-            (0, "0s"),
-            (1, "1ns"),
-            (1_100, "1.1µs"),
-            (2_200_000, "2.2ms"),
-            (3_300_000_000, "3.3s"),
-            (4 * 60 * 1_000_000_000 + 5_000_000_000, "4m5s"),
-            (4 * 60 * 1_000_000_000, "4m0s"),
-            (3_600 * 1_000_000_000, "1h0m0s"),
-            (5_025_000_000_000, "1h23m45s"),
-            (-1_500_000_000, "-1.5s"),
-            (i64::MIN, "-2562047h47m16.854775808s"),
-            (i64::MAX, "2562047h47m16.854775807s"),
-        ] {
-            assert_eq!(go_duration(nanos), text, "{nanos}");
-        }
     }
 }

@@ -197,41 +197,7 @@ fn string(s: &str, schema: &Value) -> CelValue {
 
 /// A Go duration (`1h30m`, `-1.5s`, `300ms`).
 fn parse_duration(s: &str) -> Option<chrono::Duration> {
-    let (negative, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    if rest == "0" {
-        return Some(chrono::Duration::zero());
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut nanos: f64 = 0.0;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        nanos += number * scale;
-    }
-    if !nanos.is_finite() || nanos > i64::MAX as f64 {
-        return None;
-    }
-    let d = chrono::Duration::nanoseconds(nanos as i64);
-    Some(if negative { -d } else { d })
+    crate::duration::parse_nanos(s)
+        .ok()
+        .map(chrono::Duration::nanoseconds)
 }

@@ -380,43 +380,7 @@ fn is_date_time(s: &str) -> bool {
 
 /// Go's `time.ParseDuration`, then kube-openapi's lenient `<n> <unit>` fallback.
 fn is_duration(s: &str) -> bool {
-    go_parse_duration(s) || lenient_duration(s)
-}
-
-fn go_parse_duration(s: &str) -> bool {
-    let s = s.strip_prefix(['-', '+']).unwrap_or(s);
-    if s == "0" {
-        return true;
-    }
-    if s.is_empty() {
-        return false;
-    }
-    let mut rest = s;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let mut after = &rest[int_len..];
-        let mut frac_len = 0;
-        if let Some(f) = after.strip_prefix('.') {
-            frac_len = f.bytes().take_while(u8::is_ascii_digit).count();
-            after = &f[frac_len..];
-        }
-        if int_len == 0 && frac_len == 0 {
-            return false;
-        }
-        let unit_len = after
-            .char_indices()
-            .find(|(_, c)| *c == '.' || c.is_ascii_digit())
-            .map(|(i, _)| i)
-            .unwrap_or(after.len());
-        if !matches!(
-            &after[..unit_len],
-            "ns" | "us" | "µs" | "μs" | "ms" | "s" | "m" | "h"
-        ) {
-            return false;
-        }
-        rest = &after[unit_len..];
-    }
-    true
+    crate::duration::parse_nanos(s).is_ok() || lenient_duration(s)
 }
 
 fn lenient_duration(s: &str) -> bool {

@@ -227,35 +227,7 @@ fn descriptor(spec: &str) -> Result<Kind, String> {
 
 /// A non-negative Go duration (`1h30m`, `90s`, `1.5h`).
 fn go_duration(text: &str) -> Option<Duration> {
-    if text == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let (number, tail) = rest.split_at(number_len);
-        let value: f64 = number.parse().ok()?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * scale;
-        rest = tail;
-    }
-    Duration::try_from_secs_f64(total).ok()
+    konverge_apimachinery::duration::parse_duration(text).ok()
 }
 
 /// One comma-separated field.

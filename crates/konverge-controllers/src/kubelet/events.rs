@@ -57,11 +57,11 @@ pub(super) fn field_path(init: bool, name: &str) -> String {
 
 /// Go's `time.Duration` printing of whole seconds (`0s`, `10s`, `1m20s`, `5m0s`).
 pub(super) fn go_duration(secs: u64) -> String {
-    match (secs / 3600, secs / 60 % 60, secs % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
+    let nanos = i64::try_from(secs)
+        .ok()
+        .and_then(|s| s.checked_mul(1_000_000_000))
+        .unwrap_or(i64::MAX);
+    konverge_apimachinery::duration::format_nanos(nanos)
 }
 
 #[cfg(test)]
