@@ -9,7 +9,8 @@
 //!   against objects; label key and value validation.
 //! - [`decoding`]: request bodies read as kube-apiserver reads them: duplicate JSON fields
 //!   for strict field validation, YAML with sigs.k8s.io/yaml's YAML 1.1 scalars.
-//! - [`duration`]: Go's duration syntax (`?timeout=30s`), with Go's errors.
+//! - [`duration`]: Go's durations, read (`?timeout=30s`, with Go's errors) and written.
+//! - [`escape`]: percent-decoding of URL path segments.
 //! - [`names`]: object name rules (RFC 1123 subdomains and labels, RFC 1035 labels, path
 //!   segments) with Kubernetes' messages.
 //! - [`quantity`]: resource quantities (`500m`, `1.5Gi`) and `ParseQuantity`'s errors.
@@ -26,6 +27,7 @@
 pub mod cel;
 pub mod decoding;
 pub mod duration;
+pub mod escape;
 pub mod field;
 pub mod gofmt;
 pub mod names;

@@ -108,7 +108,9 @@ impl RequestInfo {
         let parts: Vec<String> = path
             .split('/')
             .filter(|s| !s.is_empty())
-            .map(percent_decode)
+            // A malformed escape is kept as it is: the server answers such a request with 400,
+            // and the request is still recorded.
+            .map(konverge_apimachinery::escape::percent_decode_or_keep)
             .collect();
         let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
         let (group, version, mut rest) = match parts.as_slice() {
@@ -202,31 +204,6 @@ fn exact_name(selector: &str) -> Option<String> {
 
 fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default()
-}
-
-/// Decodes `%XX` escapes; a malformed escape is kept as it is (the server answers such a
-/// request with 400, and the request is still recorded).
-fn percent_decode(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| segment.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -354,7 +354,10 @@ fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Acting>, ApiError> 
     for (name, value) in headers {
         if let Some(key) = name.as_str().strip_prefix(IMPERSONATE_EXTRA) {
             // Header names are lower case already; the key is percent-decoded.
-            extras.push((super::authz::percent_decode(key), text(value)));
+            extras.push((
+                konverge_apimachinery::escape::percent_decode_or_keep(key),
+                text(value),
+            ));
         }
     }
     let uid = headers.get(IMPERSONATE_UID).map(text).unwrap_or_default();

@@ -85,7 +85,7 @@ impl Attributes {
         let parts: Vec<String> = path
             .split('/')
             .filter(|s| !s.is_empty())
-            .map(percent_decode)
+            .map(konverge_apimachinery::escape::percent_decode_or_keep)
             .collect();
         if parts.len() < 3 {
             return attributes;
@@ -170,28 +170,6 @@ fn exact_name(selector: &str) -> Option<String> {
         (!value.is_empty() && value != "." && value != ".." && !value.contains(['/', '%']))
             .then(|| value.to_string())
     })
-}
-
-/// `%XX` escapes decoded (a path segment, an impersonated extra's key); invalid UTF-8 leaves
-/// the text as it was.
-pub(crate) fn percent_decode(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(byte) = segment
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(byte);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).unwrap_or_else(|_| segment.to_string())
 }
 
 /// What an authorizer says about a request.

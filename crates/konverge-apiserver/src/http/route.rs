@@ -51,25 +51,12 @@ pub struct ResourceRoute {
 }
 
 fn decode_segment(segment: &str) -> Result<String> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = segment
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("invalid escape in path segment {segment:?}"))
-                })?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+    konverge_apimachinery::escape::percent_decode(segment).map_err(|e| match e {
+        konverge_apimachinery::escape::EscapeError::NotUtf8(_) => {
+            ApiError::bad_request("path is not UTF-8")
         }
-    }
-    String::from_utf8(out).map_err(|_| ApiError::bad_request("path is not UTF-8"))
+        other => ApiError::bad_request(other.to_string()),
+    })
 }
 
 /// The check a health path names (`poststarthook/rbac/bootstrap-roles` spans segments).
