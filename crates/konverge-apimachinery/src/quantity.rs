@@ -60,17 +60,43 @@ pub fn parse(text: &str) -> Result<(), QuantityError> {
 }
 
 /// The binary (`Ki`…`Ei`) and decimal (`n`…`E`) suffixes, and decimal exponents (`e3`, `E-2`).
-fn suffix_known(suffix: &str) -> bool {
-    const KNOWN: &[&str] = &[
-        "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
-    ];
-    if KNOWN.contains(&suffix) {
-        return true;
+fn suffix_known(text: &str) -> bool {
+    suffix(text).is_some()
+}
+
+/// What a quantity's suffix means, as `resource.ParseQuantity`'s suffixer reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Suffix {
+    /// 10 for decimal suffixes and exponents, 2 for binary suffixes.
+    pub base: u32,
+    /// The power of the base (`Ki` is 2^10, `m` is 10^-3, `e6` is 10^6).
+    pub exponent: i64,
+    /// The format a quantity with this suffix is printed in.
+    pub format: Format,
+}
+
+/// The suffix `text` (what follows a quantity's number), if `ParseQuantity` knows it.
+pub fn suffix(text: &str) -> Option<Suffix> {
+    if let Some((_, exponent)) = DECIMAL_SUFFIXES.iter().find(|(s, _)| *s == text) {
+        return Some(Suffix {
+            base: 10,
+            exponent: i64::from(*exponent),
+            format: Format::DecimalSI,
+        });
     }
-    match suffix.strip_prefix(['e', 'E']) {
-        Some(exponent) => exponent.parse::<i64>().is_ok(),
-        None => false,
+    if let Some(k) = BINARY_SUFFIXES.iter().skip(1).position(|s| *s == text) {
+        return Some(Suffix {
+            base: 2,
+            exponent: 10 * (k as i64 + 1),
+            format: Format::BinarySI,
+        });
     }
+    let exponent = text.strip_prefix(['e', 'E'])?.parse().ok()?;
+    Some(Suffix {
+        base: 10,
+        exponent,
+        format: Format::DecimalExponent,
+    })
 }
 
 #[cfg(test)]
@@ -109,11 +135,26 @@ pub struct Quantity {
     pub canonical: String,
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Format {
+/// How a quantity is printed (`resource.Format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Decimal suffixes (`500m`, `1k`).
     DecimalSI,
+    /// Binary suffixes (`1Gi`).
     BinarySI,
+    /// Decimal exponents (`1e3`).
     DecimalExponent,
+}
+
+impl Format {
+    /// Its name in Go (`DecimalSI`, `BinarySI`, `DecimalExponent`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::DecimalSI => "DecimalSI",
+            Format::BinarySI => "BinarySI",
+            Format::DecimalExponent => "DecimalExponent",
+        }
+    }
 }
 
 const DECIMAL_SUFFIXES: &[(&str, i32)] = &[
@@ -150,15 +191,14 @@ pub fn value(text: &str) -> Option<Quantity> {
     let digits: i128 = format!("{whole}{fraction}").parse().ok()?;
     let places = i32::try_from(fraction.len()).ok()?;
     // value = digits * 10^(exp10 - places) * 1024^exp1024
-    let (format, exp10, exp1024) =
-        if let Some(k) = BINARY_SUFFIXES.iter().skip(1).position(|s| *s == suffix) {
-            (Format::BinarySI, 0, k as u32 + 1)
-        } else if let Some((_, e)) = DECIMAL_SUFFIXES.iter().find(|(s, _)| *s == suffix) {
-            (Format::DecimalSI, *e, 0)
-        } else {
-            let e: i32 = suffix.strip_prefix(['e', 'E'])?.parse().ok()?;
-            (Format::DecimalExponent, e, 0)
-        };
+    let meaning = self::suffix(suffix)?;
+    let exponent = i32::try_from(meaning.exponent).ok()?;
+    let (exp10, exp1024) = if meaning.base == 2 {
+        (0, exponent.unsigned_abs() / 10)
+    } else {
+        (exponent, 0)
+    };
+    let format = meaning.format;
     let scaled = digits.checked_mul(1024i128.checked_pow(exp1024)?)?;
     let shift = exp10 - places + 9;
     let magnitude = if shift >= 0 {

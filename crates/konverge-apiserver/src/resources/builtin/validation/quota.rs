@@ -100,35 +100,13 @@ fn resource_name(name: &str, at: &str, causes: &mut Vec<Cause>) {
 }
 
 /// The suffixes `resource.ParseQuantity` knows: (base, exponent, format).
-fn suffix(suffix: &str) -> Option<(u32, i32, &'static str)> {
-    const DECIMAL: &[(&str, i32)] = &[
-        ("n", -9),
-        ("u", -6),
-        ("m", -3),
-        ("", 0),
-        ("k", 3),
-        ("M", 6),
-        ("G", 9),
-        ("T", 12),
-        ("P", 15),
-        ("E", 18),
-    ];
-    const BINARY: &[(&str, i32)] = &[
-        ("Ki", 10),
-        ("Mi", 20),
-        ("Gi", 30),
-        ("Ti", 40),
-        ("Pi", 50),
-        ("Ei", 60),
-    ];
-    if let Some((_, e)) = DECIMAL.iter().find(|(s, _)| *s == suffix) {
-        return Some((10, *e, "DecimalSI"));
-    }
-    if let Some((_, e)) = BINARY.iter().find(|(s, _)| *s == suffix) {
-        return Some((2, *e, "BinarySI"));
-    }
-    let e = suffix.strip_prefix(['e', 'E'])?.parse().ok()?;
-    Some((10, e, "DecimalExponent"))
+fn suffix(text: &str) -> Option<(u32, i32, &'static str)> {
+    let meaning = konverge_apimachinery::quantity::suffix(text)?;
+    Some((
+        meaning.base,
+        i32::try_from(meaning.exponent).ok()?,
+        meaning.format.name(),
+    ))
 }
 
 /// A quantity as Go's `%#v` prints the `resource.Quantity` that `ParseQuantity` makes of
