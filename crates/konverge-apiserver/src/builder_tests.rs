@@ -67,6 +67,17 @@ async fn call(
     call_as(server, method, path, body, None).await
 }
 
+/// POSTs a Service named `name` with `spec` to `default`.
+async fn create_service(server: &Arc<ApiServer>, name: &str, spec: Value) -> (StatusCode, Value) {
+    call(
+        server,
+        Method::POST,
+        "/api/v1/namespaces/default/services",
+        Some(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec})),
+    )
+    .await
+}
+
 async fn get(server: &Arc<ApiServer>, path: &str) -> Value {
     let (status, value) = call(server, Method::GET, path, None).await;
     assert_eq!(status, StatusCode::OK, "GET {path}: {value}");
@@ -166,16 +177,7 @@ async fn services_get_ips_from_the_configured_range_and_kubernetes_points_at_the
     assert_eq!(slice["addressType"], "IPv4");
 
     // A new Service gets an IP of the range (neither the network nor the broadcast address).
-    let (status, web) = call(
-        &server,
-        Method::POST,
-        "/api/v1/namespaces/default/services",
-        Some(
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-            "spec": {"ports": [{"port": 80}]}}),
-        ),
-    )
-    .await;
+    let (status, web) = create_service(&server, "web", json!({"ports": [{"port": 80}]})).await;
     assert_eq!(status, StatusCode::CREATED, "{web}");
     let ip: Ipv4Addr = web["spec"]["clusterIP"]
         .as_str()
@@ -192,14 +194,10 @@ async fn services_get_ips_from_the_configured_range_and_kubernetes_points_at_the
     assert_eq!(address["spec"]["parentRef"]["name"], "web");
 
     // One asked for outside the range is refused, naming the range.
-    let (status, refused) = call(
+    let (status, refused) = create_service(
         &server,
-        Method::POST,
-        "/api/v1/namespaces/default/services",
-        Some(
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "outside"},
-            "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}}),
-        ),
+        "outside",
+        json!({"clusterIP": "10.96.0.10", "ports": [{"port": 80}]}),
     )
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
@@ -208,14 +206,10 @@ async fn services_get_ips_from_the_configured_range_and_kubernetes_points_at_the
         "Service \"outside\" is invalid: spec.clusterIPs: Invalid value: []string{\"10.96.0.10\"}: failed to allocate IP 10.96.0.10: the provided IP (10.96.0.10) is not in the valid range. The range of valid IPs is 10.0.0.0/24"
     );
     // One inside is kept.
-    let (status, inside) = call(
+    let (status, inside) = create_service(
         &server,
-        Method::POST,
-        "/api/v1/namespaces/default/services",
-        Some(
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "inside"},
-            "spec": {"clusterIP": "10.0.0.77", "ports": [{"port": 80}]}}),
-        ),
+        "inside",
+        json!({"clusterIP": "10.0.0.77", "ports": [{"port": 80}]}),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{inside}");
@@ -233,14 +227,10 @@ async fn services_get_ips_from_the_configured_range_and_kubernetes_points_at_the
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{extra}");
-    let (status, widened) = call(
+    let (status, widened) = create_service(
         &server,
-        Method::POST,
-        "/api/v1/namespaces/default/services",
-        Some(
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "widened"},
-            "spec": {"clusterIP": "10.1.0.5", "ports": [{"port": 80}]}}),
-        ),
+        "widened",
+        json!({"clusterIP": "10.1.0.5", "ports": [{"port": 80}]}),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{widened}");

@@ -1340,18 +1340,27 @@ fn sec1_pem(key: &rcgen::KeyPair) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_pem_serves_given_certificates_and_verifies_clients_against_another_ca() {
+/// envtest's certificates: a serving CA and its certificate for `names`, and alice's
+/// client certificate (no SAN, client authentication only, group `team`) from another CA.
+struct EnvtestPki {
+    serving_ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    client_ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    serving_pem: String,
+    serving_key: rcgen::KeyPair,
+    alice_pem: String,
+    alice_key: rcgen::KeyPair,
+}
+
+fn envtest_pki(names: &[&str]) -> EnvtestPki {
     let serving_ca = tiny_ca("serving-ca");
     let client_ca = tiny_ca("client-ca");
     let (serving_pem, serving_key) = tiny_cert(
         &serving_ca,
         "localhost",
         &[],
-        &["localhost", "127.0.0.1"],
+        names,
         rcgen::ExtendedKeyUsagePurpose::ServerAuth,
     );
-    // The client certificate: no SAN, client authentication only, from the other CA.
     let (alice_pem, alice_key) = tiny_cert(
         &client_ca,
         "alice",
@@ -1359,6 +1368,26 @@ async fn tls_pem_serves_given_certificates_and_verifies_clients_against_another_
         &[],
         rcgen::ExtendedKeyUsagePurpose::ClientAuth,
     );
+    EnvtestPki {
+        serving_ca,
+        client_ca,
+        serving_pem,
+        serving_key,
+        alice_pem,
+        alice_key,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_pem_serves_given_certificates_and_verifies_clients_against_another_ca() {
+    let EnvtestPki {
+        serving_ca,
+        client_ca,
+        serving_pem,
+        serving_key,
+        alice_pem,
+        alice_key,
+    } = envtest_pki(&["localhost", "127.0.0.1"]);
     let alice_key = alice_key.serialize_pem();
     assert!(alice_key.starts_with("-----BEGIN PRIVATE KEY-----"));
 
@@ -1439,22 +1468,14 @@ async fn tls_pem_serves_given_certificates_and_verifies_clients_against_another_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_of_the_client_ca_authenticates_its_user() {
-    let serving_ca = tiny_ca("serving-ca");
-    let client_ca = tiny_ca("client-ca");
-    let (serving_pem, serving_key) = tiny_cert(
-        &serving_ca,
-        "localhost",
-        &[],
-        &["localhost"],
-        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let (alice_pem, alice_key) = tiny_cert(
-        &client_ca,
-        "alice",
-        &["team"],
-        &[],
-        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
-    );
+    let EnvtestPki {
+        serving_ca,
+        client_ca,
+        serving_pem,
+        serving_key,
+        alice_pem,
+        alice_key,
+    } = envtest_pki(&["localhost"]);
     let api = crate::ApiServer::builder(Arc::new(konverge_store::MemStore::new()))
         .control_loops(false)
         .bearer_token("admin-token")
