@@ -293,6 +293,19 @@ async fn assert_endpoints(server: &Arc<ApiServer>, ip: &str, port: u16) -> Value
 // -------------------------------------------------------------------------------------------
 // ServiceAccount tokens: issuer and keys.
 
+/// A token for `default/builder` for the default audience, valid for an hour from `now`.
+fn hour_token(tokens: &ServiceAccountTokens, uid: &str, now: i64) -> String {
+    tokens.issue(
+        "default",
+        "builder",
+        uid,
+        &[ISSUER.to_string()],
+        now,
+        3600,
+        None,
+    )
+}
+
 /// The claims of a JWT, unverified.
 fn claims(token: &str) -> Value {
     let payload = token.split('.').nth(1).expect("a JWT");
@@ -443,15 +456,7 @@ async fn tokens_signed_by_any_configured_public_key_are_accepted_and_published()
         .expect("key")
         .with_issuer(ISSUER);
     let now = jiff::Timestamp::now().as_second();
-    let token = elsewhere.issue(
-        "default",
-        "builder",
-        uid,
-        &[ISSUER.to_string()],
-        now,
-        3600,
-        None,
-    );
+    let token = hour_token(&elsewhere, uid, now);
     let (status, me) = whoami(&server, &token).await;
     assert_eq!(status, StatusCode::CREATED, "{me}");
     assert_eq!(
@@ -479,15 +484,7 @@ async fn tokens_signed_by_any_configured_public_key_are_accepted_and_published()
 
     // A token of a key the server was not given is refused.
     let stranger = ServiceAccountTokens::generate().with_issuer(ISSUER);
-    let forged = stranger.issue(
-        "default",
-        "builder",
-        uid,
-        &[ISSUER.to_string()],
-        now,
-        3600,
-        None,
-    );
+    let forged = hour_token(&stranger, uid, now);
     let (status, _) = whoami(&server, &forged).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

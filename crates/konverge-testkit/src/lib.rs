@@ -180,6 +180,7 @@ mod permissions;
 mod plan;
 mod request_info;
 mod requests;
+mod rule;
 mod stale;
 mod webhooks;
 

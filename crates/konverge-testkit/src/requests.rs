@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use http::StatusCode;
 
-use crate::faults::Rule;
 use crate::request_info::{RequestInfo, Verb};
+use crate::rule::Rule;
 
 /// One request and the status it was answered with.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,8 +22,8 @@ use konverge_store::Revision;
 use serde_json::Value;
 use tower::{Service, ServiceExt};
 
-use crate::faults::Failure;
 use crate::request_info::{RequestInfo, Verb};
+use crate::rule::Failure;
 
 /// The largest list a stale get reads back (one object, at most the 3 MiB request limit).
 const MAX_BODY: usize = 4 * 1024 * 1024;

@@ -30,20 +30,6 @@ pub(super) struct Who {
     pub(super) decision: Option<(bool, String)>,
 }
 
-fn user_json(user: &UserInfo) -> Value {
-    let mut value = json!({"username": user.name});
-    if !user.uid.is_empty() {
-        value["uid"] = json!(user.uid);
-    }
-    if !user.groups.is_empty() {
-        value["groups"] = json!(user.groups);
-    }
-    if !user.extra.is_empty() {
-        value["extra"] = json!(user.extra);
-    }
-    value
-}
-
 /// A request being audited.
 pub(super) struct Audited {
     audit: Arc<Audit>,
@@ -74,7 +60,7 @@ impl Audited {
             "auditID": uuid::Uuid::new_v4().to_string(),
             "requestURI": parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_string(), |pq| pq.to_string()),
             "verb": attributes.verb,
-            "user": user_json(&requester),
+            "user": requester.to_json(),
             "sourceIPs": parts
                 .extensions
                 .get::<ConnectInfo<SocketAddr>>()
@@ -83,7 +69,7 @@ impl Audited {
             "requestReceivedTimestamp": micro_time(received),
         });
         if who.user.is_some() && who.user.as_ref() != who.requester.as_ref() {
-            event["impersonatedUser"] = user_json(&user);
+            event["impersonatedUser"] = user.to_json();
         }
         if let Some(agent) = parts
             .headers

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 
-use super::api::{Stats, ms, phase};
+use super::load::{Stats, ms, phase};
 
 /// What is measured against each server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::load::ms;
 use anyhow::Context as _;
 use konverge_testkit::envtest::{Assets, ControlPlane, Etcd, RELEASES, User, sample_crds};
 
@@ -54,10 +55,6 @@ impl Spread {
             ms(self.max)
         )
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// One contender's rounds: envtest's Start() with CRDs, Stop(), and etcd's part of Start().

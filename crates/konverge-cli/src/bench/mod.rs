@@ -8,6 +8,7 @@ mod compare;
 mod controller;
 mod doctor;
 mod envtest;
+mod load;
 mod store;
 mod up;
 mod workloads;
