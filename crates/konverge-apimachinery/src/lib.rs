@@ -14,6 +14,7 @@
 //! - [`names`]: object name rules (RFC 1123 subdomains and labels, RFC 1035 labels, path
 //!   segments) with Kubernetes' messages.
 //! - [`quantity`]: resource quantities (`500m`, `1.5Gi`) and `ParseQuantity`'s errors.
+//! - [`query`]: query parameters read as kube's parameter codec reads them (booleans).
 //! - [`field`]: field errors worded as Kubernetes words them (`spec.name: Invalid value: ...`).
 //! - [`schema`]: structural schemas of custom resources: validation with kube-openapi's
 //!   wording, pruning of unknown fields, defaulting.
@@ -33,6 +34,7 @@ pub mod gofmt;
 pub mod names;
 pub mod patch;
 pub mod quantity;
+pub mod query;
 pub mod schema;
 pub mod selector;
 pub mod ssa;

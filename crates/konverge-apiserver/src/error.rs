@@ -228,6 +228,9 @@ pub struct Details {
     pub causes: Vec<Cause>,
     /// Seconds a client should wait before retrying.
     pub retry_after_seconds: Option<u32>,
+    /// Not a detail: the `Status`'s own `metadata.continue`, the token an expired continue
+    /// token is answered with.
+    pub list_continue: Option<String>,
 }
 
 /// A resource and object name, as errors name them: `configmaps "x"`, `deployments.apps "y"`.
@@ -433,7 +436,7 @@ impl ApiError {
             group: group.to_string(),
             kind: kind.to_string(),
             causes,
-            retry_after_seconds: None,
+            ..Details::default()
         })
     }
 
@@ -518,7 +521,10 @@ impl ApiError {
         {
             map.remove("reason");
         }
-        if let Some(d) = &self.details {
+        if let Some(token) = self.details.as_ref().and_then(|d| d.list_continue.as_ref()) {
+            status["metadata"] = json!({"continue": token});
+        }
+        if let Some(d) = self.details.as_ref().filter(|d| d.list_continue.is_none()) {
             let mut details = serde_json::Map::new();
             if !d.name.is_empty() {
                 details.insert("name".into(), d.name.clone().into());

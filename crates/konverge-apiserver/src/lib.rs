@@ -62,7 +62,7 @@ mod builder_tests;
 use std::sync::{Arc, RwLock};
 
 use konverge_store::KvStore;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
@@ -536,21 +536,49 @@ impl ApiServer {
 
     /// `/version`.
     pub fn version_info(&self) -> Value {
+        serde_json::to_value(VersionInfo::of_this_build()).unwrap_or_default()
+    }
+
+    /// The `/version` body, written as kube-apiserver writes it: Go's field order, indented
+    /// by two spaces, with no trailing newline.
+    pub(crate) fn version_body(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(&VersionInfo::of_this_build()).unwrap_or_default()
+    }
+}
+
+/// What `/version` says, in the field order of apimachinery's `version.Info`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct VersionInfo {
+    major: &'static str,
+    minor: &'static str,
+    git_version: String,
+    git_commit: &'static str,
+    git_tree_state: &'static str,
+    build_date: &'static str,
+    go_version: &'static str,
+    compiler: &'static str,
+    platform: String,
+}
+
+impl VersionInfo {
+    fn of_this_build() -> VersionInfo {
         let (major, minor) = KUBERNETES_VERSION;
-        json!({
-            "major": major,
-            "minor": minor,
-            "gitVersion": format!("v{major}.{minor}.0+konverge-{}", env!("CARGO_PKG_VERSION")),
-            "gitCommit": "",
-            "gitTreeState": "clean",
-            "buildDate": "",
-            "goVersion": "rust (konverge)",
-            "compiler": "rustc",
-            "platform": format!("{}/{}", std::env::consts::OS, match std::env::consts::ARCH {
-                "x86_64" => "amd64",
-                "aarch64" => "arm64",
-                other => other,
-            }),
-        })
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
+        VersionInfo {
+            major,
+            minor,
+            git_version: format!("v{major}.{minor}.0+konverge-{}", env!("CARGO_PKG_VERSION")),
+            git_commit: "",
+            git_tree_state: "clean",
+            build_date: "",
+            go_version: "rust (konverge)",
+            compiler: "rustc",
+            platform: format!("{}/{arch}", std::env::consts::OS),
+        }
     }
 }

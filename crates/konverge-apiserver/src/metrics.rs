@@ -751,7 +751,7 @@ fn reported_verb(request: &RequestParts<'_>, scope: &str, connect: bool) -> &'st
     if method == Method::GET
         && query_values(request.query, "watch")
             .next()
-            .is_some_and(|v| !v.eq_ignore_ascii_case("0") && !v.eq_ignore_ascii_case("false"))
+            .is_some_and(konverge_apimachinery::query::parse_bool)
     {
         return "WATCH";
     }

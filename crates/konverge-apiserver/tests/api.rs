@@ -464,6 +464,129 @@ async fn watch_from_compacted_version_is_410(t: TestServer) {
     assert_eq!(err.code, 410);
 }
 
+/// kube-apiserver's compactor writes a key of its own every interval, so history moves on
+/// and an old continue token expires even when nothing else is written; the 410 carries a
+/// token that goes on at the latest state.
+#[tokio::test(start_paused = true)]
+async fn an_idle_clusters_continue_tokens_expire() {
+    let t = TestServer::start_with(Backend::Memory, |b| {
+        b.compaction_interval(Duration::from_secs(300))
+    })
+    .await;
+    for name in ["a", "b", "c"] {
+        let (code, body) = t
+            .call(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                json!({"metadata": {"name": name}}),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let path = "/api/v1/namespaces/default/configmaps?limit=1";
+    let (code, first) = t.call("GET", path, serde_json::Value::Null).await;
+    assert_eq!(code, 200, "{first}");
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    // Within one interval the token still works.
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    let next = format!("{path}&continue={token}");
+    let (code, second) = t.call("GET", &next, serde_json::Value::Null).await;
+    assert_eq!(code, 200, "{second}");
+    // Two intervals on, with no client writing, it has expired.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let (code, expired) = t.call("GET", &next, serde_json::Value::Null).await;
+    assert_eq!(code, 410, "{expired}");
+    assert_eq!(expired["reason"], "Expired");
+    assert!(
+        expired["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response"),
+        "{expired}"
+    );
+    assert!(expired.get("details").is_none(), "{expired}");
+    // Its token goes on where the list stood, at the latest state.
+    let fresh = expired["metadata"]["continue"].as_str().unwrap();
+    let (code, rest) = t
+        .call(
+            "GET",
+            &format!("{path}&continue={fresh}"),
+            serde_json::Value::Null,
+        )
+        .await;
+    assert_eq!(code, 200, "{rest}");
+    assert_eq!(rest["items"][0]["metadata"]["name"], "b");
+}
+
+/// Boolean query parameters as kube's parameter codec reads them: only `0` and `false` (in
+/// any case) are false. The Python client's watches send `watch=True`.
+#[tokio::test(start_paused = true)]
+async fn boolean_parameters_are_read_as_kube_reads_them() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, body) = t
+        .call(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            json!({"metadata": {"name": "seen"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let path = "/api/v1/namespaces/default/configmaps";
+    for value in ["true", "True", "TRUE", "1", "t", "yes", ""] {
+        let (code, first) = t.first_chunk(&format!("{path}?watch={value}")).await;
+        assert_eq!(code, 200, "watch={value}: {first}");
+        let event: serde_json::Value = serde_json::from_str(first.trim()).expect("an event");
+        assert_eq!(event["type"], "ADDED", "watch={value}");
+    }
+    for value in ["false", "False", "FALSE", "0"] {
+        let (code, listed) = t.first_chunk(&format!("{path}?watch={value}")).await;
+        assert_eq!(code, 200, "watch={value}: {listed}");
+        let list: serde_json::Value = serde_json::from_str(&listed).expect("a list");
+        assert_eq!(list["kind"], "ConfigMapList", "watch={value}");
+    }
+    // The first value counts.
+    let (_, first) = t
+        .first_chunk(&format!("{path}?watch=True&watch=false"))
+        .await;
+    assert!(first.contains("\"ADDED\""), "{first}");
+    // Bookmarks and initial events take the same spellings.
+    let (code, first) = t
+        .first_chunk(&format!(
+            "{path}?watch=1&allowWatchBookmarks=True&sendInitialEvents=TRUE&resourceVersionMatch=NotOlderThan"
+        ))
+        .await;
+    assert_eq!(code, 200, "{first}");
+    assert!(first.contains("\"ADDED\""), "{first}");
+}
+
+/// Bodies are the bytes kube-apiserver writes: objects, lists and errors through its JSON
+/// serializer end with a newline (clients compare error bodies); `/version` is indented and
+/// has none.
+#[tokio::test(start_paused = true)]
+async fn json_bodies_end_as_kube_apiserver_ends_them() {
+    let t = TestServer::start(Backend::Memory).await;
+    for path in [
+        "/api/v1/namespaces/default",
+        "/api/v1/namespaces/default/configmaps",
+        "/api/v1/namespaces/default/configmaps/missing",
+        "/api",
+        "/apis/apps/v1",
+    ] {
+        let (_, body) = t.first_chunk(path).await;
+        assert!(
+            body.ends_with("}\n") && !body.ends_with("\n\n"),
+            "{path}: {body:?}"
+        );
+    }
+    let (code, version) = t.first_chunk("/version").await;
+    assert_eq!(code, 200);
+    assert!(
+        version.starts_with("{\n  \"major\": \"1\",\n  \"minor\": \"33\",\n"),
+        "{version}"
+    );
+    assert!(version.ends_with("\n}"), "{version:?}");
+}
+
 async fn list_pagination(t: TestServer) {
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
     for i in 0..25 {

@@ -435,6 +435,329 @@ async fn a_new_cluster_has_what_kubernetes_bootstraps() {
     assert!(services.get("v1.").await.is_ok());
 }
 
+/// Every Namespace is labelled with its name, whatever a client sends, as kube-apiserver
+/// labels it since 1.22: namespace selectors match one namespace by that label.
+#[tokio::test]
+async fn namespaces_carry_their_name_label() {
+    const LABEL: &str = "kubernetes.io/metadata.name";
+    let t = TestServer::start(Backend::Memory).await;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let got = get(&t, &format!("/api/v1/namespaces/{ns}")).await;
+        assert_eq!(got["metadata"]["labels"][LABEL], ns, "{got}");
+    }
+    // Named, generated, and with a label of the same key saying something else.
+    let (code, named) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"metadata": {"name": "team", "labels": {LABEL: "other", "tier": "a"}}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{named}");
+    assert_eq!(
+        named["metadata"]["labels"],
+        json!({LABEL: "team", "tier": "a"})
+    );
+    let (code, generated) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces",
+        json!({"metadata": {"generateName": "gen-"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{generated}");
+    let name = generated["metadata"]["name"].as_str().unwrap().to_string();
+    assert_eq!(generated["metadata"]["labels"][LABEL], name.as_str());
+
+    // An update or a patch cannot change or remove it.
+    let mut replaced = named.clone();
+    replaced["metadata"]["labels"] = json!({"tier": "b"});
+    let (code, updated) = send(&t, "PUT", "/api/v1/namespaces/team", replaced).await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(
+        updated["metadata"]["labels"],
+        json!({LABEL: "team", "tier": "b"})
+    );
+    let (code, patched) = t
+        .raw(
+            "PATCH",
+            "/api/v1/namespaces/team",
+            Some("application/merge-patch+json"),
+            serde_json::to_vec(&json!({"metadata": {"labels": {LABEL: null}}})).unwrap(),
+        )
+        .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["metadata"]["labels"][LABEL], "team");
+
+    // So a selector on it finds exactly that namespace.
+    let selected = get(
+        &t,
+        &format!("/api/v1/namespaces?labelSelector={LABEL}%3Dteam"),
+    )
+    .await;
+    let names: Vec<_> = selected["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["team"]);
+}
+
+/// A pod created right after its namespace is admitted: the ServiceAccount plugin waits for
+/// the `default` account the namespace's controller is about to create, as kube's does.
+#[tokio::test]
+async fn a_pod_right_after_its_namespace_waits_for_the_default_account() {
+    let t = TestServer::start(Backend::Memory).await;
+    let pod = json!({"metadata": {"name": "first"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    for round in 0..5 {
+        let ns = format!("fresh-{round}");
+        let (code, body) = send(
+            &t,
+            "POST",
+            "/api/v1/namespaces",
+            json!({"metadata": {"name": ns}}),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        let (code, body) = send(
+            &t,
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            pod.clone(),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["spec"]["serviceAccountName"], "default");
+    }
+    // In a namespace that does not exist, NamespaceLifecycle answers first, at once.
+    let (code, body) = send(&t, "POST", "/api/v1/namespaces/nowhere/pods", pod).await;
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(body["message"], "namespaces \"nowhere\" not found");
+}
+
+/// Every ClusterRole kube-apiserver 1.33 bootstraps, by name.
+const BOOTSTRAP_CLUSTER_ROLES: &[&str] = &[
+    "admin",
+    "cluster-admin",
+    "edit",
+    "system:aggregate-to-admin",
+    "system:aggregate-to-edit",
+    "system:aggregate-to-view",
+    "system:auth-delegator",
+    "system:basic-user",
+    "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+    "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+    "system:certificates.k8s.io:kube-apiserver-client-approver",
+    "system:certificates.k8s.io:kube-apiserver-client-kubelet-approver",
+    "system:certificates.k8s.io:kubelet-serving-approver",
+    "system:certificates.k8s.io:legacy-unknown-approver",
+    "system:controller:attachdetach-controller",
+    "system:controller:certificate-controller",
+    "system:controller:clusterrole-aggregation-controller",
+    "system:controller:cronjob-controller",
+    "system:controller:daemon-set-controller",
+    "system:controller:deployment-controller",
+    "system:controller:disruption-controller",
+    "system:controller:endpoint-controller",
+    "system:controller:endpointslice-controller",
+    "system:controller:endpointslicemirroring-controller",
+    "system:controller:ephemeral-volume-controller",
+    "system:controller:expand-controller",
+    "system:controller:generic-garbage-collector",
+    "system:controller:horizontal-pod-autoscaler",
+    "system:controller:job-controller",
+    "system:controller:legacy-service-account-token-cleaner",
+    "system:controller:namespace-controller",
+    "system:controller:node-controller",
+    "system:controller:persistent-volume-binder",
+    "system:controller:pod-garbage-collector",
+    "system:controller:pv-protection-controller",
+    "system:controller:pvc-protection-controller",
+    "system:controller:replicaset-controller",
+    "system:controller:replication-controller",
+    "system:controller:resourcequota-controller",
+    "system:controller:root-ca-cert-publisher",
+    "system:controller:route-controller",
+    "system:controller:selinux-warning-controller",
+    "system:controller:service-account-controller",
+    "system:controller:service-cidrs-controller",
+    "system:controller:service-controller",
+    "system:controller:statefulset-controller",
+    "system:controller:ttl-after-finished-controller",
+    "system:controller:ttl-controller",
+    "system:controller:validatingadmissionpolicy-status-controller",
+    "system:discovery",
+    "system:heapster",
+    "system:kube-aggregator",
+    "system:kube-controller-manager",
+    "system:kube-dns",
+    "system:kube-scheduler",
+    "system:kubelet-api-admin",
+    "system:monitoring",
+    "system:node",
+    "system:node-bootstrapper",
+    "system:node-problem-detector",
+    "system:node-proxier",
+    "system:persistent-volume-provisioner",
+    "system:public-info-viewer",
+    "system:service-account-issuer-discovery",
+    "system:volume-scheduler",
+    "view",
+];
+
+/// Every ClusterRoleBinding kube-apiserver 1.33 bootstraps, by name.
+const BOOTSTRAP_CLUSTER_ROLE_BINDINGS: &[&str] = &[
+    "cluster-admin",
+    "system:basic-user",
+    "system:controller:attachdetach-controller",
+    "system:controller:certificate-controller",
+    "system:controller:clusterrole-aggregation-controller",
+    "system:controller:cronjob-controller",
+    "system:controller:daemon-set-controller",
+    "system:controller:deployment-controller",
+    "system:controller:disruption-controller",
+    "system:controller:endpoint-controller",
+    "system:controller:endpointslice-controller",
+    "system:controller:endpointslicemirroring-controller",
+    "system:controller:ephemeral-volume-controller",
+    "system:controller:expand-controller",
+    "system:controller:generic-garbage-collector",
+    "system:controller:horizontal-pod-autoscaler",
+    "system:controller:job-controller",
+    "system:controller:legacy-service-account-token-cleaner",
+    "system:controller:namespace-controller",
+    "system:controller:node-controller",
+    "system:controller:persistent-volume-binder",
+    "system:controller:pod-garbage-collector",
+    "system:controller:pv-protection-controller",
+    "system:controller:pvc-protection-controller",
+    "system:controller:replicaset-controller",
+    "system:controller:replication-controller",
+    "system:controller:resourcequota-controller",
+    "system:controller:root-ca-cert-publisher",
+    "system:controller:route-controller",
+    "system:controller:selinux-warning-controller",
+    "system:controller:service-account-controller",
+    "system:controller:service-cidrs-controller",
+    "system:controller:service-controller",
+    "system:controller:statefulset-controller",
+    "system:controller:ttl-after-finished-controller",
+    "system:controller:ttl-controller",
+    "system:controller:validatingadmissionpolicy-status-controller",
+    "system:discovery",
+    "system:kube-controller-manager",
+    "system:kube-dns",
+    "system:kube-scheduler",
+    "system:monitoring",
+    "system:node",
+    "system:node-proxier",
+    "system:public-info-viewer",
+    "system:service-account-issuer-discovery",
+    "system:volume-scheduler",
+];
+
+/// Every Role (namespace/name) kube-apiserver 1.33 bootstraps.
+const BOOTSTRAP_ROLES: &[&str] = &[
+    "kube-public/system:controller:bootstrap-signer",
+    "kube-system/extension-apiserver-authentication-reader",
+    "kube-system/system::leader-locking-kube-controller-manager",
+    "kube-system/system::leader-locking-kube-scheduler",
+    "kube-system/system:controller:bootstrap-signer",
+    "kube-system/system:controller:cloud-provider",
+    "kube-system/system:controller:token-cleaner",
+];
+
+/// Every RoleBinding (namespace/name) kube-apiserver 1.33 bootstraps.
+const BOOTSTRAP_ROLE_BINDINGS: &[&str] = &[
+    "kube-public/system:controller:bootstrap-signer",
+    "kube-system/system::extension-apiserver-authentication-reader",
+    "kube-system/system::leader-locking-kube-controller-manager",
+    "kube-system/system::leader-locking-kube-scheduler",
+    "kube-system/system:controller:bootstrap-signer",
+    "kube-system/system:controller:cloud-provider",
+    "kube-system/system:controller:token-cleaner",
+];
+
+/// The names of what a list holds, as `namespace/name` for namespaced objects, sorted.
+fn listed_names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| match o["metadata"]["namespace"].as_str() {
+            Some(ns) => format!("{ns}/{}", o["metadata"]["name"].as_str().unwrap()),
+            None => o["metadata"]["name"].as_str().unwrap().to_string(),
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The whole bootstrap policy is there, and works: `system:auth-delegator` lets a delegating
+/// server review tokens and access, as an aggregated API server's is bound to it.
+#[tokio::test]
+async fn every_bootstrap_role_and_binding_of_kube_apiserver_1_33() {
+    let t = TestServer::start_with(Backend::Memory, |b| {
+        b.authorization(konverge_apiserver::AuthorizationMode::Rbac)
+    })
+    .await;
+    let rbac = "/apis/rbac.authorization.k8s.io/v1";
+    for (path, expected) in [
+        ("clusterroles", BOOTSTRAP_CLUSTER_ROLES),
+        ("clusterrolebindings", BOOTSTRAP_CLUSTER_ROLE_BINDINGS),
+        ("roles", BOOTSTRAP_ROLES),
+        ("rolebindings", BOOTSTRAP_ROLE_BINDINGS),
+    ] {
+        let listed = listed_names(&get(&t, &format!("{rbac}/{path}")).await);
+        assert_eq!(listed, expected, "{path}");
+    }
+    let delegator = get(&t, &format!("{rbac}/clusterroles/system:auth-delegator")).await;
+    assert_eq!(
+        delegator["metadata"]["labels"]["kubernetes.io/bootstrapping"],
+        "rbac-defaults"
+    );
+    assert_eq!(
+        delegator["metadata"]["annotations"]["rbac.authorization.kubernetes.io/autoupdate"],
+        "true"
+    );
+    let can = |verb: &'static str, group: &'static str, resource: &'static str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "metrics-server", "resourceAttributes":
+                {"verb": verb, "group": group, "resource": resource}}})
+    };
+    let sar = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (_, before) = send(
+        &t,
+        "POST",
+        sar,
+        can("create", "authentication.k8s.io", "tokenreviews"),
+    )
+    .await;
+    assert_eq!(before["status"]["allowed"], false, "{before}");
+    let (code, bound) = send(
+        &t,
+        "POST",
+        &format!("{rbac}/clusterrolebindings"),
+        json!({"metadata": {"name": "metrics-server:system:auth-delegator"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "system:auth-delegator"},
+            "subjects": [{"kind": "User", "name": "metrics-server"}]}),
+    )
+    .await;
+    assert_eq!(code, 200, "{bound}");
+    for (verb, group, resource) in [
+        ("create", "authentication.k8s.io", "tokenreviews"),
+        ("create", "authorization.k8s.io", "subjectaccessreviews"),
+    ] {
+        let (_, review) = send(&t, "POST", sar, can(verb, group, resource)).await;
+        assert_eq!(review["status"]["allowed"], true, "{resource}: {review}");
+    }
+    let (_, other) = send(&t, "POST", sar, can("list", "", "secrets")).await;
+    assert_eq!(other["status"]["allowed"], false, "{other}");
+}
+
 /// Field selectors accept what kube-apiserver's conversion functions accept, and refuse the
 /// rest with its words.
 #[tokio::test]

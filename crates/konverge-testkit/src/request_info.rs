@@ -154,7 +154,8 @@ impl RequestInfo {
                 Verb::Get => {
                     verb = if query
                         .iter()
-                        .any(|(k, v)| k == "watch" && (v == "true" || v == "1"))
+                        .find(|(k, _)| k == "watch")
+                        .is_some_and(|(_, v)| konverge_apimachinery::query::parse_bool(v))
                     {
                         Verb::Watch
                     } else {

@@ -66,14 +66,8 @@ impl Plugin for ServiceAccount {
                 "default".to_string()
             }
         };
-        let account = match registry.catalog().get("", "v1", "serviceaccounts") {
-            Some(rt) => registry
-                .get(&rt, Some(attributes.namespace), &account_name, None)
-                .await
-                .ok(),
-            None => None,
-        };
-        let Some(account) = account else {
+        let Some(account) = find_account(registry, attributes.namespace, &account_name).await?
+        else {
             return Err(super::plugins::forbidden(
                 attributes,
                 format!(
@@ -106,6 +100,36 @@ impl Plugin for ServiceAccount {
         }
         Ok(true)
     }
+}
+
+/// How many times the `default` ServiceAccount is looked up before a pod is refused: the
+/// namespace's controller creates it just after the namespace, and a pod created at once
+/// must not lose that race (kube's plugin looks ten times).
+const DEFAULT_ACCOUNT_ATTEMPTS: u32 = 10;
+
+/// The ServiceAccount a new pod runs as, if it exists. `default` is looked up again, after
+/// one random pause of 100-200 ms between attempts, while it is missing; another name once.
+async fn find_account(registry: &Registry, namespace: &str, name: &str) -> Result<Option<Value>> {
+    let Some(rt) = registry.catalog().get("", "v1", "serviceaccounts") else {
+        return Ok(None);
+    };
+    let attempts = if name == "default" {
+        DEFAULT_ACCOUNT_ATTEMPTS
+    } else {
+        1
+    };
+    let pause = std::time::Duration::from_millis(100 + rand::random_range(0..100));
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            tokio::time::sleep(pause).await;
+        }
+        match registry.get(&rt, Some(namespace), name, None).await {
+            Ok(account) => return Ok(Some(account)),
+            Err(e) if e.reason == crate::error::Reason::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
 }
 
 /// Mounts the token volume in every container that has nothing mounted at the token path,

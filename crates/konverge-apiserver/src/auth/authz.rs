@@ -141,7 +141,7 @@ impl Attributes {
         };
         if attributes.name.is_empty() && attributes.verb == "get" {
             attributes.verb = match param("watch") {
-                Some("true" | "1") => "watch",
+                Some(value) if konverge_apimachinery::query::parse_bool(value) => "watch",
                 _ => "list",
             }
             .to_string();

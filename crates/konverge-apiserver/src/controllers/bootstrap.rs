@@ -2,9 +2,11 @@
 //! starts (and again where missing): the system namespaces, the `kubernetes` ServiceCIDR (the
 //! service IP range), the `kubernetes` Service with its Endpoints and EndpointSlice (pointing
 //! at the advertised address, and brought back to it when a restarted server advertises
-//! another), the system PriorityClasses, the bootstrap RBAC roles and bindings
-//! (`cluster-admin`, `admin`, `edit`, `view`, the `system:` discovery and public information
-//! roles), and an APIService for every built-in group-version.
+//! another), the system PriorityClasses, every bootstrap RBAC role and binding of
+//! kube-apiserver 1.33 (the user-facing `cluster-admin`, `admin`, `edit`, `view`, the
+//! `system:` roles of discovery, nodes, the scheduler, kube-controller-manager and each of its
+//! controllers, and the Roles and RoleBindings in `kube-system` and `kube-public`), and an
+//! APIService for every built-in group-version.
 //!
 //! The objects themselves are data, in `bootstrap.json`, as Kubernetes 1.33 creates them.
 
@@ -82,7 +84,7 @@ const API_SERVICE_PRIORITIES: [(&str, &str, i64, i64); 20] = [
 ];
 
 /// The objects Kubernetes 1.33 bootstraps, by list: `clusterRoles`, `clusterRoleBindings`,
-/// `priorityClasses`.
+/// `roles`, `roleBindings` (namespaced), `priorityClasses`.
 fn bootstrap_data() -> Value {
     serde_json::from_str(include_str!("bootstrap.json")).unwrap_or_else(|_| json!({}))
 }
@@ -148,6 +150,13 @@ pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
     ] {
         for obj in data[list].as_array().into_iter().flatten() {
             ensure(registry, group, "v1", plural, None, obj.clone()).await?;
+        }
+    }
+    for (list, plural) in [("roles", "roles"), ("roleBindings", "rolebindings")] {
+        for obj in data[list].as_array().into_iter().flatten() {
+            let namespace = obj.pointer("/metadata/namespace").and_then(Value::as_str);
+            let rbac = "rbac.authorization.k8s.io";
+            ensure(registry, rbac, "v1", plural, namespace, obj.clone()).await?;
         }
     }
     for (group, version, group_priority, version_priority) in API_SERVICE_PRIORITIES {

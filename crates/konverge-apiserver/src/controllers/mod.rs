@@ -116,6 +116,13 @@ impl Changes {
     }
 
     fn note_kind(&mut self, node: &Node) {
+        // The root CA ConfigMap's content is kept as published: any write of it counts.
+        if node.is("", "configmaps")
+            && node.name == namespace_defaults::ROOT_CA_CONFIG_MAP
+            && let Some(ns) = &node.namespace
+        {
+            self.namespaces.insert(ns.clone());
+        }
         self.cluster_roles |= node.is("rbac.authorization.k8s.io", "clusterroles");
         self.policies |= node.is(
             "admissionregistration.k8s.io",
@@ -125,7 +132,10 @@ impl Changes {
 
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.touched.is_empty() && !self.cluster_roles && !self.policies
+        self.touched.is_empty()
+            && self.namespaces.is_empty()
+            && !self.cluster_roles
+            && !self.policies
     }
 }
 

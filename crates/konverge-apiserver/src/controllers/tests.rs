@@ -278,6 +278,57 @@ async fn namespaces_get_their_defaults_back_when_they_are_deleted() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_published_ca_is_put_back_when_edited() {
+    const CA: &str = "-----BEGIN CERTIFICATE-----\n";
+    let c = Cluster::start(Settings {
+        root_ca: Some(CA.into()),
+    })
+    .await;
+    let namespaces = c.rt("", "v1", "namespaces");
+    let cms = c.config_maps();
+    c.create(&namespaces, None, named("edited")).await;
+    tokio::time::sleep(A_MOMENT).await;
+    let name = namespace_defaults::ROOT_CA_CONFIG_MAP;
+    let published = c.get(&cms, Some("edited"), name).await.expect("published");
+
+    // Emptied, with a key of its own added and the description gone; a label is kept.
+    let mut edited = published.clone();
+    edited["data"] = json!({"ca.crt": "", "extra": "x"});
+    edited["metadata"]["annotations"] = json!({});
+    edited["metadata"]["labels"] = json!({"mine": "yes"});
+    c.registry
+        .update(
+            &cms,
+            Some("edited"),
+            name,
+            edited,
+            None,
+            &WriteOptions::default(),
+        )
+        .await
+        .expect("edit");
+    tokio::time::sleep(A_MOMENT).await;
+    let restored = c.get(&cms, Some("edited"), name).await.expect("restored");
+    assert_eq!(restored["data"], json!({"ca.crt": CA}));
+    assert!(
+        restored["metadata"]["annotations"]["kubernetes.io/description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("Contains a CA bundle")),
+        "{restored}"
+    );
+    assert_eq!(restored["metadata"]["labels"], json!({"mine": "yes"}));
+
+    // As published: left alone.
+    let version = restored["metadata"]["resourceVersion"].clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let still = c
+        .get(&cms, Some("edited"), name)
+        .await
+        .expect("still there");
+    assert_eq!(still["metadata"]["resourceVersion"], version);
+}
+
+#[tokio::test(start_paused = true)]
 async fn aggregated_roles_follow_the_roles_they_select() {
     let c = Cluster::start(Settings::default()).await;
     let roles = c.rt("rbac.authorization.k8s.io", "v1", "clusterroles");

@@ -43,13 +43,19 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A response whose body is an API object, list or `Status`, keys in kube-apiserver's order.
+/// A response whose body is an API object, list or `Status`, keys in kube-apiserver's order
+/// and ended by a newline, as its JSON serializer (Go's `json.Encoder`) writes them.
 fn json_response(code: StatusCode, body: &Value, content_type: Option<&str>) -> Response {
-    bytes_response(
-        code,
-        serde_json::to_vec(&order::GoOrder(body)).unwrap_or_default(),
-        content_type,
-    )
+    let mut bytes = serde_json::to_vec(&order::GoOrder(body)).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes_response(code, bytes, content_type)
+}
+
+/// A JSON document kube-apiserver writes itself rather than through its serializer (the
+/// ServiceAccount issuer's documents): compact, with no newline.
+fn raw_json_response(body: &Value, content_type: &str) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    bytes_response(StatusCode::OK, bytes, Some(content_type))
 }
 
 fn bytes_response(code: StatusCode, bytes: Vec<u8>, content_type: Option<&str>) -> Response {
@@ -326,7 +332,8 @@ async fn handle(
         return Err(ApiError::method_not_allowed(&method, &path));
     }
     match route {
-        Route::Version => Ok(json_response(StatusCode::OK, &server.version_info(), None)),
+        // Written as kube-apiserver writes it: indented by two spaces, with no newline.
+        Route::Version => Ok(bytes_response(StatusCode::OK, server.version_body(), None)),
         Route::Health(endpoint, check) => {
             health::answer(server, endpoint, check.as_deref(), req.uri().query()).await
         }
@@ -381,17 +388,15 @@ async fn handle(
             );
             Ok(response)
         }
-        Route::OpenIdConfiguration => Ok(json_response(
-            StatusCode::OK,
+        Route::OpenIdConfiguration => Ok(raw_json_response(
             &server
                 .service_account_tokens()
                 .openid_configuration(&format!("https://{}/openid/v1/jwks", server.address())),
-            None,
+            "application/json",
         )),
-        Route::Jwks => Ok(json_response(
-            StatusCode::OK,
+        Route::Jwks => Ok(raw_json_response(
             &server.service_account_tokens().jwks(),
-            Some("application/jwk-set+json"),
+            "application/jwk-set+json",
         )),
         Route::Resource(route) => resource(server, user, route, method, accept, query, req).await,
     }
@@ -889,7 +894,7 @@ fn list_json(
             }
         }
     }
-    out.extend_from_slice(b"]}");
+    out.extend_from_slice(b"]}\n");
     Ok(out)
 }
 
@@ -1132,7 +1137,7 @@ mod tests {
             json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": [expected]});
         assert_eq!(
             String::from_utf8(list).expect("utf-8"),
-            serde_json::to_string(&order::GoOrder(&old_list)).expect("json")
+            serde_json::to_string(&order::GoOrder(&old_list)).expect("json") + "\n"
         );
 
         // Watch lines: initial ADDED, MODIFIED shared from the ring, DELETED at the

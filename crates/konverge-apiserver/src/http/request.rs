@@ -1,5 +1,6 @@
 //! Reading a request: query options, the `Accept` header, and the body.
 
+use konverge_apimachinery::query::parse_bool;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -180,16 +181,6 @@ pub(crate) struct Query {
     pub(crate) include_object: IncludeObject,
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" | "" => Ok(false),
-        other => Err(ApiError::bad_request(format!(
-            "invalid value for {name}: {other:?}"
-        ))),
-    }
-}
-
 impl Query {
     /// The `timeout` a short request asks for: a Go duration, refused with kube-apiserver's
     /// words when it is none (long-running requests, watches, ignore it).
@@ -210,27 +201,29 @@ impl Query {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
         let mut q = Query::default();
+        let mut seen = std::collections::HashSet::new();
         for (key, value) in pairs {
+            // The first value of a parameter counts, as kube's parameter codec reads it;
+            // only `dryRun` is a list.
+            if key != "dryRun" && !seen.insert(key.clone()) {
+                continue;
+            }
             match key.as_str() {
-                "watch" => q.watch = parse_bool("watch", &value)?,
+                "watch" => q.watch = parse_bool(&value),
                 "resourceVersion" => q.resource_version = Some(value),
                 "resourceVersionMatch" => q.resource_version_match = Some(value),
                 "labelSelector" => q.label_selector = Some(value),
                 "fieldSelector" => q.field_selector = Some(value),
                 "limit" => q.limit = Some(value),
                 "continue" => q.continue_token = Some(value).filter(|v| !v.is_empty()),
-                "allowWatchBookmarks" => {
-                    q.allow_bookmarks = parse_bool("allowWatchBookmarks", &value)?
-                }
-                "sendInitialEvents" => {
-                    q.send_initial_events = Some(parse_bool("sendInitialEvents", &value)?)
-                }
+                "allowWatchBookmarks" => q.allow_bookmarks = parse_bool(&value),
+                "sendInitialEvents" => q.send_initial_events = Some(parse_bool(&value)),
                 "timeoutSeconds" => q.timeout_seconds = Some(value),
                 "timeout" => q.timeout = Some(value).filter(|v| !v.is_empty()),
                 "dryRun" => q.dry_run.push(value),
                 "fieldValidation" => q.field_validation = Some(value),
                 "fieldManager" => q.field_manager = Some(value),
-                "force" => q.force = Some(parse_bool("force", &value)?),
+                "force" => q.force = Some(parse_bool(&value)),
                 "propagationPolicy" => q.propagation_policy = Some(value),
                 "gracePeriodSeconds" => q.grace_period_seconds = Some(value),
                 "includeObject" => {

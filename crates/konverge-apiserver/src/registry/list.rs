@@ -132,6 +132,13 @@ impl From<ListResult> for Page {
 
 /// A continue token: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"key"}` as
 /// kube-apiserver writes it, `start` relative to the list's storage prefix.
+/// What an expired continue token is answered with (kube-apiserver's words), with a token
+/// that goes on at the latest state.
+const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// The revision of a continue token that goes on at the latest state.
+const LATEST: Revision = -1;
+
 fn encode_continue(rv: Revision, start: &str) -> String {
     let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
     base64_encode(token.to_string().as_bytes())
@@ -144,7 +151,11 @@ fn decode_continue(token: &str) -> Result<(Revision, String)> {
     if value["v"] != "meta.k8s.io/v1" {
         return Err(bad());
     }
-    let rv = value["rv"].as_i64().filter(|rv| *rv > 0).ok_or_else(bad)?;
+    // -1: the token an expired continue answered with, which goes on at the latest state.
+    let rv = value["rv"]
+        .as_i64()
+        .filter(|rv| *rv > 0 || *rv == LATEST)
+        .ok_or_else(bad)?;
     let start = value["start"].as_str().ok_or_else(bad)?;
     if start.contains("..") || start.starts_with('/') {
         return Err(bad());
@@ -567,6 +578,7 @@ impl Registry {
         let current = self.current_revision(rt).await?;
         let continued = matches!(at, ReadAt::Continue(..));
         let (revision, start) = match at {
+            ReadAt::Continue(LATEST, start) => (current, format!("{prefix}{start}")),
             ReadAt::Continue(rv, start) => (rv, format!("{prefix}{start}")),
             ReadAt::Exact(rv) => (rv, prefix.clone()),
             ReadAt::NotOlderThan(rv) if rv > current => return Err(too_large(rt, rv, current)),
@@ -594,7 +606,15 @@ impl Registry {
                 .await
                 .map_err(|e| match e {
                 konverge_store::Error::Compacted { .. } if continued => {
-                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+                    // Where the list stood, offered again at the latest state.
+                    let start = cursor.get(prefix.len()..).unwrap_or_default();
+                    let start = String::from_utf8_lossy(start).into_owned();
+                    let mut expired = ApiError::expired(INCONSISTENT_CONTINUE);
+                    expired.details = Some(Box::new(crate::error::Details {
+                        list_continue: Some(encode_continue(LATEST, &start)),
+                        ..Default::default()
+                    }));
+                    expired
                 }
                 konverge_store::Error::Compacted { compact_revision } => ApiError::expired(format!(
                     "The resourceVersion for the provided list is too old (compacted at {compact_revision})."

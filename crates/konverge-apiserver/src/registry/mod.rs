@@ -868,13 +868,15 @@ impl Registry {
         opts: &WriteOptions,
     ) -> Result<Value> {
         let rt = admitting.rt;
-        self.admission.admit(admitting, &mut obj, self).await?;
-        let obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
-        self.validate(rt, &obj, None)?;
+        // NamespaceLifecycle comes first in kube-apiserver's chain: nothing else looks at an
+        // object whose namespace is missing or going away.
         if self.namespace_lifecycle && rt.namespaced && !admitting.namespace.is_empty() {
             self.check_namespace(rt, admitting.namespace, admitting.name)
                 .await?;
         }
+        self.admission.admit(admitting, &mut obj, self).await?;
+        let obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
+        self.validate(rt, &obj, None)?;
         self.admission.validate(admitting, &obj, self).await?;
         self.check_write(rt, None, &obj, opts).await?;
         Ok(obj)

@@ -105,6 +105,27 @@ impl TestServer {
         )
     }
 
+    /// A GET to the router in-process, and the first chunk of what it streams back: a
+    /// watch's first event, or a whole short answer.
+    #[allow(dead_code)]
+    pub(crate) async fn first_chunk(&self, path: &str) -> (u16, String) {
+        use futures::StreamExt;
+        use tower::ServiceExt;
+        let req = http::Request::builder()
+            .uri(path)
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let response = self.router.clone().oneshot(req).await.expect("infallible");
+        let code = response.status().as_u16();
+        let mut stream = response.into_body().into_data_stream();
+        let chunk = stream
+            .next()
+            .await
+            .map(|c| c.expect("chunk"))
+            .unwrap_or_default();
+        (code, String::from_utf8_lossy(&chunk).into_owned())
+    }
+
     /// A raw HTTP request, for what kube::Client cannot send (wrong methods, bad bodies).
     #[allow(dead_code)]
     pub(crate) async fn raw(

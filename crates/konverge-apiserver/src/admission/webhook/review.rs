@@ -588,6 +588,7 @@ pub(crate) fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
                     .and_then(Value::as_u64)
                     .and_then(|s| u32::try_from(s).ok())
                     .filter(|s| *s > 0),
+                list_continue: None,
             })
         }),
     }

@@ -292,6 +292,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .names(Label)
             .verbs(NAMESPACE_VERBS)
             .sub("finalize", &["update"])
+            .defaults(strategy::default_namespace)
             .on_create(strategy::prepare_namespace)
             .columns(columns::namespaces())
             .fields(FieldLabels::Converted, namespace_fields()),

@@ -3,8 +3,35 @@
 
 use serde_json::{Value, json};
 
-/// Namespaces start Active and carry the namespace controller's finalizer.
+/// The label kube-apiserver puts on every Namespace: its own name, so that namespace
+/// selectors can match one namespace by name.
+pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Every Namespace carries [`NAMESPACE_NAME_LABEL`] with its name, whatever the client sent
+/// (set on create and update, and again after a mutating webhook). A namespace created with
+/// `generateName` has no name yet here: [`prepare_namespace`] labels it once it has.
+pub(super) fn default_namespace(obj: &mut Value) {
+    let Some(name) = obj.pointer("/metadata/name").and_then(Value::as_str) else {
+        return;
+    };
+    if name.is_empty() {
+        return;
+    }
+    let name = json!(name);
+    let Some(metadata) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if !metadata.get("labels").is_some_and(Value::is_object) {
+        metadata.insert("labels".into(), json!({}));
+    }
+    if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
+        labels.insert(NAMESPACE_NAME_LABEL.into(), name);
+    }
+}
+
+/// Namespaces start Active, carry the namespace controller's finalizer and their name label.
 pub(super) fn prepare_namespace(obj: &mut Value) {
+    default_namespace(obj);
     if obj.pointer("/status/phase").is_none() {
         obj["status"] = json!({"phase": "Active"});
     }
