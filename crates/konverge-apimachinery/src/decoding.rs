@@ -54,22 +54,41 @@ pub fn json(text: &str) -> Result<Decoded, DecodeError> {
     })
 }
 
-/// Decodes a YAML document as sigs.k8s.io/yaml does: YAML 1.1 booleans and octal numbers,
-/// the last of duplicate keys kept; the first duplicate key is reported as goyaml's strict
-/// unmarshal reports it (`yaml: unmarshal errors:\n  line 4: key "name" already set in map`).
+/// Decodes a YAML document as sigs.k8s.io/yaml does (goyaml v2, then `json.Marshal`): YAML
+/// 1.1 booleans and octal numbers; the last of duplicate keys kept; keys that are not strings
+/// written as Go writes them (`yes:` is `"true"`, `0x10:` is `"16"`, `1e6:` is `"1e+06"`);
+/// floats with no fraction written as integers (`replicas: 2e3` is `2000`, as Go's JSON
+/// encoder prints it); only the first document read. The first duplicate key is reported as
+/// goyaml's strict unmarshal reports it
+/// (`yaml: unmarshal errors:\n  line 4: key "name" already set in map`).
 pub fn yaml(text: &str) -> Result<Decoded, DecodeError> {
     let lenient = serde_saphyr::options! {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
         legacy_octal_numbers: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
     };
-    let value: Value = serde_saphyr::from_str_with_options(text, lenient)?;
-    let strict = serde_saphyr::options! { legacy_octal_numbers: true };
-    let strict_errors = match serde_saphyr::from_str_with_options::<Value>(text, strict) {
+    let value = match serde_saphyr::from_str_with_options::<GoYaml>(text, lenient.clone()) {
+        Ok(GoYaml(value)) => value,
+        // goyaml reads the first document and ignores the rest.
+        Err(e) if is_multiple_documents(&e) => {
+            let documents: Vec<GoYaml> = serde_saphyr::from_multiple_with_options(text, lenient)?;
+            documents
+                .into_iter()
+                .next()
+                .map_or(Value::Null, |GoYaml(value)| value)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let strict = serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
+    };
+    let strict_errors = match serde_saphyr::from_str_with_options::<GoYaml>(text, strict) {
         Err(e) => match e.without_snippet() {
             serde_saphyr::Error::DuplicateMappingKey { key, location } => vec![format!(
                 "yaml: unmarshal errors:\n  line {}: key {} already set in map",
                 location.line(),
-                crate::gofmt::quote(key.as_deref().unwrap_or(""))
+                go_key_literal(key.as_deref().unwrap_or(""))
             )],
             _ => Vec::new(),
         },
@@ -79,6 +98,226 @@ pub fn yaml(text: &str) -> Result<Decoded, DecodeError> {
         value,
         strict_errors,
     })
+}
+
+fn is_multiple_documents(error: &serde_saphyr::Error) -> bool {
+    error.to_string().contains("multiple YAML documents")
+}
+
+/// A duplicate key as goyaml's message prints it (Go's `%#v` of the resolved key): a string
+/// quoted, a number or boolean as it resolved.
+fn go_key_literal(text: &str) -> String {
+    match serde_saphyr::from_str::<GoKey>(text) {
+        Ok(GoKey::Resolved(resolved)) => resolved,
+        Ok(GoKey::Text(text)) => crate::gofmt::quote(&text),
+        Ok(GoKey::Null) => "<nil>".into(),
+        Err(_) => crate::gofmt::quote(text),
+    }
+}
+
+/// A YAML value read into JSON as sigs.k8s.io/yaml converts it.
+struct GoYaml(Value);
+
+impl<'de> serde::Deserialize<'de> for GoYaml {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(GoYamlVisitor).map(GoYaml)
+    }
+}
+
+struct GoYamlVisitor;
+
+impl<'de> Visitor<'de> for GoYamlVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a YAML value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Value, E> {
+        self.visit_f64(v as f64)
+    }
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Value, E> {
+        self.visit_f64(v as f64)
+    }
+    /// Go's JSON encoder writes a float with no fraction below 1e21 as an integer, and
+    /// refuses infinities and NaN.
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        if !v.is_finite() {
+            let shown = if v.is_nan() {
+                "NaN"
+            } else if v > 0.0 {
+                "+Inf"
+            } else {
+                "-Inf"
+            };
+            return Err(E::custom(format!("json: unsupported value: {shown}")));
+        }
+        if v.fract() == 0.0 && v.abs() < 1e21 {
+            if v >= i64::MIN as f64 && v < i64::MAX as f64 {
+                return Ok((v as i64).into());
+            }
+            if v >= 0.0 && v < u64::MAX as f64 {
+                return Ok((v as u64).into());
+            }
+        }
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<Value, E> {
+        Ok(Value::String(String::from_utf8_lossy(v).into_owned()))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(GoYaml(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<GoKey>()? {
+            let GoYaml(value) = map.next_value()?;
+            let key = match key {
+                GoKey::Text(text) => text,
+                GoKey::Resolved(resolved) => resolved,
+                GoKey::Null => {
+                    return Err(serde::de::Error::custom(format!(
+                        "unsupported map key of type: %!s(<nil>), key: <nil>, value: {}",
+                        go_value_literal(&value)
+                    )));
+                }
+            };
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// A value as Go's `%+#v` prints the scalars sigs.k8s.io/yaml reports with a bad key.
+fn go_value_literal(value: &Value) -> String {
+    match value {
+        Value::String(s) => crate::gofmt::quote(s),
+        Value::Null => "<nil>".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A mapping key as goyaml resolves it, before sigs.k8s.io/yaml turns it into a string.
+enum GoKey {
+    /// A string key.
+    Text(String),
+    /// A number or boolean, written as sigs.k8s.io/yaml writes it.
+    Resolved(String),
+    /// `~` or `null`, which JSON cannot have as a key.
+    Null,
+}
+
+impl<'de> serde::Deserialize<'de> for GoKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(GoKeyVisitor)
+    }
+}
+
+struct GoKeyVisitor;
+
+impl<'de> Visitor<'de> for GoKeyVisitor {
+    type Value = GoKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a YAML mapping key")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<GoKey, E> {
+        Ok(GoKey::Resolved(v.to_string()))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<GoKey, E> {
+        Ok(GoKey::Resolved(v.to_string()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<GoKey, E> {
+        Ok(GoKey::Resolved(v.to_string()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<GoKey, E> {
+        Ok(GoKey::Resolved(go_float32_g(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<GoKey, E> {
+        Ok(GoKey::Text(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<GoKey, E> {
+        Ok(GoKey::Text(v))
+    }
+    fn visit_unit<E>(self) -> Result<GoKey, E> {
+        Ok(GoKey::Null)
+    }
+    fn visit_none<E>(self) -> Result<GoKey, E> {
+        Ok(GoKey::Null)
+    }
+}
+
+/// `strconv.FormatFloat(v, 'g', -1, 32)`: the shortest digits that read back as the same
+/// 32-bit float, in exponent form when `%g` chooses it (a decimal exponent below -4 or, at
+/// the shortest precision, from 6 on), e.g. `1.5`, `1000`, `1e+06`, `3.1415927`.
+fn go_float32_g(v: f64) -> String {
+    if v.is_nan() {
+        return ".nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { ".inf" } else { "-.inf" }.into();
+    }
+    let single = v as f32;
+    // Rust's `{:e}` writes the shortest round-trip digits: `d[.ddd]e<exp>`.
+    let shortest = format!("{:e}", single.abs());
+    let (mantissa, exponent) = shortest.split_once('e').unwrap_or((&shortest, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if single.is_sign_negative() && single != 0.0 {
+        "-"
+    } else {
+        ""
+    };
+    if !(-4..6).contains(&exponent) {
+        let (first, rest) = digits.split_at(1);
+        let fraction = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{fraction}e{exp_sign}{:02}", exponent.abs());
+    }
+    // Plain decimal: the digits with the point after `exponent + 1` of them.
+    let point = exponent + 1;
+    let text = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat((-point) as usize))
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        let (whole, fraction) = digits.split_at(point as usize);
+        format!("{whole}.{fraction}")
+    };
+    format!("{sign}{text}")
 }
 
 #[derive(Default)]
@@ -207,6 +446,103 @@ mod tests {
         assert!(decoded.strict_errors.is_empty());
     }
 
+    /// Cases whose results sigs.k8s.io/yaml v1.4.0 (goyaml v2) gives, from its tests
+    /// (`TestYAMLToJSON`, goyaml's `unmarshalTests`) and its conversion rules.
+    #[test]
+    fn yaml_reads_as_sigs_k8s_io_yaml_converts() {
+        let cases: &[(&str, Value)] = &[
+            // Flow collections, trailing commas included.
+            ("seq: [A,B,C,]", json!({"seq": ["A", "B", "C"]})),
+            (
+                "a: [1, 2, ]\nb: {c: 1, }\n",
+                json!({"a": [1, 2], "b": {"c": 1}}),
+            ),
+            ("{a: 1, }", json!({"a": 1})),
+            (r#"{"a": [1, {"b": 2,},], }"#, json!({"a": [1, {"b": 2}]})),
+            ("a: {b}", json!({"a": {"b": null}})),
+            // Floats with no fraction are integers in the JSON.
+            (
+                "a: 2e3\nb: 3.0\nc: 08\nd: 6.8523e+5",
+                json!({"a": 2000, "b": 3, "c": 8, "d": 685230}),
+            ),
+            (
+                "a: 1.5\nb: .5\nc: -.5",
+                json!({"a": 1.5, "b": 0.5, "c": -0.5}),
+            ),
+            ("a: 1e21", json!({"a": 1e21})),
+            // Keys that are not strings.
+            ("1: a", json!({"1": "a"})),
+            ("True: a", json!({"true": "a"})),
+            ("no: a", json!({"false": "a"})),
+            ("x: 1\ny: 2\n", json!({"x": 1, "true": 2})),
+            ("on: push", json!({"true": "push"})),
+            ("1.2: a", json!({"1.2": "a"})),
+            ("1.50: a", json!({"1.5": "a"})),
+            ("1e3: a", json!({"1000": "a"})),
+            ("1e6: a", json!({"1e+06": "a"})),
+            ("3.14159265358979: a", json!({"3.1415927": "a"})),
+            ("1e+36: a", json!({"1e+36": "a"})),
+            ("0x10: a", json!({"16": "a"})),
+            ("0777: a", json!({"511": "a"})),
+            ("2001-12-14: a", json!({"2001-12-14": "a"})),
+            ("\"1e+36\": a\n'yes': b", json!({"1e+36": "a", "yes": "b"})),
+            // Keys that resolve to the same value: the last one is kept.
+            ("true: a\nyes: b\n", json!({"true": "b"})),
+            ("0xB: a\n11: b\n", json!({"11": "b"})),
+            // Only the first document.
+            ("a: 1\n---\nb: 2\n", json!({"a": 1})),
+            // Timestamps and quoted scalars stay strings.
+            (
+                "a: 2001-12-14\nb: \"123\"\nc: '0777'",
+                json!({"a": "2001-12-14", "b": "123", "c": "0777"}),
+            ),
+            ("a: !!binary aGVsbG8=", json!({"a": "hello"})),
+            (
+                "a: &x {b: 1}\nc: *x\n",
+                json!({"a": {"b": 1}, "c": {"b": 1}}),
+            ),
+        ];
+        for (text, expected) in cases {
+            let decoded = yaml(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(&decoded.value, expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn yaml_that_json_cannot_hold_is_refused() {
+        for (text, message) in [
+            ("a: .inf", "json: unsupported value: +Inf"),
+            ("a: -.inf", "json: unsupported value: -Inf"),
+            ("a: .nan", "json: unsupported value: NaN"),
+            (
+                "~: a",
+                "unsupported map key of type: %!s(<nil>), key: <nil>, value: \"a\"",
+            ),
+        ] {
+            let error = yaml(text).expect_err(text).to_string();
+            assert!(error.contains(message), "{text:?}: {error}");
+        }
+        for text in ["a: [, ]", "a: [a,, b]", "a: {, }"] {
+            assert!(yaml(text).is_err(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn go_formats_float_keys_with_single_precision() {
+        for (v, text) in [
+            (1.5, "1.5"),
+            (1000.0, "1000"),
+            (1e6, "1e+06"),
+            (123456.0, "123456"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.5, "-2.5"),
+            (1e36, "1e+36"),
+        ] {
+            assert_eq!(go_float32_g(v), text, "{v}");
+        }
+    }
+
     #[test]
     fn yaml_duplicates_keep_the_last_and_are_reported_with_their_line() {
         let decoded = yaml("metadata:\n  name: a\n  name: b\n").unwrap();
@@ -214,6 +550,12 @@ mod tests {
         assert_eq!(
             decoded.strict_errors,
             ["yaml: unmarshal errors:\n  line 3: key \"name\" already set in map"]
+        );
+        // A key that is not a string is printed as Go prints its value.
+        let decoded = yaml("a: 1\n9: 2\n9: 4").unwrap();
+        assert_eq!(
+            decoded.strict_errors,
+            ["yaml: unmarshal errors:\n  line 3: key 9 already set in map"]
         );
     }
 }

@@ -1907,6 +1907,71 @@ async fn duplicate_fields_and_yaml_are_read_as_kube_apiserver_reads_them() {
             .contains("ConfigMap in version \"v1\" cannot be handled as a ConfigMap"),
         "{status}"
     );
+
+    // YAML flow syntax is YAML even when it starts like JSON: trailing commas are taken.
+    let flow = "{apiVersion: v1, kind: ConfigMap, metadata: {name: flow, labels: {a: b, }, }, data: {k: v, }, }";
+    let (code, _, created) = send_text(&t, "POST", path, "application/yaml", flow).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["metadata"]["labels"], json!({"a": "b"}));
+    // A float with no fraction is an integer, as Go's JSON encoder writes it.
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: floaty\nspec:\n  replicas: 2e0\n  selector: {matchLabels: {app: a, }, }\n  template:\n    metadata: {labels: {app: a}}\n    spec:\n      containers: [{name: c, image: busybox, }, ]\n";
+    let (code, _, created) = send_text(
+        &t,
+        "POST",
+        "/apis/apps/v1/namespaces/default/deployments",
+        "application/yaml",
+        deployment,
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["replicas"], 2);
+
+    // Server-side apply reads its body as YAML too, and reports duplicate keys as kube does:
+    // refused under Strict, one warning per duplicate otherwise.
+    let applied =
+        "{apiVersion: v1, kind: ConfigMap, metadata: {name: applied, }, data: {k: v, }, }";
+    let apply_path = format!("{path}/applied?fieldManager=me");
+    let (code, _, created) = send_text(
+        &t,
+        "PATCH",
+        &apply_path,
+        "application/apply-patch+yaml",
+        applied,
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["data"]["k"], "v");
+    let duplicated =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: one\n  k: two\n";
+    let (code, _, status) = send_text(
+        &t,
+        "PATCH",
+        &format!("{apply_path}&fieldValidation=Strict"),
+        "application/apply-patch+yaml",
+        duplicated,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n  line 7: key \"k\" already set in map"
+    );
+    let (code, warnings, patched) = send_text(
+        &t,
+        "PATCH",
+        &apply_path,
+        "application/apply-patch+yaml",
+        duplicated,
+    )
+    .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["data"]["k"], "two");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(r#"line 7: key \"k\" already set in map"#)),
+        "{warnings:?}"
+    );
 }
 
 /// A GET to the router in-process with an `Accept` header: status, content type and body.

@@ -705,7 +705,7 @@ async fn resource(
             let body = request::body(req).await?;
             let mut opts = query.write_options()?;
             let patch = crate::http::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
-            let is_apply = matches!(patch, crate::http::patch::Patch::Apply(_));
+            let is_apply = matches!(patch, crate::http::patch::Patch::Apply(..));
             crate::registry::apply::check_patch_options(
                 is_apply,
                 opts.field_manager.as_deref(),
@@ -715,9 +715,13 @@ async fn resource(
                 opts.field_manager = Some(user_agent_manager);
             }
             opts.user = Some(user.clone());
-            if let crate::http::patch::Patch::Apply(config) = &patch
+            if let crate::http::patch::Patch::Apply(config, duplicates) = &patch
                 && sub != Some("scale")
             {
+                let duplicate_warnings = crate::registry::apply::check_config_duplicates(
+                    duplicates,
+                    opts.field_validation,
+                )?;
                 // An apply that creates the object must be allowed to create it too, as
                 // kube-apiserver's patch handler checks (with its terse message).
                 let create = crate::auth::authz::Attributes {
@@ -760,6 +764,8 @@ async fn resource(
                 if written.created {
                     server.authorization().observe(&create, &decision);
                 }
+                let mut written = written;
+                written.warnings.splice(0..0, duplicate_warnings);
                 return Ok(written_response(&rt, written, &accept, &query));
             }
             if sub == Some("scale") {

@@ -23,8 +23,9 @@ pub enum Patch {
         /// The kind of the patched type.
         kind: String,
     },
-    /// `application/apply-patch+yaml`: server-side apply of this configuration.
-    Apply(Value),
+    /// `application/apply-patch+yaml`: server-side apply of this configuration, and the
+    /// duplicate keys its text had (goyaml's strict errors).
+    Apply(Value, Vec<String>),
 }
 
 const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json";
@@ -64,7 +65,8 @@ impl Patch {
                 })
             }
             "application/apply-patch+yaml" => {
-                Ok(Patch::Apply(crate::registry::apply::parse_config(body)?))
+                let decoded = crate::registry::apply::parse_config(body)?;
+                Ok(Patch::Apply(decoded.value, decoded.strict_errors))
             }
             _ => Err(unsupported(media, ACCEPTED)),
         }
@@ -78,7 +80,7 @@ impl Patch {
             Patch::Strategic { patch, group, kind } => {
                 machinery::apply_strategic_merge_patch(current, patch, group, kind)
             }
-            Patch::Apply(config) => return Ok(config.clone()),
+            Patch::Apply(config, _) => return Ok(config.clone()),
         };
         result.map_err(patch_error)
     }
@@ -92,7 +94,7 @@ impl Patch {
                 machinery::apply_strategic_merge_patch(scale, patch, "autoscaling", "Scale")
             }
             // Applying a Scale sets what it says over the current Scale.
-            Patch::Apply(config) => machinery::apply_merge_patch(scale, config),
+            Patch::Apply(config, _) => machinery::apply_merge_patch(scale, config),
         };
         result.map_err(patch_error)
     }

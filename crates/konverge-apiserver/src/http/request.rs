@@ -431,6 +431,15 @@ impl Body {
         self.content_type.split(';').next().map(str::trim) == Some(konverge_protobuf::CONTENT_TYPE)
     }
 
+    /// Whether the body was sent as YAML (`application/yaml`).
+    fn is_yaml(&self) -> bool {
+        self.content_type
+            .split(';')
+            .next()
+            .map(str::trim)
+            .is_some_and(|media| media.eq_ignore_ascii_case("application/yaml"))
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.bytes.iter().all(u8::is_ascii_whitespace)
     }
@@ -479,15 +488,17 @@ pub(crate) fn decode_object_strict(body: &Body) -> Result<Decoded> {
                 }
             });
     }
-    decode_text(&body.bytes)
+    decode_text(&body.bytes, body.is_yaml())
 }
 
-/// Decodes a JSON or YAML body into an object (YAML as sigs.k8s.io/yaml reads it).
-fn decode_text(body: &Bytes) -> Result<Decoded> {
+/// Decodes a JSON or YAML body into an object (YAML as sigs.k8s.io/yaml reads it). A body
+/// sent as `application/yaml` is YAML even when it looks like JSON (`{a: 1, }` is YAML flow
+/// syntax); one sent otherwise is JSON when it starts as JSON does.
+fn decode_text(body: &Bytes, yaml: bool) -> Result<Decoded> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::bad_request("the request body is not valid UTF-8"))?;
     let trimmed = text.trim_start();
-    let decoded = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+    let decoded = if !yaml && (trimmed.starts_with('{') || trimmed.starts_with('[')) {
         decoding::json(text).map_err(|e| {
             ApiError::bad_request(format!(
                 "the body of the request could not be decoded as JSON: {e}"

@@ -119,23 +119,40 @@ fn apply_error(err: ApplyError) -> ApiError {
 /// How often an apply starts over when the object appears or disappears underneath it.
 const MAX_RACES: usize = 16;
 
-/// Parses an apply patch body (YAML, of which JSON is a subset) into an object.
-pub fn parse_config(body: &Bytes) -> Result<Value> {
+/// Parses an apply patch body as kube-apiserver does: always as YAML (JSON is YAML too), as
+/// sigs.k8s.io/yaml reads it; with what strict field validation refuses in its text
+/// (duplicate keys, in goyaml's words).
+pub fn parse_config(body: &Bytes) -> Result<konverge_apimachinery::decoding::Decoded> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::bad_request("the apply patch is not UTF-8"))?;
-    let value: Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
-    } else {
-        serde_saphyr::from_str(text)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
-    };
-    if !value.is_object() {
+    let decoded = konverge_apimachinery::decoding::yaml(text)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !decoded.value.is_object() {
         return Err(ApiError::bad_request(
             "error decoding YAML: the apply patch must be an object",
         ));
     }
-    Ok(value)
+    Ok(decoded)
+}
+
+/// What an apply patch's duplicate keys do under `fieldValidation`: refuse the patch
+/// (`Strict`, kube's `error strict decoding YAML: ...`) or become one warning per duplicate
+/// (`Warn`, the default).
+pub fn check_config_duplicates(
+    strict_errors: &[String],
+    validation: super::FieldValidation,
+) -> Result<Vec<String>> {
+    if strict_errors.is_empty() {
+        return Ok(Vec::new());
+    }
+    match validation {
+        super::FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "error strict decoding YAML: error converting YAML to JSON: {}",
+            strict_errors.join(", ")
+        ))),
+        super::FieldValidation::Warn => Ok(super::yaml_warnings(strict_errors.to_vec())),
+        super::FieldValidation::Ignore => Ok(Vec::new()),
+    }
 }
 
 /// The validation kube-apiserver does of `PatchOptions` before any patch.

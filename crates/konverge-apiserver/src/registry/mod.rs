@@ -1423,11 +1423,31 @@ fn strict_decoding(
             errors.join(", ")
         ))),
         FieldValidation::Warn => {
-            warnings.extend(errors);
+            warnings.extend(yaml_warnings(errors));
             Ok(())
         }
         FieldValidation::Ignore => Ok(()),
     }
+}
+
+/// Strict decoding errors as warnings: goyaml's `yaml: unmarshal errors:` text is one
+/// warning per line (`line 5: key "name" already set in map`), as kube-apiserver splits it.
+pub(crate) fn yaml_warnings(errors: Vec<String>) -> Vec<String> {
+    const PREFIX: &str = "yaml: unmarshal errors:\n";
+    let mut warnings = Vec::with_capacity(errors.len());
+    for error in errors {
+        match error.strip_prefix(PREFIX) {
+            Some(lines) => warnings.extend(
+                lines
+                    .split('\n')
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(String::from),
+            ),
+            None => warnings.push(error),
+        }
+    }
+    warnings
 }
 
 /// What `metadata.generation` counts changes of: everything but metadata, and but status
