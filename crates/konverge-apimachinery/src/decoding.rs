@@ -24,6 +24,53 @@ pub enum DecodeError {
     Yaml(#[from] serde_saphyr::Error),
 }
 
+/// Where each field of a JSON body came, in document order: what kube's typed decoder meets
+/// first, so its unknown and duplicate fields are reported in the order it meets them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldOrder {
+    /// Each field path's first occurrence, counted in document order.
+    first: std::collections::HashMap<String, usize>,
+    /// Each duplicated path, with where its second occurrence came.
+    duplicates: Vec<(String, usize)>,
+}
+
+impl FieldOrder {
+    /// The strict decoding errors of a body decoded into a built-in type, as sigs.k8s.io/json
+    /// reports them: `unknown` fields (which the type does not have) and duplicate fields
+    /// together, in the order the decoder meets them; a duplicate of an unknown field, or
+    /// inside one, is only unknown.
+    pub fn typed_errors(&self, unknown: &[String]) -> Vec<String> {
+        let within_unknown = |path: &str| {
+            unknown.iter().any(|u| {
+                path == u
+                    || path
+                        .strip_prefix(u.as_str())
+                        .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+            })
+        };
+        let mut found: Vec<(usize, String)> = unknown
+            .iter()
+            .map(|path| {
+                let at = self.first.get(path).copied().unwrap_or(usize::MAX);
+                (at, format!("unknown field {}", crate::gofmt::quote(path)))
+            })
+            .collect();
+        found.extend(
+            self.duplicates
+                .iter()
+                .filter(|(path, _)| !within_unknown(path))
+                .map(|(path, at)| {
+                    (
+                        *at,
+                        format!("duplicate field {}", crate::gofmt::quote(path)),
+                    )
+                }),
+        );
+        found.sort_by_key(|(at, _)| *at);
+        found.into_iter().map(|(_, error)| error).collect()
+    }
+}
+
 /// A decoded body and what strict field validation would refuse in it (`duplicate field
 /// "spec.replicas"`, or goyaml's `yaml: unmarshal errors:` text), in document order.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +79,9 @@ pub struct Decoded {
     pub value: Value,
     /// The strict decoding errors, each as kube-apiserver words it.
     pub strict_errors: Vec<String>,
+    /// Where each field came in a JSON body (none for YAML, whose fields kube meets in the
+    /// sorted order of its JSON form).
+    pub order: Option<FieldOrder>,
 }
 
 /// Decodes a JSON document, noting duplicate fields by path (`a.b`, `items[0].name`).
@@ -48,9 +98,13 @@ pub fn json(text: &str) -> Result<Decoded, DecodeError> {
         value,
         strict_errors: found
             .paths
-            .into_iter()
-            .map(|p| format!("duplicate field {}", crate::gofmt::quote(&p)))
+            .iter()
+            .map(|p| format!("duplicate field {}", crate::gofmt::quote(p)))
             .collect(),
+        order: Some(FieldOrder {
+            first: found.first,
+            duplicates: found.paths.into_iter().zip(found.at).collect(),
+        }),
     })
 }
 
@@ -97,6 +151,7 @@ pub fn yaml(text: &str) -> Result<Decoded, DecodeError> {
     Ok(Decoded {
         value,
         strict_errors,
+        order: None,
     })
 }
 
@@ -323,13 +378,27 @@ fn go_float32_g(v: f64) -> String {
 #[derive(Default)]
 struct Duplicates {
     paths: Vec<String>,
+    /// Where each of `paths` was met.
+    at: Vec<usize>,
     seen: BTreeSet<String>,
+    /// Each path's first occurrence.
+    first: std::collections::HashMap<String, usize>,
+    /// How many fields were met so far.
+    met: usize,
 }
 
 impl Duplicates {
+    fn meet(&mut self, path: &str) {
+        self.met += 1;
+        if !self.first.contains_key(path) {
+            self.first.insert(path.to_string(), self.met);
+        }
+    }
+
     fn add(&mut self, path: String) {
         if self.paths.len() < MAX_STRICT_ERRORS && self.seen.insert(path.clone()) {
             self.paths.push(path);
+            self.at.push(self.met);
         }
     }
 }
@@ -363,6 +432,7 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
             } else {
                 format!("{}.{key}", self.path)
             };
+            self.found.meet(&path);
             if !keys.insert(key) {
                 self.found.add(path.clone());
             }

@@ -1872,6 +1872,49 @@ async fn duplicate_fields_and_yaml_are_read_as_kube_apiserver_reads_them() {
         );
     }
 
+    // kube's own case (test/integration/apiserver/field_validation_test.go): unknown and
+    // duplicate fields together, in the order the typed decoder meets them; a duplicated
+    // unknown field is only unknown.
+    let deployment = r#"{"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "strict-order", "labels": {"app": "nginx"}},
+        "spec": {"unknown1": "val1", "unknownDupe": "valDupe", "unknownDupe": "valDupe2",
+            "paused": true, "paused": false,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {"metadata": {"labels": {"app": "nginx"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:latest",
+                    "unknownNested": "val1", "imagePullPolicy": "Always",
+                    "imagePullPolicy": "Never"}]}}}}"#;
+    let expected = [
+        r#"unknown field "spec.unknown1""#,
+        r#"unknown field "spec.unknownDupe""#,
+        r#"duplicate field "spec.paused""#,
+        r#"unknown field "spec.template.spec.containers[0].unknownNested""#,
+        r#"duplicate field "spec.template.spec.containers[0].imagePullPolicy""#,
+    ];
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let (code, _, status) = send_text(
+        &t,
+        "POST",
+        &format!("{deployments}?fieldValidation=Strict"),
+        "application/json",
+        deployment,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        format!(
+            r#"Deployment in version "v1" cannot be handled as a Deployment: strict decoding error: {}"#,
+            expected.join(", ")
+        )
+    );
+    let (code, warnings, _) =
+        send_text(&t, "POST", deployments, "application/json", deployment).await;
+    assert_eq!(code, 201);
+    let expected_warnings: Vec<String> =
+        expected.iter().map(|e| format!("299 - {:?}", e)).collect();
+    assert_eq!(warnings, expected_warnings);
+
     // YAML: YAML 1.1 scalars (an unquoted `yes` is a boolean, which a ConfigMap's data
     // refuses), and duplicate keys with their line.
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n  name: from-yaml\ndata:\n  mode: \"0755\"\n";
@@ -2079,4 +2122,114 @@ async fn protobuf_is_answered_to_clients_that_prefer_it() {
     )
     .await;
     assert_eq!((code, content_type.as_str()), (200, "application/json"));
+}
+
+/// A custom resource's embedded objects (`x-kubernetes-embedded-resource`, such as a pod
+/// template) have ObjectMeta as their metadata: a field it does not have is an unknown field
+/// there, reported, dropped or refused as `fieldValidation` says, for creates and applies.
+#[tokio::test]
+async fn unknown_fields_in_embedded_metadata_are_strict_decoding_errors() {
+    let t = TestServer::start(Backend::Memory).await;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "runners.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "runners", "singular": "runner", "kind": "Runner"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                    "type": "object",
+                    "properties": {"template": {
+                        "type": "object",
+                        "x-kubernetes-embedded-resource": true,
+                        "properties": {"spec": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                        }},
+                    }},
+                }}},
+            }}],
+        },
+    });
+    let (code, body) = send(
+        &t,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        crd,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let path = "/apis/example.com/v1/namespaces/default/runners";
+    eventually("the runners to be served", || async {
+        t.raw("GET", path, None, Vec::new()).await.0 == 200
+    })
+    .await;
+    let runner = |name: &str| {
+        format!(
+            r#"{{"apiVersion": "example.com/v1", "kind": "Runner", "metadata": {{"name": "{name}"}},
+            "spec": {{"template": {{"apiVersion": "v1", "kind": "Pod",
+                "metadata": {{"name": "inner", "bogus": 1}}, "spec": {{"x": 1}}}}}}}}"#
+        )
+    };
+    let (code, _, status) = send_text(
+        &t,
+        "POST",
+        &format!("{path}?fieldValidation=Strict"),
+        "application/json",
+        &runner("strict"),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"Runner in version "v1" cannot be handled as a Runner: strict decoding error: unknown field "spec.template.metadata.bogus""#
+    );
+    let (code, warnings, created) =
+        send_text(&t, "POST", path, "application/json", &runner("warned")).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(
+        warnings,
+        [r#"299 - "unknown field \"spec.template.metadata.bogus\"""#]
+    );
+    assert_eq!(
+        created["spec"]["template"]["metadata"],
+        json!({"name": "inner"})
+    );
+    // Server-side apply: the same words, not a failure to build the typed patch.
+    let apply = format!("{path}/applied?fieldManager=me");
+    let (code, _, status) = send_text(
+        &t,
+        "PATCH",
+        &format!("{apply}&fieldValidation=Strict"),
+        "application/apply-patch+yaml",
+        &runner("applied"),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(r#"strict decoding error: unknown field "spec.template.metadata.bogus""#),
+        "{status}"
+    );
+    let (code, warnings, applied) = send_text(
+        &t,
+        "PATCH",
+        &apply,
+        "application/apply-patch+yaml",
+        &runner("applied"),
+    )
+    .await;
+    assert_eq!(code, 201, "{applied}");
+    assert_eq!(
+        warnings,
+        [r#"299 - "unknown field \"spec.template.metadata.bogus\"""#]
+    );
+    assert_eq!(
+        applied["spec"]["template"]["metadata"],
+        json!({"name": "inner"})
+    );
 }

@@ -89,6 +89,7 @@ pub(crate) fn parse(text: &str, json: bool) -> Result<Vec<Rule>, RulesError> {
     let Decoded {
         value,
         strict_errors,
+        ..
     } = decoded.map_err(|error| {
         let format = if json { "JSON" } else { "YAML" };
         RulesError::new("", format!("not valid {format}: {error}"))

@@ -166,6 +166,60 @@ impl Structural {
         }
     }
 
+    /// Calls `visit` with every object of `obj` that is a resource of its own: the root
+    /// (path `""`) and each `x-kubernetes-embedded-resource` object inside it (`spec.template`,
+    /// `spec.items[0]`), in document order: where apiextensions-apiserver reads an ObjectMeta.
+    pub fn visit_resources(&self, obj: &mut Value, visit: &mut dyn FnMut(&str, &mut Value)) {
+        let mut path = String::new();
+        visit(&path, obj);
+        self.visit_embedded(obj, &mut path, visit, 0);
+    }
+
+    fn visit_embedded(
+        &self,
+        obj: &mut Value,
+        path: &mut String,
+        visit: &mut dyn FnMut(&str, &mut Value),
+        depth: usize,
+    ) {
+        if depth > 1000 {
+            return;
+        }
+        let len = path.len();
+        match obj {
+            Value::Object(map) => {
+                for (key, value) in map.iter_mut() {
+                    let Some(child) = self.child(key) else {
+                        continue;
+                    };
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    if child.embedded_resource && value.is_object() {
+                        visit(path, value);
+                    }
+                    child.visit_embedded(value, path, visit, depth + 1);
+                    path.truncate(len);
+                }
+            }
+            Value::Array(items) => {
+                let Some(item) = self.items() else {
+                    return;
+                };
+                for (i, value) in items.iter_mut().enumerate() {
+                    path.push_str(&format!("[{i}]"));
+                    if item.embedded_resource && value.is_object() {
+                        visit(path, value);
+                    }
+                    item.visit_embedded(value, path, visit, depth + 1);
+                    path.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// `additionalProperties` as given.
     pub fn additional_properties_raw(&self) -> Option<&AdditionalProperties> {
         self.additional_properties.as_ref()

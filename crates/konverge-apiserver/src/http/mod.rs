@@ -458,6 +458,7 @@ async fn resource(
             let decoded = request::decode_object_strict(&body)?;
             let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
+            opts.body_field_order = decoded.order;
             let obj = registry.decode_request(&rt, decoded.value, &opts)?;
             let answer = crate::resources::reviews::answer(server, user, review, ns, obj).await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
@@ -674,6 +675,7 @@ async fn resource(
             let obj = decoded.value;
             let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
+            opts.body_field_order = decoded.order;
             opts.field_manager.get_or_insert(user_agent_manager);
             opts.user = Some(user.clone());
             let written = registry.create(&rt, ns, obj, &opts).await?;
@@ -685,6 +687,7 @@ async fn resource(
             let obj = decoded.value;
             let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
+            opts.body_field_order = decoded.order;
             opts.field_manager.get_or_insert(user_agent_manager);
             opts.user = Some(user.clone());
             if sub == Some("scale") {

@@ -478,6 +478,7 @@ pub(crate) fn decode_object_strict(body: &Body) -> Result<Decoded> {
             .map(|(_, object)| Decoded {
                 value: object,
                 strict_errors: Vec::new(),
+                order: None,
             })
             .map_err(|e| {
                 if e.is_unsupported_kind() {

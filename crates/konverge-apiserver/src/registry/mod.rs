@@ -74,6 +74,9 @@ pub struct WriteOptions {
     /// What reading the request body's text found that strict field validation refuses
     /// (duplicate fields), in kube-apiserver's words (`duplicate field "spec.replicas"`).
     pub body_strict_errors: Vec<String>,
+    /// Where each field came in a JSON body, so that a built-in kind's unknown and duplicate
+    /// fields are reported in the order kube's typed decoder meets them.
+    pub body_field_order: Option<konverge_apimachinery::decoding::FieldOrder>,
     /// Set by the server's own writes that are not a client's update of the object (a pod's
     /// binding): the new object is validated, the kind's update rules are not applied.
     pub(crate) not_an_update: bool,
@@ -576,8 +579,9 @@ impl Registry {
         rt.check_type_meta(&body)?;
         body["apiVersion"] = json!(rt.api_version());
         body["kind"] = json!(rt.kind);
-        // Strict decoding errors in kube-apiserver's order: those of the body's text
-        // (duplicates), then the fields the type does not have.
+        // Strict decoding errors in kube-apiserver's order: a built-in kind's JSON body as
+        // its typed decoder meets them; otherwise those of the body's text (duplicates),
+        // then the fields the type or schema does not have.
         let mut strict = if from_body {
             opts.body_strict_errors.clone()
         } else {
@@ -592,12 +596,16 @@ impl Registry {
                     rt.kind, rt.version, rt.kind
                 ))
             })?;
-            strict.extend(unknown(unknown_fields));
+            match (from_body, &opts.body_field_order) {
+                (true, Some(order)) => strict = order.typed_errors(&unknown_fields),
+                _ => strict.extend(unknown(unknown_fields)),
+            }
             body = decoded;
             check_quantities(rt, &body)?;
         }
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
             strict.extend(unknown(structural.prune(&mut body)));
+            strict.extend(unknown(coerce_metadata(structural, &mut body)));
         }
         strict_decoding(strict, opts.field_validation, &prefix, warnings)?;
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
@@ -1428,6 +1436,32 @@ fn strict_decoding(
         }
         FieldValidation::Ignore => Ok(()),
     }
+}
+
+/// The unknown fields of a custom resource's ObjectMetas, removed: those of the resources
+/// embedded in it first, in document order, then those of its own `metadata`, as
+/// apiextensions-apiserver coerces them.
+fn coerce_metadata(
+    structural: &konverge_apimachinery::schema::Structural,
+    body: &mut Value,
+) -> Vec<String> {
+    let mut embedded = Vec::new();
+    let mut own = Vec::new();
+    structural.visit_resources(body, &mut |path, resource| {
+        let Some(metadata) = resource.get_mut("metadata").filter(|m| m.is_object()) else {
+            return;
+        };
+        if path.is_empty() {
+            own = crate::resources::builtin::coerce_object_meta(metadata, "metadata");
+        } else {
+            let prefix = format!("{path}.metadata");
+            embedded.extend(crate::resources::builtin::coerce_object_meta(
+                metadata, &prefix,
+            ));
+        }
+    });
+    embedded.extend(own);
+    embedded
 }
 
 /// Strict decoding errors as warnings: goyaml's `yaml: unmarshal errors:` text is one

@@ -57,6 +57,57 @@ where
     Ok((encoded, unknown))
 }
 
+/// The fields of an ObjectMeta (`metadata` of a custom resource, or of a resource embedded
+/// in one) that ObjectMeta does not have, by path below `prefix`, removed from it: what
+/// apiextensions-apiserver's metadata coercion reports as unknown fields and drops. Malformed
+/// metadata is left for validation to refuse.
+pub(crate) fn coerce_object_meta(metadata: &mut Value, prefix: &str) -> Vec<String> {
+    let Ok((_, unknown)) =
+        typed::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(metadata.clone())
+    else {
+        return Vec::new();
+    };
+    for path in &unknown {
+        remove_path(metadata, path);
+    }
+    unknown
+        .into_iter()
+        .map(|path| format!("{prefix}.{path}"))
+        .collect()
+}
+
+/// Removes the field at `path` (`a.b`, `list[0].c`) from `value`.
+fn remove_path(value: &mut Value, path: &str) {
+    let mut node = value;
+    let mut segments = path.split('.').peekable();
+    while let Some(segment) = segments.next() {
+        let (key, indexes) = match segment.find('[') {
+            Some(at) => (&segment[..at], &segment[at..]),
+            None => (segment, ""),
+        };
+        if segments.peek().is_none() && indexes.is_empty() {
+            if let Some(map) = node.as_object_mut() {
+                map.remove(key);
+            }
+            return;
+        }
+        let Some(next) = node.get_mut(key) else {
+            return;
+        };
+        node = next;
+        for index in indexes
+            .split(['[', ']'])
+            .filter(|i| !i.is_empty())
+            .filter_map(|i| i.parse::<usize>().ok())
+        {
+            let Some(next) = node.get_mut(index) else {
+                return;
+            };
+            node = next;
+        }
+    }
+}
+
 /// Paths present in `before` but absent from `after` (null values do not count: they mean
 /// "unset" to the API).
 fn dropped_fields(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
