@@ -386,8 +386,16 @@ async fn https_webhook(
     names: &[&str],
     answer: impl Fn(&Value, &str) -> Reply + Send + Sync + 'static,
 ) -> (SocketAddr, String) {
-    use http_body_util::BodyExt;
     let (config, ca) = tls(names);
+    (serve_https(config, answer).await, ca)
+}
+
+/// A webhook served over HTTPS with `config` on a loopback port: its address.
+async fn serve_https(
+    config: Arc<rustls::ServerConfig>,
+    answer: impl Fn(&Value, &str) -> Reply + Send + Sync + 'static,
+) -> SocketAddr {
+    use http_body_util::BodyExt;
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -428,7 +436,113 @@ async fn https_webhook(
             });
         }
     });
-    (addr, ca)
+    addr
+}
+
+/// A TLS server configuration and the PEM of the certificate it serves.
+type Served = (Arc<rustls::ServerConfig>, String);
+
+/// A TLS server configuration serving one self-signed certificate, marked as a CA (what
+/// `openssl req -x509` makes), shaped by `adjust`; and that certificate in PEM.
+fn self_signed_ca(adjust: impl FnOnce(&mut rcgen::CertificateParams)) -> Served {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "webhook");
+    adjust(&mut params);
+    let cert = params.self_signed(&key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    (Arc::new(config), cert.pem())
+}
+
+/// kube-apiserver verifies a webhook's certificate with Go's crypto/x509: a self-signed
+/// certificate marked as a CA and given as the `caBundle` is accepted (WebPKI refuses it as a
+/// CA used as an end entity), still checked for its validity period, the server's name and
+/// its extended key usage.
+#[tokio::test]
+async fn a_self_signed_ca_certificate_in_the_ca_bundle_serves_as_go_accepts_it()
+-> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    let cases: Vec<(&str, Served, Option<&str>)> = vec![
+        ("plain", self_signed_ca(|_| {}), None),
+        (
+            "server-auth",
+            self_signed_ca(|p| {
+                p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+            }),
+            None,
+        ),
+        (
+            "client-only",
+            self_signed_ca(|p| {
+                p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+            }),
+            Some("incompatible key usage"),
+        ),
+        (
+            "expired",
+            self_signed_ca(|p| {
+                p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+            }),
+            Some("expired"),
+        ),
+        (
+            "other-name",
+            self_signed_ca(|p| {
+                p.subject_alt_names = vec![rcgen::SanType::DnsName(
+                    "elsewhere.example.com".try_into().unwrap(),
+                )];
+            }),
+            Some("not valid for 127.0.0.1"),
+        ),
+    ];
+    for (name, (config, pem), refusal) in cases {
+        let addr = serve_https(config, |review, _| allow(review)).await;
+        let rules = config_map_rules(&["CREATE"]);
+        cluster
+            .validating(
+                name,
+                json!([webhook(
+                    &format!("{name}.example.com"),
+                    json!({"url": format!("https://127.0.0.1:{}/", addr.port()),
+                        "caBundle": ca_bundle(&pem)}),
+                    rules,
+                )]),
+            )
+            .await?;
+        let cms = cluster.config_maps("default");
+        let created = cms
+            .create(&PostParams::default(), &config_map(name, json!({})))
+            .await;
+        match refusal {
+            None => {
+                created.map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+            }
+            Some(words) => {
+                let (code, _, message) = refused(created.unwrap_err());
+                assert_eq!(code, 500, "{name}: {message}");
+                assert!(
+                    message.contains("failed calling webhook") && message.contains(words),
+                    "{name}: {message}"
+                );
+            }
+        }
+        cluster.drop_validating(name).await?;
+    }
+    Ok(())
 }
 
 fn ca_bundle(pem: &str) -> String {

@@ -147,7 +147,7 @@ fn mount_token(spec: &mut Value) {
         .unwrap_or_else(|| crate::resources::meta::generate_name(TOKEN_VOLUME_PREFIX));
     let mut needed = false;
     for field in ["initContainers", "containers"] {
-        let Some(containers) = spec[field].as_array_mut() else {
+        let Some(containers) = spec.get_mut(field).and_then(Value::as_array_mut) else {
             continue;
         };
         for container in containers {

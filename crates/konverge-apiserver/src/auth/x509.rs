@@ -81,6 +81,79 @@ struct Parsed {
     subject_key_id: Option<Vec<u8>>,
     /// The `SubjectPublicKeyInfo`, tag and length included.
     public_key_info: Vec<u8>,
+    /// `notBefore` and `notAfter`, in seconds since the Unix epoch.
+    validity: (i64, i64),
+    /// The extended key usages, if the certificate restricts them.
+    extended_key_usages: Option<Vec<ObjectIdentifier>>,
+}
+
+/// What a TLS client checks of a server's certificate that its chain does not tell: when it
+/// is valid and what it may be used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// The start of validity, in seconds since the Unix epoch.
+    pub not_before: i64,
+    /// The end of validity, in seconds since the Unix epoch.
+    pub not_after: i64,
+    /// Whether it may serve TLS: it has no extended key usage, or `serverAuth` or
+    /// `anyExtendedKeyUsage` among them (Go's rule; the key usage bits are not looked at).
+    pub server_auth: bool,
+}
+
+/// `id-kp-serverAuth`.
+const OID_SERVER_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 1];
+/// `anyExtendedKeyUsage`.
+const OID_ANY_EXT_KEY_USAGE: &[u64] = &[2, 5, 29, 37, 0];
+
+/// The validity and server use of the DER certificate `der`. The certificate is not
+/// verified here.
+pub fn usage(der: &[u8]) -> Result<Usage, X509Error> {
+    let parsed = parse(der)?;
+    let server_auth = parsed.extended_key_usages.as_ref().is_none_or(|usages| {
+        usages.iter().any(|oid| {
+            let components = oid.components().as_slice();
+            components == OID_SERVER_AUTH || components == OID_ANY_EXT_KEY_USAGE
+        })
+    });
+    Ok(Usage {
+        not_before: parsed.validity.0,
+        not_after: parsed.validity.1,
+        server_auth,
+    })
+}
+
+/// A `Time` (UTCTime `YYMMDDHHMMSSZ`, or GeneralizedTime `YYYYMMDDHHMMSSZ`), in seconds
+/// since the Unix epoch.
+fn read_time(r: yasna::BERReader) -> ASN1Result<i64> {
+    let value = r.read_tagged_der()?;
+    let text = std::str::from_utf8(value.value()).map_err(|_| invalid())?;
+    let digits = text.strip_suffix('Z').ok_or_else(invalid)?;
+    let full = match value.tag() {
+        TAG_UTCTIME if digits.len() == 12 => {
+            // Years 50-99 are 19xx, 00-49 20xx (RFC 5280).
+            let year: u32 = digits[..2].parse().map_err(|_| invalid())?;
+            let century = if year >= 50 { "19" } else { "20" };
+            format!("{century}{digits}")
+        }
+        TAG_GENERALIZEDTIME if digits.len() == 14 => digits.to_string(),
+        _ => return Err(invalid()),
+    };
+    let at = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &full[0..4],
+        &full[4..6],
+        &full[6..8],
+        &full[8..10],
+        &full[10..12],
+        &full[12..14]
+    );
+    at.parse::<jiff::Timestamp>()
+        .map(|t| t.as_second())
+        .map_err(|_| invalid())
+}
+
+fn invalid() -> yasna::ASN1Error {
+    yasna::ASN1Error::new(yasna::ASN1ErrorKind::Invalid)
 }
 
 /// Reads the subject and the subject key identifier of a DER certificate.
@@ -90,22 +163,29 @@ fn parse(der: &[u8]) -> Result<Parsed, X509Error> {
             let parsed = r.next().read_sequence(|r| {
                 // version [0], serialNumber, signature, issuer, validity.
                 r.read_optional(|r| r.read_tagged(Tag::context(0), |r| r.read_der()))?;
-                for _ in 0..4 {
+                for _ in 0..3 {
                     r.next().read_der()?;
                 }
+                let validity = r
+                    .next()
+                    .read_sequence(|r| Ok((read_time(r.next())?, read_time(r.next())?)))?;
                 let subject_der = r.next().read_der()?;
                 let public_key_info = r.next().read_der()?;
                 let mut subject_key_id = None;
+                let mut extended_key_usages = None;
                 // issuerUniqueID [1], subjectUniqueID [2], extensions [3].
                 while let Some(field) = r.read_optional(|r| r.read_tagged_der())? {
                     if field.tag() == Tag::context(3) {
                         subject_key_id = find_subject_key_id(field.value())?;
+                        extended_key_usages = find_extended_key_usages(field.value())?;
                     }
                 }
                 Ok(Parsed {
                     subject_der,
                     subject_key_id,
                     public_key_info,
+                    validity,
+                    extended_key_usages,
                 })
             })?;
             r.next().read_der()?; // signatureAlgorithm
@@ -116,8 +196,16 @@ fn parse(der: &[u8]) -> Result<Parsed, X509Error> {
     .map_err(malformed)
 }
 
-/// The key identifier in a `SEQUENCE OF Extension`, if one is the subject key identifier.
-fn find_subject_key_id(extensions: &[u8]) -> ASN1Result<Option<Vec<u8>>> {
+/// The extended key usages in a `[3] EXPLICIT SEQUENCE OF Extension`, if it has them.
+fn find_extended_key_usages(extensions: &[u8]) -> ASN1Result<Option<Vec<ObjectIdentifier>>> {
+    let Some(value) = extension_value(extensions, OID_EXT_KEY_USAGE)? else {
+        return Ok(None);
+    };
+    yasna::parse_der(&value, |r| r.collect_sequence_of(|r| r.read_oid())).map(Some)
+}
+
+/// The value of the extension `oid` in a `[3] EXPLICIT SEQUENCE OF Extension`.
+fn extension_value(extensions: &[u8], oid: &[u64]) -> ASN1Result<Option<Vec<u8>>> {
     let extensions = yasna::parse_ber(extensions, |r| {
         r.collect_sequence_of(|r| {
             r.read_sequence(|r| {
@@ -128,10 +216,16 @@ fn find_subject_key_id(extensions: &[u8]) -> ASN1Result<Option<Vec<u8>>> {
             })
         })
     })?;
-    extensions
+    Ok(extensions
         .into_iter()
-        .find(|(id, _)| id.components().as_slice() == OID_SUBJECT_KEY_ID)
-        .map(|(_, value)| yasna::parse_ber(&value, |r| r.read_bytes()))
+        .find(|(id, _)| id.components().as_slice() == oid)
+        .map(|(_, value)| value))
+}
+
+/// The key identifier in a `SEQUENCE OF Extension`, if one is the subject key identifier.
+fn find_subject_key_id(extensions: &[u8]) -> ASN1Result<Option<Vec<u8>>> {
+    extension_value(extensions, OID_SUBJECT_KEY_ID)?
+        .map(|value| yasna::parse_ber(&value, |r| r.read_bytes()))
         .transpose()
 }
 

@@ -43,18 +43,58 @@ fn typed<T>(value: Value) -> Result<(Value, Vec<String>), String>
 where
     T: serde::de::DeserializeOwned + serde::Serialize,
 {
-    let decoded: T = serde_path_to_error::deserialize(&value).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            e.inner().to_string()
-        } else {
-            format!("{path}: {}", e.inner())
+    let mut value = value;
+    let mut unwrapped = 0;
+    let decoded: T = loop {
+        match serde_path_to_error::deserialize(&value) {
+            Ok(decoded) => break decoded,
+            // Go reads base64 (`[]byte` fields: Secret data, CSR requests, CA bundles)
+            // ignoring line breaks, as PEM-style wrapped base64 has them.
+            Err(e) if unwrapped < MAX_UNWRAPPED && unwrap_base64(&mut value, e.path()) => {
+                unwrapped += 1;
+            }
+            Err(e) => {
+                let path = e.path().to_string();
+                return Err(if path == "." {
+                    e.inner().to_string()
+                } else {
+                    format!("{path}: {}", e.inner())
+                });
+            }
         }
-    })?;
+    };
     let encoded = serde_json::to_value(&decoded).map_err(|e| e.to_string())?;
     let mut unknown = Vec::new();
     dropped_fields(&value, &encoded, "", &mut unknown);
     Ok((encoded, unknown))
+}
+
+/// How many wrapped base64 strings one object may have unwrapped.
+const MAX_UNWRAPPED: usize = 256;
+
+/// Removes the line breaks (`\r`, `\n`) from the string at `path`, if it has any: the
+/// string a base64 field failed to decode. Whether anything was removed.
+fn unwrap_base64(value: &mut Value, path: &serde_path_to_error::Path) -> bool {
+    use serde_path_to_error::Segment;
+    let mut node = value;
+    for segment in path {
+        let next = match segment {
+            Segment::Map { key } => node.get_mut(key.as_str()),
+            Segment::Seq { index } => node.get_mut(*index),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        node = next;
+    }
+    match node {
+        Value::String(text) if text.contains(['\r', '\n']) => {
+            text.retain(|c| c != '\r' && c != '\n');
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The fields of an ObjectMeta (`metadata` of a custom resource, or of a resource embedded
@@ -685,6 +725,24 @@ impl ResourceType {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn wrapped_base64_is_read_as_go_reads_it() {
+        let wrapped = "aGVsbG8g\nd29ybGQ=\r\n";
+        let (out, unknown) = typed::<core::v1::Secret>(json!({
+            "metadata": {"name": "tls"},
+            "data": {"tls.crt": wrapped, "tls.key": "a2V5"},
+        }))
+        .expect("line breaks are ignored");
+        assert_eq!(out["data"]["tls.crt"], "aGVsbG8gd29ybGQ=");
+        assert!(unknown.is_empty());
+        let err = typed::<core::v1::Secret>(json!({
+            "metadata": {"name": "bad"},
+            "data": {"k": "not base64!"},
+        }))
+        .expect_err("other bad base64 is refused");
+        assert!(err.starts_with("data.k:"), "{err}");
+    }
 
     #[test]
     fn typed_codec_reports_wrong_types_with_paths_and_drops_unknown_fields() {

@@ -22,6 +22,8 @@ use serde_json::Value;
 
 use crate::registry::Registry;
 
+mod tls;
+
 /// Where a webhook is (`clientConfig`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -396,30 +398,31 @@ fn split_url(url: &str) -> Result<(String, u16, String), CallError> {
 }
 
 fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, CallError> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_bundle.filter(|b| !b.is_empty()) {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| CallError::Tls(e.to_string()))?;
+    let config = match ca_bundle.filter(|b| !b.is_empty()) {
+        // The bundle's certificates, verified as Go verifies them.
         Some(pem) => {
             let mut reader = pem;
-            for cert in rustls_pemfile_certs(&mut reader)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| CallError::Config(format!("caBundle: {e}")))?;
-            }
+            let roots = rustls_pemfile_certs(&mut reader)?;
+            let verifier = tls::GoVerifier::new(roots, provider)
+                .map_err(|e| CallError::Config(format!("caBundle: {e}")))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth()
         }
         None => {
+            let mut roots = rustls::RootCertStore::empty();
             let native = rustls_native_certs::load_native_certs();
             for cert in native.certs {
                 let _ = roots.add(cert);
             }
+            builder.with_root_certificates(roots).with_no_client_auth()
         }
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| CallError::Tls(e.to_string()))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    };
     Ok(Arc::new(config))
 }
 
@@ -503,6 +506,16 @@ fn tls_error(error: &std::io::Error, server_name: &str) -> CallError {
             rustls::CertificateError::NotValidForName
             | rustls::CertificateError::NotValidForNameContext { .. },
         ) => CallError::Certificate(format!("certificate is not valid for {server_name}")),
+        rustls::Error::InvalidCertificate(
+            rustls::CertificateError::Expired
+            | rustls::CertificateError::ExpiredContext { .. }
+            | rustls::CertificateError::NotValidYet
+            | rustls::CertificateError::NotValidYetContext { .. },
+        ) => CallError::Certificate("certificate has expired or is not yet valid".into()),
+        rustls::Error::InvalidCertificate(
+            rustls::CertificateError::InvalidPurpose
+            | rustls::CertificateError::InvalidPurposeContext { .. },
+        ) => CallError::Certificate("certificate specifies an incompatible key usage".into()),
         rustls::Error::InvalidCertificate(other) => CallError::Certificate(format!("{other:?}")),
         other => CallError::Tls(other.to_string()),
     }
