@@ -1184,6 +1184,45 @@ async fn status_writes_keep_metadata_changes() {
         "2026-01-01T00:00:00Z"
     );
     assert_eq!(written["spec"]["schedule"], "*/5 * * * *");
+
+    // A signing request's approval: its conditions change, and its metadata; not its spec
+    // or the rest of its status (kube's approval strategy).
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "alice");
+    let request = params.serialize_request(&key).unwrap().pem().unwrap();
+    let (code, created) = send(
+        &t,
+        "POST",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        json!({"metadata": {"name": "alice"}, "spec": {
+            "request": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, request),
+            "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["client auth"]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{created}");
+    let mut approved = created.clone();
+    approved["metadata"]["labels"] = json!({"reviewed": "yes"});
+    approved["spec"]["usages"] = json!(["digital signature", "client auth"]);
+    approved["status"] = json!({
+        "conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}],
+        "certificate": "Zm9v",
+    });
+    let (code, written) = send(
+        &t,
+        "PUT",
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests/alice/approval",
+        approved,
+    )
+    .await;
+    assert_eq!(code, 200, "{written}");
+    assert_eq!(written["metadata"]["labels"]["reviewed"], "yes");
+    assert_eq!(written["spec"]["usages"], json!(["client auth"]));
+    assert_eq!(written["status"]["conditions"][0]["type"], "Approved");
+    assert!(written["status"].get("certificate").is_none(), "{written}");
 }
 
 /// A TokenRequest issues a token that a TokenReview accepts as the ServiceAccount.
@@ -1500,6 +1539,44 @@ async fn tables_in_both_versions_and_406_for_the_rest() {
         status["message"],
         "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
     );
+
+    // A review has no table: asked for one only, 406; with JSON as well, JSON.
+    let review = |accept: &'static str| {
+        let router = t.router.clone();
+        async move {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+                .header("accept", accept)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(
+                    json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                        "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}})
+                    .to_string(),
+                ))
+                .unwrap();
+            let response = router.oneshot(req).await.unwrap();
+            let code = response.status().as_u16();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (code, serde_json::from_slice::<Value>(&body).unwrap())
+        }
+    };
+    let (code, status) = review("application/json;as=Table;g=meta.k8s.io;v=v1").await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (406, Some("NotAcceptable")),
+        "{status}"
+    );
+    assert_eq!(
+        status["message"],
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+    );
+    let (code, answered) =
+        review("application/json;as=Table;g=meta.k8s.io;v=v1, application/json").await;
+    assert_eq!(code, 201, "{answered}");
+    assert_eq!(answered["kind"], "SelfSubjectAccessReview");
 }
 
 /// Bad objects of the kinds operators write are refused with kube-apiserver's messages.

@@ -417,6 +417,25 @@ async fn resource(
         ));
     }
     let rt = route.rt.clone();
+    // What kube-apiserver serves without a table convertor (reviews, bindings, token
+    // requests, evictions) cannot be answered as a Table: another acceptable type is
+    // answered, or 406 when the client takes nothing else.
+    let mut accept = accept;
+    let tableless = matches!(
+        rt.serving,
+        crate::resources::Serving::Review(_) | crate::resources::Serving::Binding
+    ) || matches!(
+        route.subresource.as_deref(),
+        Some("token" | "eviction" | "binding")
+    );
+    if accept.table && tableless {
+        if !accept.plain_acceptable {
+            return Err(ApiError::not_acceptable(
+                "application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            ));
+        }
+        accept.table = false;
+    }
     if accept.protobuf
         && !accept.json_acceptable
         && !konverge_protobuf::can_encode(&rt.api_version(), &rt.kind)

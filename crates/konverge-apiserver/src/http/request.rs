@@ -41,6 +41,9 @@ pub(crate) struct Accept {
     /// Whether JSON (or any type) is acceptable as well: what is answered for kinds without
     /// a protobuf encoding (custom resources) when protobuf is preferred.
     pub(crate) json_acceptable: bool,
+    /// Whether the object itself is acceptable (a type without `as=`), for resources that
+    /// cannot be answered as a Table.
+    pub(crate) plain_acceptable: bool,
 }
 
 impl Accept {
@@ -91,6 +94,7 @@ impl Accept {
                         .and_then(|q| q.trim().parse::<f32>().ok())
                         .map_or(1000, |q| (q.clamp(0.0, 1.0) * 1000.0) as u32);
                     if q > 0 {
+                        accept.plain_acceptable |= get("as").is_none();
                         let protobuf = media == konverge_protobuf::CONTENT_TYPE;
                         if !protobuf {
                             accept.json_acceptable = true;
@@ -128,6 +132,7 @@ impl Accept {
         accept.protobuf = best.is_some_and(|(_, _, protobuf)| protobuf);
         if !named {
             accept.json_acceptable = true;
+            accept.plain_acceptable = true;
         }
         accept
     }

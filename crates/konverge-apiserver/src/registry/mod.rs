@@ -1113,8 +1113,31 @@ impl Registry {
                 merged
             }
             Some("approval") => {
-                // A signing request's approval changes its conditions and nothing else.
-                current_with(current, &new, "status", "conditions", Value::Null)
+                // A signing request's approval changes its conditions, not its spec or the
+                // rest of its status; the metadata is the request's, as kube's approval
+                // strategy keeps it.
+                let mut merged = new.clone();
+                let conditions = new.pointer("/status/conditions").cloned();
+                match current.get("spec") {
+                    Some(spec) => merged["spec"] = spec.clone(),
+                    None => {
+                        if let Some(o) = merged.as_object_mut() {
+                            o.remove("spec");
+                        }
+                    }
+                }
+                merged["status"] = current.get("status").cloned().unwrap_or_else(|| json!({}));
+                match conditions {
+                    Some(conditions) if !conditions.is_null() => {
+                        merged["status"]["conditions"] = conditions;
+                    }
+                    _ => {
+                        if let Some(status) = merged["status"].as_object_mut() {
+                            status.remove("conditions");
+                        }
+                    }
+                }
+                merged
             }
             Some("finalize") if is_namespace(rt) => {
                 // `/finalize` changes the namespace's spec.finalizers and nothing else.
