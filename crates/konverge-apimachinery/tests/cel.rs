@@ -398,6 +398,21 @@ fn rules_that_cost_too_much_are_refused_at_create_and_at_run_time() {
         )]
     );
     assert!(errors(&r, json!({"spec": {"l": [1, 2, 3]}}), None).is_empty());
+
+    // Charged as it runs: when the expensive part does not evaluate (a `||` decided by its
+    // left operand), the large object passes; when it does, it costs what it did.
+    let guarded = format!("has(self.skip) || {rule}");
+    let mut guarded_schema = schema(json!(100));
+    guarded_schema["properties"]["spec"]["x-kubernetes-validations"] = json!([{ "rule": guarded }]);
+    guarded_schema["properties"]["spec"]["properties"]["skip"] = json!({"type": "boolean"});
+    let r = rules(guarded_schema);
+    assert!(errors(&r, json!({"spec": {"l": big, "skip": true}}), None).is_empty());
+    assert_eq!(
+        errors(&r, json!({"spec": {"l": big}}), None),
+        [format!(
+            "spec: Invalid value: \"object\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: {guarded}"
+        )]
+    );
 }
 
 #[test]

@@ -12,10 +12,11 @@
 //! Variables are lazy: one is evaluated the first time an expression of an activation reads
 //! it, once, and its error (if it fails) becomes the error of the expressions that read it.
 //!
-//! The `cel` crate counts no cost while it evaluates: before an expression runs, its cost
-//! is estimated over the sizes of the values it reads (and of the variables it reads,
-//! evaluated for that), and held to kube-apiserver's per-call limit; the estimates of the
-//! expressions and variables an activation evaluates are taken from a budget the caller
+//! The `cel` crate counts no cost while it evaluates: before an expression runs, what it will
+//! cost is counted as cel-go's runtime tracking counts it (only what evaluates: a branch not
+//! taken or a short-circuited operand costs nothing, over the sizes of the values it meets,
+//! variables evaluated for that), and held to kube-apiserver's per-call limit; the costs of
+//! the expressions and variables an activation evaluates are taken from a budget the caller
 //! keeps ([`RUNTIME_BUDGET`], [`MATCH_CONDITIONS_BUDGET`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -700,11 +701,19 @@ impl Shared {
     /// Runs an expression: what it cost, and its value or its error's message.
     fn run(self: &Arc<Self>, expression: &Expression) -> (u64, Result<CelValue, String>) {
         let sizes = RuntimeSizes { shared: self };
-        let cost = cost::estimate(&expression.program, &expression.checked, &sizes).max;
+        let context = self.context();
+        // Charged as it runs: only what evaluates, over the values' own sizes.
+        let cost = cost::actual(
+            &expression.program,
+            &expression.checked,
+            &sizes,
+            &context,
+            PER_CALL_LIMIT,
+        )
+        .max;
         if cost > PER_CALL_LIMIT {
             return (PER_CALL_LIMIT, Err(COST_LIMIT_EXCEEDED.to_string()));
         }
-        let context = self.context();
         let result = expression
             .program
             .execute(&context)
@@ -1171,6 +1180,12 @@ mod tests {
             Evaluation::Error(format!(
                 "expression '{expensive}' resulted in error: operation cancelled: actual cost limit exceeded"
             ))
+        );
+        // Charged as it runs: behind a condition that does not take it, it costs nothing.
+        let guarded = format!("!has(object.spec) ? true : {expensive}");
+        assert_eq!(
+            eval(Compiler::new(), &guarded, &i),
+            Evaluation::Value(Output::Bool(true))
         );
         let expression = Compiler::new()
             .compile(

@@ -3,12 +3,18 @@
 //! selection costs 1, each call its function's cost over the sizes of its arguments, a
 //! comprehension its body times the size of its range. Sizes come from a [`Sizes`]: the
 //! schema's bounds (`maxLength`, `maxItems`, ... or the request size) when a CRD is
-//! validated, the object's own sizes when a custom object is.
+//! validated.
+//!
+//! When a rule runs ([`actual`]), it is charged what cel-go's runtime cost tracking charges:
+//! the same units, but only for what evaluates (the untaken branch of a conditional and the
+//! operand a `&&` or `||` short-circuits cost nothing, a comprehension costs the iterations it
+//! runs, `all` and `exists` stopping early), over the sizes of the values as they are.
 
 use std::collections::HashMap;
 
-use cel::Program;
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::objects::Value as CelValue;
+use cel::{Context, Program};
 use serde_json::Value;
 
 use super::checker::Checked;
@@ -163,14 +169,75 @@ impl Sizes for ValueSizes<'_> {
 
 /// The cost of `program`, whose types `checked` holds, with values sized by `sizes`.
 pub(crate) fn estimate(program: &Program, checked: &Checked, sizes: &dyn Sizes) -> Range {
-    let mut coster = Coster {
-        checked,
-        sizes,
-        vars: Vec::new(),
-        computed: HashMap::new(),
-        paths: HashMap::new(),
-    };
-    coster.cost(program.expression())
+    Coster::new(checked, sizes).cost(program.expression(), None)
+}
+
+/// What `program` costs as it runs in `context`: only what evaluates is charged, over the
+/// sizes of the values it meets (`sizes` where a value cannot be computed). Counting stops
+/// soon after the cost passes `limit` (as cel-go cancels the evaluation there): the result is
+/// then more than `limit`, not the whole cost.
+pub(crate) fn actual(
+    program: &Program,
+    checked: &Checked,
+    sizes: &dyn Sizes,
+    context: &Context,
+    limit: u64,
+) -> Range {
+    let mut coster = Coster::new(checked, sizes);
+    coster.limit = limit;
+    coster.cost(program.expression(), Some(context))
+}
+
+/// The value of `e` in `ctx`, computed for costing only where that has no effect: an
+/// expression that asks the authorizer (`check`) is not evaluated twice.
+fn peek(ctx: &Context, e: &IdedExpr) -> Option<CelValue> {
+    if asks_authorizer(e) {
+        return None;
+    }
+    ctx.resolve(e).ok()
+}
+
+/// Whether `e` calls `check` anywhere in it.
+fn asks_authorizer(e: &IdedExpr) -> bool {
+    match &e.expr {
+        Expr::Call(call) => {
+            call.func_name == "check"
+                || call.target.as_deref().is_some_and(asks_authorizer)
+                || call.args.iter().any(asks_authorizer)
+        }
+        Expr::Select(s) => asks_authorizer(&s.operand),
+        Expr::List(l) => l.elements.iter().any(asks_authorizer),
+        Expr::Map(m) => m.entries.iter().any(|entry| match &entry.expr {
+            EntryExpr::MapEntry(me) => asks_authorizer(&me.key) || asks_authorizer(&me.value),
+            EntryExpr::StructField(f) => asks_authorizer(&f.value),
+        }),
+        Expr::Struct(st) => st.entries.iter().any(|entry| match &entry.expr {
+            EntryExpr::MapEntry(me) => asks_authorizer(&me.key) || asks_authorizer(&me.value),
+            EntryExpr::StructField(f) => asks_authorizer(&f.value),
+        }),
+        Expr::Comprehension(c) => [
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ]
+        .into_iter()
+        .any(asks_authorizer),
+        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => false,
+    }
+}
+
+/// How large a computed value is, as cel-go's runtime measures it (characters, bytes, items,
+/// entries; 1 for anything else).
+fn measure(value: &CelValue) -> u64 {
+    match value {
+        CelValue::String(s) => s.chars().count() as u64,
+        CelValue::Bytes(b) => b.len() as u64,
+        CelValue::List(items) => items.len() as u64,
+        CelValue::Map(map) => map.map.len() as u64,
+        _ => 1,
+    }
 }
 
 /// A variable a comprehension declares: the path of the values it takes, or their size.
@@ -188,9 +255,22 @@ struct Coster<'a> {
     computed: HashMap<u64, Range>,
     /// Where in `self` an expression's value comes from.
     paths: HashMap<u64, Vec<String>>,
+    /// Past this cost, a running rule is cancelled: iterations are no longer counted.
+    limit: u64,
 }
 
-impl Coster<'_> {
+impl<'a> Coster<'a> {
+    fn new(checked: &'a Checked, sizes: &'a dyn Sizes) -> Coster<'a> {
+        Coster {
+            checked,
+            sizes,
+            vars: Vec::new(),
+            computed: HashMap::new(),
+            paths: HashMap::new(),
+            limit: u64::MAX,
+        }
+    }
+
     fn var(&self, name: &str) -> Option<&Var> {
         self.vars.iter().rev().find(|v| v.name == name)
     }
@@ -201,8 +281,13 @@ impl Coster<'_> {
         Some(path)
     }
 
-    /// `computeSize`: how large the value of `e` can be.
-    fn size(&self, e: &IdedExpr) -> Range {
+    /// `computeSize`: how large the value of `e` can be; when it runs, how large it is.
+    fn size(&self, e: &IdedExpr, ctx: Option<&Context>) -> Range {
+        if let Some(ctx) = ctx
+            && let Some(value) = peek(ctx, e)
+        {
+            return Range::exactly(measure(&value));
+        }
         if let Some(size) = self.computed.get(&e.id) {
             return *size;
         }
@@ -245,7 +330,7 @@ impl Coster<'_> {
         self.sizes.unknown()
     }
 
-    fn cost(&mut self, e: &IdedExpr) -> Range {
+    fn cost(&mut self, e: &IdedExpr, ctx: Option<&Context>) -> Range {
         match &e.expr {
             Expr::Unspecified | Expr::Literal(_) => Range::default(),
             Expr::Ident(name) => {
@@ -259,7 +344,7 @@ impl Coster<'_> {
                 Range::exactly(1)
             }
             Expr::Select(s) => {
-                let operand = self.cost(&s.operand);
+                let operand = self.cost(&s.operand, ctx);
                 if let Some(path) = self.path_with(&s.operand, &s.field) {
                     self.paths.insert(e.id, path);
                 }
@@ -272,28 +357,27 @@ impl Coster<'_> {
                 );
                 operand.add(Range::exactly(u64::from(selectable)))
             }
-            Expr::List(l) => l
-                .elements
-                .iter()
-                .fold(Range::exactly(10), |sum, item| sum.add(self.cost(item))),
+            Expr::List(l) => l.elements.iter().fold(Range::exactly(10), |sum, item| {
+                sum.add(self.cost(item, ctx))
+            }),
             Expr::Map(m) => {
                 m.entries
                     .iter()
                     .fold(Range::exactly(30), |sum, entry| match &entry.expr {
-                        EntryExpr::MapEntry(me) => {
-                            sum.add(self.cost(&me.key)).add(self.cost(&me.value))
-                        }
-                        EntryExpr::StructField(f) => sum.add(self.cost(&f.value)),
+                        EntryExpr::MapEntry(me) => sum
+                            .add(self.cost(&me.key, ctx))
+                            .add(self.cost(&me.value, ctx)),
+                        EntryExpr::StructField(f) => sum.add(self.cost(&f.value, ctx)),
                     })
             }
             Expr::Struct(s) => s
                 .entries
                 .iter()
                 .fold(Range::exactly(40), |sum, entry| match &entry.expr {
-                    EntryExpr::StructField(f) => sum.add(self.cost(&f.value)),
-                    EntryExpr::MapEntry(me) => {
-                        sum.add(self.cost(&me.key)).add(self.cost(&me.value))
-                    }
+                    EntryExpr::StructField(f) => sum.add(self.cost(&f.value, ctx)),
+                    EntryExpr::MapEntry(me) => sum
+                        .add(self.cost(&me.key, ctx))
+                        .add(self.cost(&me.value, ctx)),
                 }),
             Expr::Call(call) => {
                 let mut args: Vec<&IdedExpr> = Vec::new();
@@ -302,12 +386,17 @@ impl Coster<'_> {
                     args.push(target);
                 }
                 args.extend(call.args.iter());
-                let costs: Vec<Range> = args.iter().map(|a| self.cost(a)).collect();
                 let function = self
                     .checked
                     .calls
                     .get(&e.id)
                     .map_or(call.func_name.clone(), |c| c.function.clone());
+                if let Some(ctx) = ctx
+                    && let Some(cost) = self.branch(e, &function, &args, ctx)
+                {
+                    return cost;
+                }
+                let costs: Vec<Range> = args.iter().map(|a| self.cost(a, ctx)).collect();
                 if function == "_[_]" || function == "_[?_]" {
                     let segment = match self.checked.type_of(args[0]) {
                         Type::Map(..) => "@values",
@@ -317,11 +406,16 @@ impl Coster<'_> {
                         self.paths.insert(e.id, path);
                     }
                 }
-                self.call(e, &function, member, &args, &costs)
+                self.call(e, &function, member, &args, &costs, ctx)
             }
             Expr::Comprehension(c) => {
-                let range_cost = self.cost(&c.iter_range);
-                let init_cost = self.cost(&c.accu_init);
+                if let Some(ctx) = ctx
+                    && let Some(cost) = self.iterations(c, ctx)
+                {
+                    return cost;
+                }
+                let range_cost = self.cost(&c.iter_range, ctx);
+                let init_cost = self.cost(&c.accu_init, ctx);
                 let range_type = self.checked.type_of(&c.iter_range);
                 let is_map = matches!(range_type, Type::Map(..));
                 let (first, second) = match (is_map, c.iter_var2.is_some()) {
@@ -333,7 +427,7 @@ impl Coster<'_> {
                     Expr::List(l) => l
                         .elements
                         .iter()
-                        .map(|item| self.size(item))
+                        .map(|item| self.size(item, ctx))
                         .reduce(Range::union),
                     _ => None,
                 };
@@ -355,10 +449,12 @@ impl Coster<'_> {
                         size: None,
                     });
                 }
-                let body = self.cost(&c.loop_cond).add(self.cost(&c.loop_step));
-                let result_cost = self.cost(&c.result);
+                let body = self
+                    .cost(&c.loop_cond, ctx)
+                    .add(self.cost(&c.loop_step, ctx));
+                let result_cost = self.cost(&c.result, ctx);
                 self.vars.truncate(depth);
-                let range_size = self.size(&c.iter_range);
+                let range_size = self.size(&c.iter_range, ctx);
                 match &c.accu_init.expr {
                     Expr::List(_) | Expr::Map(_) => {
                         self.computed.insert(e.id, range_size);
@@ -376,6 +472,111 @@ impl Coster<'_> {
         }
     }
 
+    /// What a conditional or a logical operator costs as it runs: its condition (or left
+    /// operand), and the branch (or right operand) that evaluates, if any. `None` for other
+    /// calls.
+    fn branch(
+        &mut self,
+        e: &IdedExpr,
+        function: &str,
+        args: &[&IdedExpr],
+        ctx: &Context,
+    ) -> Option<Range> {
+        let first = args.first()?;
+        match function {
+            "_&&_" | "_||_" => {
+                let second = args.get(1)?;
+                let left = self.cost(first, Some(ctx));
+                let short = matches!(
+                    (function, peek(ctx, first)),
+                    ("_&&_", Some(CelValue::Bool(false))) | ("_||_", Some(CelValue::Bool(true)))
+                );
+                if short {
+                    return Some(left);
+                }
+                Some(left.add(self.cost(second, Some(ctx))))
+            }
+            "_?_:_" => {
+                let condition = self.cost(first, Some(ctx));
+                let taken = match peek(ctx, first) {
+                    Some(CelValue::Bool(true)) => args.get(1)?,
+                    Some(CelValue::Bool(false)) => args.get(2)?,
+                    // A condition not computed here: charged as estimated.
+                    None => return None,
+                    // An error or a non-boolean stops the evaluation at the condition.
+                    Some(_) => return Some(condition),
+                };
+                let cost = condition.add(self.cost(taken, Some(ctx)));
+                let size = self.size(taken, Some(ctx));
+                self.computed.insert(e.id, size);
+                Some(cost)
+            }
+            _ => None,
+        }
+    }
+
+    /// What a comprehension costs as it runs: its range and initial value, each iteration's
+    /// condition and (unless the condition stops it) step, and its result. `None` when its
+    /// range or accumulator cannot be computed (the estimate is charged then).
+    fn iterations(
+        &mut self,
+        c: &cel::common::ast::ComprehensionExpr,
+        ctx: &Context,
+    ) -> Option<Range> {
+        if [&c.loop_cond, &c.loop_step, &c.result]
+            .into_iter()
+            .any(asks_authorizer)
+        {
+            return None;
+        }
+        let range = peek(ctx, &c.iter_range)?;
+        let mut accu = peek(ctx, &c.accu_init)?;
+        let pairs: Vec<(CelValue, CelValue)> = match (&range, c.iter_var2.is_some()) {
+            (CelValue::List(items), true) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| (CelValue::Int(i as i64), item.clone()))
+                .collect(),
+            (CelValue::List(items), false) => items
+                .iter()
+                .map(|item| (item.clone(), CelValue::Null))
+                .collect(),
+            (CelValue::Map(map), _) => map
+                .map
+                .iter()
+                .map(|(key, value)| (CelValue::from(key), value.clone()))
+                .collect(),
+            _ => return None,
+        };
+        let mut total = self
+            .cost(&c.iter_range, Some(ctx))
+            .add(self.cost(&c.accu_init, Some(ctx)));
+        for (first, second) in pairs {
+            let mut scope = ctx.new_inner_scope();
+            scope.add_variable_from_value(c.accu_var.clone(), accu.clone());
+            scope.add_variable_from_value(c.iter_var.clone(), first);
+            if let Some(name) = &c.iter_var2 {
+                scope.add_variable_from_value(name.clone(), second);
+            }
+            total = total.add(self.cost(&c.loop_cond, Some(&scope)));
+            match scope.resolve(&c.loop_cond) {
+                Ok(CelValue::Bool(false)) | Err(_) => break,
+                Ok(_) => {}
+            }
+            total = total.add(self.cost(&c.loop_step, Some(&scope)));
+            if total.max > self.limit {
+                return Some(total);
+            }
+            match scope.resolve(&c.loop_step) {
+                Ok(next) => accu = next,
+                Err(_) => break,
+            }
+        }
+        let mut scope = ctx.new_inner_scope();
+        scope.add_variable_from_value(c.accu_var.clone(), accu);
+        Some(total.add(self.cost(&c.result, Some(&scope))))
+    }
+
     /// A call's cost: its function's, over the sizes of its arguments (the target first),
     /// plus the arguments' own.
     fn call(
@@ -385,9 +586,13 @@ impl Coster<'_> {
         member: bool,
         args: &[&IdedExpr],
         costs: &[Range],
+        ctx: Option<&Context>,
     ) -> Range {
         let args_cost = costs.iter().fold(Range::default(), |s, c| s.add(*c));
-        let size = |i: usize| args.get(i).map_or(self.sizes.unknown(), |a| self.size(a));
+        let size = |i: usize| {
+            args.get(i)
+                .map_or(self.sizes.unknown(), |a| self.size(a, ctx))
+        };
         let one = Range::exactly(1);
         let string_like = |i: usize| {
             args.get(i)
@@ -560,6 +765,74 @@ mod tests {
         let vars = [("self", decl.cel_type()), ("oldSelf", decl.cel_type())];
         let checked = checker::check(&program, &vars).unwrap();
         estimate(&program, &checked, &DeclSizes(&decl)).max
+    }
+
+    /// What `rule` costs as it runs on `value` (a node of `schema`), and what was estimated
+    /// for the same value beforehand.
+    fn charged(rule: &str, schema: Value, value: Value) -> (u64, u64) {
+        let decl = Decl::of_schema(&schema, "selfType0", false).unwrap();
+        let env = crate::cel::library::env();
+        let program = env.compile(rule).unwrap();
+        let vars = [("self", decl.cel_type()), ("oldSelf", decl.cel_type())];
+        let checked = checker::check(&program, &vars).unwrap();
+        let sizes = ValueSizes {
+            decl: &decl,
+            new: &value,
+            old: None,
+        };
+        let mut context = Context::with_env(env.clone());
+        context
+            .add_variable_from_value("self", crate::cel::convert::to_cel(&value, &schema, false));
+        assert!(
+            matches!(program.execute(&context), Ok(CelValue::Bool(_))),
+            "{rule} runs"
+        );
+        (
+            actual(&program, &checked, &sizes, &context, u64::MAX).max,
+            estimate(&program, &checked, &sizes).max,
+        )
+    }
+
+    /// Charged as it runs: a branch not taken and an operand short-circuited cost nothing,
+    /// and `exists` stops at the first match.
+    #[test]
+    fn only_what_evaluates_is_charged() {
+        let schema = json!({"type": "object", "properties": {
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "items": {"type": "array", "items": {"type": "string"}},
+        }});
+        let items: Vec<Value> = (0..1000).map(|i| json!(format!("item-{i:04}"))).collect();
+        let value = json!({"items": items});
+        let nested = "self.items.all(a, self.items.all(b, a.size() + b.size() > 0))";
+        // The expensive branch is not taken: the condition is all that is charged.
+        let (actual, estimated) = charged(
+            &format!("!has(self.spec) ? true : {nested}"),
+            schema.clone(),
+            value.clone(),
+        );
+        assert!(actual < 10, "{actual}");
+        assert!(estimated > CALL_LIMIT, "{estimated}");
+        // A short-circuited operand costs nothing; an evaluated one does.
+        let (short, _) = charged(
+            &format!("has(self.spec) && {nested}"),
+            schema.clone(),
+            value.clone(),
+        );
+        assert!(short < 10, "{short}");
+        let (taken, _) = charged(
+            &format!("!has(self.spec) && {nested}"),
+            schema.clone(),
+            value.clone(),
+        );
+        assert!(taken > CALL_LIMIT, "{taken}");
+        // `exists` stops at the first match: one iteration, not a thousand.
+        let (first, _) = charged(
+            "self.items.exists(x, x == 'item-0000')",
+            schema.clone(),
+            value.clone(),
+        );
+        let (last, _) = charged("self.items.exists(x, x == 'item-0999')", schema, value);
+        assert!(first < 20 && last > 1000 * 3, "{first} {last}");
     }
 
     /// The values apiextensions-apiserver's own cost tests expect.

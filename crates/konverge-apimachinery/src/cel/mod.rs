@@ -1029,11 +1029,27 @@ impl Run<'_> {
             if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
                 continue;
             }
-            // The rule's cost over this object's sizes, counted before it runs.
+            let context = if rule.optional_old_self {
+                optional.get_or_insert_with(|| {
+                    let mut c = Context::with_env(env.clone());
+                    c.add_variable_from_value("self", self_value.clone());
+                    let opt = match &old_value {
+                        Some(o) => cel::objects::OptionalValue::of(o.clone()),
+                        None => cel::objects::OptionalValue::none(),
+                    };
+                    c.add_variable_from_value("oldSelf", CelValue::Opaque(Arc::new(opt)));
+                    c
+                })
+            } else {
+                &plain
+            };
+            // What the rule costs as it runs on this object (only what evaluates, over the
+            // values' own sizes), charged against the per-call limit and the object's budget.
             let cost = match &node.decl {
                 Some(decl) => {
                     let sizes = cost::ValueSizes { decl, new, old };
-                    cost::estimate(&rule.program, &rule.checked, &sizes).max
+                    let limit = cost::CALL_LIMIT.min(self.budget);
+                    cost::actual(&rule.program, &rule.checked, &sizes, context, limit).max
                 }
                 None => 0,
             };
@@ -1055,20 +1071,6 @@ impl Run<'_> {
                 return;
             }
             self.budget -= cost;
-            let context = if rule.optional_old_self {
-                optional.get_or_insert_with(|| {
-                    let mut c = Context::with_env(env.clone());
-                    c.add_variable_from_value("self", self_value.clone());
-                    let opt = match &old_value {
-                        Some(o) => cel::objects::OptionalValue::of(o.clone()),
-                        None => cel::objects::OptionalValue::none(),
-                    };
-                    c.add_variable_from_value("oldSelf", CelValue::Opaque(Arc::new(opt)));
-                    c
-                })
-            } else {
-                &plain
-            };
             let result = rule.program.execute(context);
             match result {
                 Ok(CelValue::Bool(true)) => {}
