@@ -2310,3 +2310,49 @@ async fn unknown_fields_in_embedded_metadata_are_strict_decoding_errors() {
         json!({"name": "inner"})
     );
 }
+
+/// Objects carry what Go always writes for them: empty structs (`status.loadBalancer`) and
+/// fields without `omitempty` at their zero values, so clients that read them find them.
+#[tokio::test]
+async fn objects_carry_the_empty_fields_go_writes() {
+    let t = TestServer::start(Backend::Memory).await;
+    let template = json!({"metadata": {"labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    for (path, body, expected) in [
+        (
+            "/api/v1/namespaces/default/services",
+            json!({"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80}]}}),
+            json!({"status": {"loadBalancer": {}}}),
+        ),
+        (
+            "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
+            json!({"metadata": {"name": "in"}, "spec": {"defaultBackend":
+                {"service": {"name": "svc", "port": {"number": 80}}}}}),
+            json!({"status": {"loadBalancer": {}}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets",
+            json!({"metadata": {"name": "db"}, "spec": {"serviceName": "db",
+                "selector": {"matchLabels": {"app": "a"}}, "template": template}}),
+            json!({"status": {"replicas": 0, "availableReplicas": 0}}),
+        ),
+        (
+            "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+            json!({"metadata": {"name": "pdb"}, "spec": {"minAvailable": 1}}),
+            json!({"status": {"disruptionsAllowed": 0, "currentHealthy": 0,
+                "desiredHealthy": 0, "expectedPods": 0}}),
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            json!({"metadata": {"name": "empty"}}),
+            json!({"rules": null}),
+        ),
+    ] {
+        let (code, created) = send(&t, "POST", path, body).await;
+        assert_eq!(code, 200, "{path}: {created}");
+        for (field, value) in expected.as_object().unwrap() {
+            assert_eq!(&created[field], value, "{path}: {created}");
+            assert!(created.get(field).is_some(), "{path}: {field} missing");
+        }
+    }
+}

@@ -793,6 +793,7 @@ impl Registry {
         let admitted = self.admit_create(&admitting, obj, opts).await;
         self.admission.finish(&admitting);
         let mut obj = admitted?;
+        crate::resources::builtin::fill_zero_values(rt, &mut obj);
         warnings.extend(trace.warnings());
         if opts.dry_run {
             // A webhook-converted object goes to the storage version and back, as a dry run
@@ -1261,6 +1262,8 @@ impl Registry {
         let own_rules =
             opts.not_an_update || matches!(subresource, Some("resize" | "ephemeralcontainers"));
         self.validate(rt, &merged, Some(if own_rules { &merged } else { current }))?;
+        let mut merged = merged;
+        crate::resources::builtin::fill_zero_values(rt, &mut merged);
         if same_but_resource_version(&merged, current) {
             let mut unchanged = merged;
             if let Some(rv) = current.pointer("/metadata/resourceVersion") {

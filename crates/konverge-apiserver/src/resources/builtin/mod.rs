@@ -15,6 +15,7 @@ mod defaults;
 mod fields;
 mod strategy;
 mod validation;
+mod zero_values;
 
 use std::any::TypeId;
 
@@ -29,6 +30,7 @@ use serde_json::Value;
 
 pub(crate) use convert::{events_to_core, hpa_to_v2};
 pub(crate) use validation::refuse_privileged;
+pub(crate) use zero_values::fill as fill_zero_values;
 
 use super::{
     ALL_VERBS, Column, Conversion, FieldLabels, NameRule, ResourceType, Review, STATUS_RESETS_ALL,
