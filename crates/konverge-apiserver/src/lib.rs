@@ -106,6 +106,7 @@ pub struct ApiServerBuilder {
     service_account_public_keys: Vec<Vec<u8>>,
     allow_privileged: bool,
     audit: Option<Arc<audit::Audit>>,
+    runtime_config: resources::runtime_config::RuntimeConfig,
 }
 
 /// How the server decides whether a request may be done (`--authorization-mode`).
@@ -245,6 +246,13 @@ impl ApiServerBuilder {
         self
     }
 
+    /// The group-versions served beyond Kubernetes 1.33's defaults (`--runtime-config`;
+    /// default: none).
+    pub fn runtime_config(mut self, config: resources::runtime_config::RuntimeConfig) -> Self {
+        self.runtime_config = config;
+        self
+    }
+
     /// How often history older than one interval is compacted away (default 5 minutes, as
     /// kube-apiserver does with etcd).
     pub fn compaction_interval(mut self, interval: std::time::Duration) -> Self {
@@ -266,7 +274,7 @@ impl ApiServerBuilder {
     /// is settled when its first client arrives: every namespace has its `default`
     /// ServiceAccount (and `kube-root-ca.crt`), and aggregated ClusterRoles have their rules.
     pub async fn build(self) -> Result<Arc<ApiServer>, ApiError> {
-        let catalog = Arc::new(Catalog::builtin());
+        let catalog = Arc::new(Catalog::with_runtime_config(&self.runtime_config));
         if !self.allow_privileged {
             resources::builtin::refuse_privileged(&catalog);
         }
@@ -448,6 +456,7 @@ impl ApiServer {
             service_account_public_keys: Vec::new(),
             allow_privileged: true,
             audit: None,
+            runtime_config: Default::default(),
         }
     }
 

@@ -947,3 +947,113 @@ async fn custom_resources_as_params_and_as_targets() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// `--runtime-config admissionregistration.k8s.io/v1beta1=true`: the v1beta1 policies and
+/// bindings are served (v1 preferred), are the same objects as v1's, and take effect.
+#[tokio::test]
+async fn v1beta1_policies_are_served_when_runtime_config_turns_them_on() -> anyhow::Result<()> {
+    use konverge_apiserver::resources::runtime_config::RuntimeConfig;
+    let config = RuntimeConfig::parse(&["admissionregistration.k8s.io/v1beta1=true".into()])
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let beta_server = ApiServer::builder(Arc::new(MemStore::new()))
+        .runtime_config(config)
+        .build()
+        .await?;
+    let client = kube::Client::new(beta_server.router(), "default");
+    let group: Value = client
+        .request(
+            http::Request::get("/apis/admissionregistration.k8s.io")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await?;
+    assert_eq!(group["preferredVersion"]["version"], "v1");
+    let versions: Vec<&str> = group["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["v1", "v1beta1"]);
+
+    let beta = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1beta1", kind),
+            plural,
+        )
+    };
+    let policies: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &beta("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+    );
+    policies
+        .create(
+            &PostParams::default(),
+            &object(json!({"apiVersion": "admissionregistration.k8s.io/v1beta1",
+                "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "beta"},
+                "spec": {"matchConstraints": configmap_rules(&["CREATE"]),
+                    "validations": [{"expression": "object.metadata.name != 'refused'"}]}})),
+        )
+        .await?;
+    let bindings: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &beta(
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+        ),
+    );
+    bindings
+        .create(
+            &PostParams::default(),
+            &object(json!({"apiVersion": "admissionregistration.k8s.io/v1beta1",
+                "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": "beta"},
+                "spec": {"policyName": "beta", "validationActions": ["Deny"]}})),
+        )
+        .await?;
+    // One object, read in either version.
+    let v1: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let as_v1 = v1.get("beta").await?;
+    let as_beta = policies.get("beta").await?;
+    assert_eq!(as_v1.metadata.uid, as_beta.metadata.uid);
+    assert_eq!(
+        as_beta.types.unwrap().api_version,
+        "admissionregistration.k8s.io/v1beta1"
+    );
+
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let refused = maps
+        .create(
+            &PostParams::default(),
+            &object(json!({"metadata": {"name": "refused"}})),
+        )
+        .await
+        .expect_err("the v1beta1 policy denies it");
+    assert!(
+        refused
+            .to_string()
+            .contains("ValidatingAdmissionPolicy 'beta' with binding 'beta' denied request"),
+        "{refused}"
+    );
+    maps.create(
+        &PostParams::default(),
+        &object(json!({"metadata": {"name": "taken"}})),
+    )
+    .await?;
+
+    // Without the runtime config, v1beta1 is not served.
+    let plain_server = server(AuthorizationMode::AlwaysAllow).await;
+    let plain = kube::Client::new(plain_server.router(), "default");
+    let missing: Api<DynamicObject> = Api::all_with(
+        plain,
+        &beta("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
+    );
+    let err = missing
+        .list(&Default::default())
+        .await
+        .expect_err("not served");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err}"
+    );
+    Ok(())
+}

@@ -82,6 +82,18 @@ pub(crate) struct UpArgs {
     /// it serves.
     #[arg(long, value_name = "FILE")]
     kubelet_rules: Option<PathBuf>,
+    /// Group-versions to serve beyond Kubernetes 1.33's defaults, with kube-apiserver's
+    /// syntax, comma-separated: `GROUP/VERSION=true`
+    /// (`admissionregistration.k8s.io/v1beta1=true`), `api/beta=true`, `api/all=true`. The
+    /// defaults are always served; of the others, those konverge implements are served and
+    /// the rest are named on start.
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
+    runtime_config: Vec<String>,
+    /// Feature gates, with kube-apiserver's syntax (`NAME=true,NAME2=false`): konverge runs
+    /// every gate at its Kubernetes 1.33 default; a gate set to its default is taken, an
+    /// unknown gate or one set otherwise stops `konverge up` with kube's words.
+    #[arg(long, value_delimiter = ',', value_name = "NAME=BOOL")]
+    feature_gates: Vec<String>,
 }
 
 /// One `--node-capacity` entry, the quantity in its canonical form (`1024Mi` is `1Gi`), as a
@@ -311,6 +323,14 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .controllers
         .parse()
         .with_context(|| format!("--controllers {:?}", args.controllers))?;
+    let runtime_config =
+        konverge_apiserver::resources::runtime_config::RuntimeConfig::parse(&args.runtime_config)
+            .map_err(|errors| anyhow::anyhow!("--runtime-config: {}", errors.join("; ")))?;
+    crate::envtest::feature_gates::check(&args.feature_gates)
+        .map_err(|errors| anyhow::anyhow!("--feature-gates: {}", errors.join("; ")))?;
+    for (group, version) in &runtime_config.not_served {
+        eprintln!("--runtime-config: konverge does not serve {group}/{version}");
+    }
     let nodes = simulated_nodes(&args);
     let rules = match &args.kubelet_rules {
         Some(_) if nodes.is_none() => {
@@ -343,6 +363,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
             Authorization::Rbac => AuthorizationMode::Rbac,
             Authorization::AlwaysAllow => AuthorizationMode::AlwaysAllow,
         })
+        .runtime_config(runtime_config)
         .build()
         .await
         .context("starting the API server")?;

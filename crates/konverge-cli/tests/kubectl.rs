@@ -2,7 +2,7 @@
 //! a temporary directory: the commands people type every day.
 
 use std::io::{BufRead, BufReader};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -426,4 +426,54 @@ fn watch_and_cascading_deletes() {
     up.ok(&["delete", "cm", "owner2", "--cascade=orphan", "--wait"]);
     let kept = up.json(&["get", "cm", "dependent2"]);
     assert!(kept["metadata"].get("ownerReferences").is_none(), "{kept}");
+}
+
+/// `--runtime-config` and `--feature-gates` with kube-apiserver's syntax: a group-version
+/// off by default is served when asked; a gate away from its default stops `konverge up`.
+#[test]
+fn runtime_config_and_feature_gates() {
+    let up = Up::start_with(&[
+        "--controllers",
+        "",
+        "--nodes",
+        "0",
+        "--runtime-config",
+        "admissionregistration.k8s.io/v1beta1=true,api/ga=true",
+        "--feature-gates",
+        "MultiCIDRServiceAllocator=true",
+    ]);
+    let served: serde_json::Value = serde_json::from_str(&up.ok(&[
+        "get",
+        "--raw",
+        "/apis/admissionregistration.k8s.io/v1beta1",
+    ]))
+    .expect("a resource list");
+    let names: Vec<&str> = served["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"validatingadmissionpolicies"), "{names:?}");
+    assert!(
+        names.contains(&"validatingadmissionpolicybindings"),
+        "{names:?}"
+    );
+    drop(up);
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_konverge"))
+        .args(["up", "--data-dir"])
+        .arg(tempfile::tempdir().expect("temp dir").path())
+        .args(["--port", "0", "--feature-gates", "WatchList=true"])
+        .output()
+        .expect("konverge up");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(
+            "--feature-gates WatchList=true: konverge runs every feature gate at its Kubernetes \
+             1.33 default and cannot set WatchList"
+        ),
+        "{said}"
+    );
 }

@@ -58,9 +58,10 @@ impl Default for Config {
     }
 }
 
-/// Every built-in group's APIService priorities: (group, version, groupPriorityMinimum,
-/// versionPriority), as kube-apiserver registers them.
-const API_SERVICE_PRIORITIES: [(&str, &str, i64, i64); 20] = [
+/// Every built-in group-version's APIService priorities: (group, version,
+/// groupPriorityMinimum, versionPriority), as kube-apiserver registers them (those not
+/// served by default only when `--runtime-config` turns them on).
+const API_SERVICE_PRIORITIES: [(&str, &str, i64, i64); 21] = [
     ("", "v1", 18000, 1),
     ("apps", "v1", 17800, 15),
     ("events.k8s.io", "v1", 17750, 15),
@@ -75,6 +76,7 @@ const API_SERVICE_PRIORITIES: [(&str, &str, i64, i64); 20] = [
     ("rbac.authorization.k8s.io", "v1", 17000, 15),
     ("storage.k8s.io", "v1", 16800, 15),
     ("admissionregistration.k8s.io", "v1", 16700, 15),
+    ("admissionregistration.k8s.io", "v1beta1", 16700, 12),
     ("apiextensions.k8s.io", "v1", 16700, 15),
     ("scheduling.k8s.io", "v1", 16600, 15),
     ("coordination.k8s.io", "v1", 16500, 15),

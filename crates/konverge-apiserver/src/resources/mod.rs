@@ -10,6 +10,7 @@ pub mod crd;
 pub mod jsonpath;
 pub mod meta;
 pub(crate) mod reviews;
+pub mod runtime_config;
 pub mod webhook_config;
 
 use std::collections::BTreeMap;
@@ -441,6 +442,22 @@ impl Catalog {
         let catalog = Catalog::default();
         for rt in builtin::catalog() {
             catalog.insert(rt);
+        }
+        catalog
+    }
+
+    /// The built-in resources, with the group-versions `config` turns on.
+    pub fn with_runtime_config(config: &runtime_config::RuntimeConfig) -> Self {
+        let catalog = Catalog::builtin();
+        for (group, version, resources) in builtin::optional() {
+            if config
+                .enabled
+                .contains(&(group.to_string(), version.to_string()))
+            {
+                for rt in resources {
+                    catalog.insert(rt);
+                }
+            }
         }
         catalog
     }

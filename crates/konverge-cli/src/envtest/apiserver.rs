@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use konverge_apiserver::resources::runtime_config::RuntimeConfig;
 use konverge_apiserver::serve::Serve;
 use konverge_apiserver::serve::credentials::generate_token;
 use konverge_apiserver::{ApiServer, AuthorizationMode, ServiceIpRange};
@@ -115,7 +116,7 @@ pub(super) struct Flags {
     disable_admission_plugins: Vec<String>,
     /// A set of key=value pairs that enable or disable built-in APIs (api/all, api/ga,
     /// api/beta, api/alpha, GROUP/VERSION, GROUP/VERSION/RESOURCE). konverge serves 1.33's
-    /// default APIs: settings that keep them are taken, others refused.
+    /// default APIs, and those off by default it implements when asked.
     #[arg(long, value_delimiter = ',')]
     runtime_config: Vec<String>,
     /// A set of key=value pairs that describe feature gates (1.33's). konverge serves 1.33
@@ -286,6 +287,7 @@ struct Settings {
     disabled_plugins: Vec<String>,
     issuer: String,
     signing_key_file: PathBuf,
+    runtime_config: RuntimeConfig,
 }
 
 impl Settings {
@@ -320,10 +322,10 @@ impl Settings {
         )
         .map_err(|e| errors.extend(e))
         .ok();
-        if let Err(e) = runtime_config(&flags.runtime_config) {
-            errors.extend(e);
-        }
-        if let Err(e) = feature_gates(&flags.feature_gates) {
+        let runtime_config = RuntimeConfig::parse(&flags.runtime_config)
+            .map_err(|e| errors.extend(e))
+            .ok();
+        if let Err(e) = super::feature_gates::check(&flags.feature_gates) {
             errors.extend(e);
         }
         errors.extend(audit_flags(flags));
@@ -340,6 +342,7 @@ impl Settings {
             disabled_plugins,
             flags.service_account_issuer.first(),
             &flags.service_account_signing_key_file,
+            runtime_config,
         ) {
             (
                 true,
@@ -348,12 +351,14 @@ impl Settings {
                 Some(disabled_plugins),
                 Some(issuer),
                 Some(signing_key_file),
+                Some(runtime_config),
             ) => Ok(Settings {
                 authorization,
                 service_range,
                 disabled_plugins,
                 issuer: issuer.clone(),
                 signing_key_file: signing_key_file.clone(),
+                runtime_config,
             }),
             _ => Err(errors),
         }
@@ -506,145 +511,6 @@ fn admission_plugins(enable: &[String], disable: &[String]) -> Result<Vec<String
         .collect())
 }
 
-/// `--feature-gates`: every name must be one of kube-apiserver 1.33's gates (or `AllAlpha`,
-/// `AllBeta`), with kube's errors for unknown names, bad values and locked gates; konverge runs
-/// each gate at its 1.33 default, so a setting that keeps it is taken and one that changes it
-/// is refused.
-fn feature_gates(entries: &[String]) -> Result<(), Vec<String>> {
-    use super::feature_gates::{ALL_ALPHA, ALL_BETA, GATES, Stage};
-    let mut errors = Vec::new();
-    for entry in entries.iter().filter(|e| !e.is_empty()) {
-        let Some((name, value)) = entry.split_once('=') else {
-            errors.push(format!("missing bool value for {entry}"));
-            continue;
-        };
-        let (name, value) = (name.trim(), value.trim());
-        let enable = match go_bool(value) {
-            Ok(enable) => enable,
-            Err(error) => {
-                errors.push(format!("invalid value of {name}={value}, err: {error}"));
-                continue;
-            }
-        };
-        let differs_at = |stage: Stage| {
-            GATES
-                .iter()
-                .filter(|gate| gate.stage == stage && gate.default != enable)
-                .map(|gate| gate.name)
-                .collect::<Vec<_>>()
-        };
-        let changed = if name == ALL_ALPHA {
-            differs_at(Stage::Alpha)
-        } else if name == ALL_BETA {
-            differs_at(Stage::Beta)
-        } else {
-            match GATES.binary_search_by(|gate| gate.name.cmp(name)) {
-                Err(_) => {
-                    errors.push(format!("unrecognized feature gate: {name}"));
-                    continue;
-                }
-                Ok(at) => {
-                    let gate = &GATES[at];
-                    if gate.locked && gate.default != enable {
-                        errors.push(format!(
-                            "cannot set feature gate {name} to {enable}, feature is locked to {}",
-                            gate.default
-                        ));
-                        continue;
-                    }
-                    if gate.default == enable {
-                        Vec::new()
-                    } else {
-                        vec![gate.name]
-                    }
-                }
-            }
-        };
-        if !changed.is_empty() {
-            errors.push(format!(
-                "--feature-gates {name}={value}: konverge runs every feature gate at its \
-                 Kubernetes 1.33 default and cannot set {}",
-                changed.join(", ")
-            ));
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
-}
-
-/// `--runtime-config`: konverge serves Kubernetes 1.33's default group versions, so settings
-/// that keep what it serves are taken and settings that would change it are refused.
-fn runtime_config(entries: &[String]) -> Result<(), Vec<String>> {
-    let catalog = konverge_apiserver::resources::Catalog::builtin();
-    let served: Vec<_> = catalog.all();
-    let serves_version = |group: &str, version: &str| {
-        served
-            .iter()
-            .any(|rt| rt.group == group && rt.version == version)
-    };
-    let serves_resource = |group: &str, version: &str, resource: &str| {
-        served
-            .iter()
-            .any(|rt| rt.group == group && rt.version == version && rt.plural == resource)
-    };
-    let has_group = |group: &str| served.iter().any(|rt| rt.group == group);
-    let serves_level = |level: &str| served.iter().any(|rt| rt.version.contains(level));
-    let mut errors = Vec::new();
-    for entry in entries.iter().filter(|e| !e.is_empty()) {
-        let (key, value) = entry.split_once('=').unwrap_or((entry, "true"));
-        let enable = match go_bool(value) {
-            Ok(enable) => enable,
-            Err(error) => {
-                errors.push(format!("invalid value of {key}: {value}, err: {error}"));
-                continue;
-            }
-        };
-        let kept = match key {
-            // Every API, or every alpha or beta one, includes some that are off by default.
-            "api/all" => false,
-            "api/ga" | "api/legacy" => enable,
-            "api/beta" => !enable && !serves_level("beta"),
-            "api/alpha" => !enable && !serves_level("alpha"),
-            _ => {
-                let parts: Vec<&str> = key.trim_start_matches("api/").split('/').collect();
-                let (group, version, resource) = match parts.as_slice() {
-                    [version] => ("", *version, None),
-                    [group, version] => (*group, *version, None),
-                    [group, version, resource] => (*group, *version, Some(*resource)),
-                    _ => {
-                        errors.push(format!("invalid key {key}"));
-                        continue;
-                    }
-                };
-                let group = if key.starts_with("api/") { "" } else { group };
-                if !has_group(group) {
-                    errors.push(format!("unknown api groups {group}"));
-                    continue;
-                }
-                let served = match resource {
-                    Some(resource) => serves_resource(group, version, resource),
-                    None => serves_version(group, version),
-                };
-                served == enable
-            }
-        };
-        if !kept {
-            errors.push(format!(
-                "--runtime-config {key}={value}: konverge serves Kubernetes 1.33's default \
-                 APIs and cannot change which are served"
-            ));
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
-}
-
 async fn run(flags: Flags, settings: Settings) -> anyhow::Result<()> {
     let started = Instant::now();
     let port = flags.secure_port;
@@ -684,6 +550,7 @@ async fn run(flags: Flags, settings: Settings) -> anyhow::Result<()> {
         .advertise(advertise, port)
         .allow_privileged(flags.allow_privileged)
         .disable_admission_plugins(settings.disabled_plugins.iter().cloned())
+        .runtime_config(settings.runtime_config.clone())
         .build()
         .await
         .context("starting the API server")?;
@@ -1047,78 +914,19 @@ mod tests {
     }
 
     #[test]
-    fn runtime_config_keeps_the_default_apis_or_is_refused() {
-        assert_eq!(runtime_config(&strings(&["api/ga=true"])), Ok(()));
-        assert_eq!(
-            runtime_config(&strings(&["apps/v1=true", "api/alpha=false"])),
-            Ok(())
-        );
-        assert_eq!(
-            runtime_config(&strings(&["v1=true", "api/v1=true"])),
-            Ok(())
-        );
-        assert_eq!(
-            runtime_config(&strings(&["apps/v1=false"])),
-            Err(strings(&[
-                "--runtime-config apps/v1=false: konverge serves Kubernetes 1.33's default \
-                 APIs and cannot change which are served"
-            ]))
-        );
-        assert_eq!(
-            runtime_config(&strings(&["api/all=true"])).map_err(|e| e.len()),
-            Err(1)
-        );
-        assert_eq!(
-            runtime_config(&strings(&["nothing.example.com/v1=true"])),
-            Err(strings(&["unknown api groups nothing.example.com"]))
-        );
-    }
-
-    #[test]
-    fn feature_gates_at_their_default_are_taken_and_others_refused_in_kubes_words() {
-        use crate::envtest::feature_gates::GATES;
+    fn runtime_config_is_read_as_kube_apiserver_reads_it() {
+        let parse = |entries: &[&str]| RuntimeConfig::parse(&strings(entries));
+        assert!(parse(&["api/ga=true", "apps/v1=true", "api/alpha=false"]).is_ok());
+        assert!(parse(&["v1=true", "api/v1=true"]).is_ok());
         assert!(
-            GATES.windows(2).all(|w| w[0].name < w[1].name),
-            "sorted for lookup"
+            parse(&["admissionregistration.k8s.io/v1beta1=true"])
+                .unwrap()
+                .enabled
+                .contains(&("admissionregistration.k8s.io".into(), "v1beta1".into()))
         );
         assert_eq!(
-            feature_gates(&strings(&[
-                "MultiCIDRServiceAllocator=true",
-                "AllAlpha=false",
-                ""
-            ])),
-            Ok(())
-        );
-        assert_eq!(
-            feature_gates(&strings(&["NoSuchGate=true"])),
-            Err(strings(&["unrecognized feature gate: NoSuchGate"]))
-        );
-        assert_eq!(
-            feature_gates(&strings(&["ComponentSLIs=false"])),
-            Err(strings(&[
-                "cannot set feature gate ComponentSLIs to false, feature is locked to true"
-            ]))
-        );
-        assert_eq!(
-            feature_gates(&strings(&["InPlacePodVerticalScaling"])),
-            Err(strings(&[
-                "missing bool value for InPlacePodVerticalScaling"
-            ]))
-        );
-        assert_eq!(
-            feature_gates(&strings(&["WatchList=maybe"])),
-            Err(strings(&[
-                "invalid value of WatchList=maybe, err: strconv.ParseBool: parsing \"maybe\": \
-                 invalid syntax"
-            ]))
-        );
-        let changed = feature_gates(&strings(&["WatchList=true"])).expect_err("refused");
-        assert_eq!(
-            changed,
-            strings(&[
-                "--feature-gates WatchList=true: konverge runs every feature gate at its \
-                 Kubernetes 1.33 default and cannot set WatchList"
-            ])
+            parse(&["nothing.example.com/v1=true"]),
+            Err(strings(&["unknown api groups nothing.example.com"]))
         );
     }
 

@@ -1203,3 +1203,127 @@ pub(super) const ALL_ALPHA: &str = "AllAlpha";
 
 /// The key that sets every beta gate not named on its own (`AllBeta=false`).
 pub(super) const ALL_BETA: &str = "AllBeta";
+
+/// `--feature-gates`: every name must be one of kube-apiserver 1.33's gates (or `AllAlpha`,
+/// `AllBeta`), with kube's errors for unknown names, bad values and locked gates; konverge runs
+/// each gate at its 1.33 default, so a setting that keeps it is taken and one that changes it
+/// is refused.
+pub(crate) fn check(entries: &[String]) -> Result<(), Vec<String>> {
+    let mut errors = Vec::new();
+    for entry in entries.iter().filter(|e| !e.is_empty()) {
+        let Some((name, value)) = entry.split_once('=') else {
+            errors.push(format!("missing bool value for {entry}"));
+            continue;
+        };
+        let (name, value) = (name.trim(), value.trim());
+        let enable = match super::flags::go_bool(value) {
+            Ok(enable) => enable,
+            Err(error) => {
+                errors.push(format!("invalid value of {name}={value}, err: {error}"));
+                continue;
+            }
+        };
+        let differs_at = |stage: Stage| {
+            GATES
+                .iter()
+                .filter(|gate| gate.stage == stage && gate.default != enable)
+                .map(|gate| gate.name)
+                .collect::<Vec<_>>()
+        };
+        let changed = if name == ALL_ALPHA {
+            differs_at(Stage::Alpha)
+        } else if name == ALL_BETA {
+            differs_at(Stage::Beta)
+        } else {
+            match GATES.binary_search_by(|gate| gate.name.cmp(name)) {
+                Err(_) => {
+                    errors.push(format!("unrecognized feature gate: {name}"));
+                    continue;
+                }
+                Ok(at) => {
+                    let gate = &GATES[at];
+                    if gate.locked && gate.default != enable {
+                        errors.push(format!(
+                            "cannot set feature gate {name} to {enable}, feature is locked to {}",
+                            gate.default
+                        ));
+                        continue;
+                    }
+                    if gate.default == enable {
+                        Vec::new()
+                    } else {
+                        vec![gate.name]
+                    }
+                }
+            }
+        };
+        if !changed.is_empty() {
+            errors.push(format!(
+                "--feature-gates {name}={value}: konverge runs every feature gate at its \
+                 Kubernetes 1.33 default and cannot set {}",
+                changed.join(", ")
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn feature_gates_at_their_default_are_taken_and_others_refused_in_kubes_words() {
+        assert!(
+            GATES.windows(2).all(|w| w[0].name < w[1].name),
+            "sorted for lookup"
+        );
+        assert_eq!(
+            check(&strings(&[
+                "MultiCIDRServiceAllocator=true",
+                "AllAlpha=false",
+                ""
+            ])),
+            Ok(())
+        );
+        assert_eq!(
+            check(&strings(&["NoSuchGate=true"])),
+            Err(strings(&["unrecognized feature gate: NoSuchGate"]))
+        );
+        assert_eq!(
+            check(&strings(&["ComponentSLIs=false"])),
+            Err(strings(&[
+                "cannot set feature gate ComponentSLIs to false, feature is locked to true"
+            ]))
+        );
+        assert_eq!(
+            check(&strings(&["InPlacePodVerticalScaling"])),
+            Err(strings(&[
+                "missing bool value for InPlacePodVerticalScaling"
+            ]))
+        );
+        assert_eq!(
+            check(&strings(&["WatchList=maybe"])),
+            Err(strings(&[
+                "invalid value of WatchList=maybe, err: strconv.ParseBool: parsing \"maybe\": \
+                 invalid syntax"
+            ]))
+        );
+        let changed = check(&strings(&["WatchList=true"])).expect_err("refused");
+        assert_eq!(
+            changed,
+            strings(&[
+                "--feature-gates WatchList=true: konverge runs every feature gate at its \
+                 Kubernetes 1.33 default and cannot set WatchList"
+            ])
+        );
+    }
+}

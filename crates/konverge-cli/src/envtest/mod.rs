@@ -19,7 +19,7 @@
 mod apiserver;
 mod assets;
 mod etcd;
-mod feature_gates;
+pub(crate) mod feature_gates;
 mod flags;
 
 use std::ffi::OsString;

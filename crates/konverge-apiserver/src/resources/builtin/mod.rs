@@ -26,7 +26,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub(crate) use convert::{events_to_core, hpa_to_v2};
 pub(crate) use validation::refuse_privileged;
@@ -345,6 +345,46 @@ const PROXY: Verbs = &["create", "delete", "get", "patch", "update"];
 const NAMESPACE_VERBS: Verbs = &[
     "create", "delete", "get", "list", "patch", "update", "watch",
 ];
+
+/// The group-versions kube-apiserver 1.33 serves only when `--runtime-config` asks, that
+/// konverge implements: (group, version, resources).
+pub fn optional() -> Vec<(&'static str, &'static str, Vec<ResourceType>)> {
+    let as_v1 = |obj: &mut Value| {
+        obj["apiVersion"] = json!("admissionregistration.k8s.io/v1");
+    };
+    let as_v1beta1 = |obj: &mut Value| {
+        obj["apiVersion"] = json!("admissionregistration.k8s.io/v1beta1");
+    };
+    // v1beta1's ValidatingAdmissionPolicies and their bindings are v1's, stored as v1.
+    let same_as_v1 = Conversion {
+        to_served: as_v1beta1,
+        to_storage: as_v1,
+    };
+    vec![(
+        "admissionregistration.k8s.io",
+        "v1beta1",
+        vec![
+            declare::<admissionregistration::v1beta1::ValidatingAdmissionPolicy>()
+                .stored_as::<admissionregistration::v1::ValidatingAdmissionPolicy>(same_as_v1)
+                .defaults(validation::default_validating_admission_policy)
+                .validate(validation::validating_admission_policy)
+                .status_resets(STATUS_RESETS_ALL)
+                .in_api_extensions()
+                .with_status()
+                .with_generation()
+                .columns(columns::validating_admission_policies()),
+            declare::<admissionregistration::v1beta1::ValidatingAdmissionPolicyBinding>()
+                .stored_as::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
+                    same_as_v1,
+                )
+                .defaults(validation::default_validating_admission_policy_binding)
+                .validate(validation::validating_admission_policy_binding)
+                .in_api_extensions()
+                .with_generation()
+                .columns(columns::validating_admission_policy_bindings()),
+        ],
+    )]
+}
 
 /// Every built-in resource kube-apiserver 1.33 serves by default.
 pub fn catalog() -> Vec<ResourceType> {
