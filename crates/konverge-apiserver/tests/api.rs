@@ -578,6 +578,32 @@ async fn json_bodies_end_as_kube_apiserver_ends_them() {
             "{path}: {body:?}"
         );
     }
+    // Indented for `?pretty=true` and for curl, as Go's MarshalIndent writes it.
+    let (_, pretty) = t
+        .first_chunk("/api/v1/namespaces/default?pretty=true")
+        .await;
+    assert!(
+        pretty.starts_with("{\n  \"kind\": \"Namespace\",\n  \"apiVersion\": \"v1\","),
+        "{pretty}"
+    );
+    assert!(pretty.ends_with("\n}"), "{pretty:?}");
+    let (_, compact) = t
+        .first_chunk("/api/v1/namespaces/default?pretty=false")
+        .await;
+    assert!(compact.starts_with("{\"kind\":\"Namespace\""), "{compact}");
+    {
+        use tower::ServiceExt;
+        let req = http::Request::builder()
+            .uri("/api/v1/namespaces/default")
+            .header("user-agent", "curl/8.5.0")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = t.router.clone().oneshot(req).await.unwrap();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert!(body.starts_with(b"{\n  \"kind\""), "{body:?}");
+    }
     let (code, version) = t.first_chunk("/version").await;
     assert_eq!(code, 200);
     assert!(

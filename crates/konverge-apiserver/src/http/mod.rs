@@ -161,10 +161,25 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     if let Some(audited) = audited.as_mut() {
         req = audited.keep_request_object(req).await;
     }
+    // What kube-apiserver answers through its serializer (objects, lists, errors,
+    // discovery) may be indented; documents it writes itself (OpenAPI, the issuer's) not.
+    let serialized = matches!(
+        &route,
+        Ok(Route::Resource(_)
+            | Route::CoreVersions
+            | Route::Groups
+            | Route::Group(_)
+            | Route::GroupVersion(..))
+            | Err(_)
+    );
+    let pretty = serialized && wants_pretty(&req);
     let mut response = match handle(&server, &user, route, accept, req).await {
         Ok(response) => response,
         Err(err) => respond(err.code, &err.to_status(), protobuf),
     };
+    if pretty {
+        response = prettified(response).await;
+    }
     if let Some(audited) = audited {
         response = audited.finish(response, long_running).await;
     }
@@ -172,6 +187,110 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
         Some(info) => recorded(&server, info, started, response),
         None => response,
     }
+}
+
+/// Whether the answer is indented, as kube-apiserver decides (`isPrettyPrint`): `?pretty`
+/// read as Go's `strconv.ParseBool` reads it (a bad value is false), otherwise when the
+/// client is curl, Wget or a browser.
+fn wants_pretty(req: &Request) -> bool {
+    let pretty = req.uri().query().and_then(|query| {
+        serde_urlencoded::from_str::<Vec<(String, String)>>(query)
+            .ok()?
+            .into_iter()
+            .find(|(key, value)| key == "pretty" && !value.is_empty())
+            .map(|(_, value)| matches!(value.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True"))
+    });
+    if let Some(pretty) = pretty {
+        return pretty;
+    }
+    req.headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|agent| {
+            agent.starts_with("curl")
+                || agent.starts_with("Wget")
+                || agent.starts_with("Mozilla/5.0")
+        })
+}
+
+/// A whole JSON answer indented as Go's `json.MarshalIndent(obj, "", "  ")` writes it (no
+/// newline at the end); streams (watches) and other types are left as they are.
+async fn prettified(response: Response) -> Response {
+    use axum::body::HttpBody;
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !json || response.body().size_hint().exact().is_none() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let indented = indent_json(&bytes);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(indented))
+}
+
+/// Compact JSON indented by two spaces per level, `": "` after keys, `{}` and `[]` kept
+/// together, as Go's `MarshalIndent` writes it.
+fn indent_json(compact: &[u8]) -> Vec<u8> {
+    let compact = compact.trim_ascii_end();
+    let mut out = Vec::with_capacity(compact.len() * 2);
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let newline = |out: &mut Vec<u8>, depth: usize| {
+        out.push(b'\n');
+        out.extend(std::iter::repeat_n(b' ', depth * 2));
+    };
+    let mut i = 0;
+    while i < compact.len() {
+        let c = compact[i];
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' => {
+                in_string = true;
+                out.push(c);
+            }
+            b'{' | b'[' => {
+                let close = if c == b'{' { b'}' } else { b']' };
+                if compact.get(i + 1) == Some(&close) {
+                    out.extend([c, close]);
+                    i += 2;
+                    continue;
+                }
+                out.push(c);
+                depth += 1;
+                newline(&mut out, depth);
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            b',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            b':' => out.extend(b": "),
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    out
 }
 
 /// What kube-apiserver's metrics say about a request, for the requests kube instruments:
@@ -1075,6 +1194,26 @@ mod tests {
     use konverge_store::{KvStore, MemStore};
 
     use super::*;
+
+    #[test]
+    fn json_is_indented_as_go_indents_it() {
+        let compact = br#"{"kind":"Status","metadata":{},"details":{"causes":[{"field":"a,b","message":"x: \"y\" {z}"}]},"items":[]}"#;
+        let expected = r#"{
+  "kind": "Status",
+  "metadata": {},
+  "details": {
+    "causes": [
+      {
+        "field": "a,b",
+        "message": "x: \"y\" {z}"
+      }
+    ]
+  },
+  "items": []
+}"#;
+        assert_eq!(String::from_utf8(indent_json(compact)).unwrap(), expected);
+        assert_eq!(indent_json(b"{}\n"), b"{}");
+    }
     use crate::registry::{ListOptions, Registry, WatchOptions};
     use crate::resources::Catalog;
 
