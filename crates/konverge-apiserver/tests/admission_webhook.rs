@@ -366,6 +366,11 @@ fn tls_signed_by(ca_name: &str, names: &[&str]) -> (Arc<rustls::ServerConfig>, S
         .unwrap()
         .signed_by(&key, &*ca)
         .unwrap();
+    (serving(&cert, &key), ca.pem())
+}
+
+/// A TLS server configuration serving `cert`, whose key is `key`.
+fn serving(cert: &rcgen::Certificate, key: &rcgen::KeyPair) -> Arc<rustls::ServerConfig> {
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -377,7 +382,7 @@ fn tls_signed_by(ca_name: &str, names: &[&str]) -> (Arc<rustls::ServerConfig>, S
         rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
     )
     .unwrap();
-    (Arc::new(config), ca.pem())
+    Arc::new(config)
 }
 
 /// A webhook served over HTTPS on a loopback port, with a certificate for `names`: its
@@ -453,18 +458,7 @@ fn self_signed_ca(adjust: impl FnOnce(&mut rcgen::CertificateParams)) -> Served 
         .push(rcgen::DnType::CommonName, "webhook");
     adjust(&mut params);
     let cert = params.self_signed(&key).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![cert.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    (Arc::new(config), cert.pem())
+    (serving(&cert, &key), cert.pem())
 }
 
 /// kube-apiserver verifies a webhook's certificate with Go's crypto/x509: a self-signed

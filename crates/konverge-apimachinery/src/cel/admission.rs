@@ -900,7 +900,7 @@ impl Sizes for RuntimeSizes<'_> {
         for segment in rest {
             values = values.into_iter().flat_map(|v| step(&v, segment)).collect();
         }
-        let max = values.iter().map(measure).max().unwrap_or(0);
+        let max = values.iter().map(measure_or_zero).max().unwrap_or(0);
         Some(Range { min: 0, max })
     }
 }
@@ -929,14 +929,9 @@ fn step(value: &CelValue, segment: &str) -> Vec<CelValue> {
     }
 }
 
-fn measure(value: &CelValue) -> u64 {
-    match value {
-        CelValue::String(s) => s.chars().count() as u64,
-        CelValue::Bytes(b) => b.len() as u64,
-        CelValue::List(items) => items.len() as u64,
-        CelValue::Map(map) => map.map.len() as u64,
-        _ => 0,
-    }
+/// A value's size, nothing for a value without one (what the largest of several is over).
+fn measure_or_zero(value: &CelValue) -> u64 {
+    cost::measure(value).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -228,15 +228,15 @@ fn asks_authorizer(e: &IdedExpr) -> bool {
     }
 }
 
-/// How large a computed value is, as cel-go's runtime measures it (characters, bytes, items,
-/// entries; 1 for anything else).
-fn measure(value: &CelValue) -> u64 {
+/// How large a value is, as cel-go measures it: characters, bytes, items, entries; `None`
+/// for a value that has no size (a number, a boolean...).
+pub(crate) fn measure(value: &CelValue) -> Option<u64> {
     match value {
-        CelValue::String(s) => s.chars().count() as u64,
-        CelValue::Bytes(b) => b.len() as u64,
-        CelValue::List(items) => items.len() as u64,
-        CelValue::Map(map) => map.map.len() as u64,
-        _ => 1,
+        CelValue::String(s) => Some(s.chars().count() as u64),
+        CelValue::Bytes(b) => Some(b.len() as u64),
+        CelValue::List(items) => Some(items.len() as u64),
+        CelValue::Map(map) => Some(map.map.len() as u64),
+        _ => None,
     }
 }
 
@@ -286,7 +286,8 @@ impl<'a> Coster<'a> {
         if let Some(ctx) = ctx
             && let Some(value) = peek(ctx, e)
         {
-            return Range::exactly(measure(&value));
+            // A scalar costs as one, as cel-go sizes it.
+            return Range::exactly(measure(&value).unwrap_or(1));
         }
         if let Some(size) = self.computed.get(&e.id) {
             return *size;

@@ -83,6 +83,15 @@ mod tests {
 
     use super::*;
 
+    /// The compactors' clock key, as stored.
+    async fn clock_key(store: &dyn KvStore) -> konverge_store::KeyValue {
+        store
+            .get(Bytes::from_static(COMPACT_REV_KEY.as_bytes()))
+            .await
+            .expect("get")
+            .expect("the clock key")
+    }
+
     fn at(key: &'static [u8], revision: i64) -> RangeRequest {
         RangeRequest::new(KeyRange::key(Bytes::from_static(key))).at_revision(revision)
     }
@@ -121,11 +130,7 @@ mod tests {
             .await
             .expect("newer history is kept");
         assert_eq!(kept.kvs[0].value, Bytes::from_static(b"2"));
-        let clock = store
-            .get(Bytes::from_static(COMPACT_REV_KEY.as_bytes()))
-            .await
-            .expect("get")
-            .expect("the clock key");
+        let clock = clock_key(store.as_ref()).await;
         assert_eq!(clock.version, 2);
         assert_eq!(clock.value, Bytes::from(ticked.to_string()));
     }
@@ -143,12 +148,7 @@ mod tests {
         // Next interval, whoever comes first ticks it, once.
         other.tick(&store).await.expect("tick");
         one.tick(&store).await.expect("tick");
-        let clock = store
-            .get(Bytes::from_static(COMPACT_REV_KEY.as_bytes()))
-            .await
-            .expect("get")
-            .expect("the clock key");
-        assert_eq!(clock.version, 2);
+        assert_eq!(clock_key(&store).await.version, 2);
         assert_eq!(one.version, 2);
     }
 }

@@ -198,7 +198,9 @@ fn wants_pretty(req: &Request) -> bool {
             .ok()?
             .into_iter()
             .find(|(key, value)| key == "pretty" && !value.is_empty())
-            .map(|(_, value)| matches!(value.as_str(), "1" | "t" | "T" | "TRUE" | "true" | "True"))
+            .map(|(_, value)| {
+                konverge_apimachinery::query::strconv_parse_bool(&value).unwrap_or(false)
+            })
     });
     if let Some(pretty) = pretty {
         return pretty;

@@ -79,7 +79,7 @@ impl RuntimeConfig {
         };
         for entry in entries.iter().filter(|e| !e.is_empty()) {
             let (key, value) = entry.split_once('=').unwrap_or((entry, "true"));
-            let enable = match parse_go_bool(value) {
+            let enable = match konverge_apimachinery::query::strconv_parse_bool(value) {
                 Ok(enable) => enable,
                 Err(error) => {
                     errors.push(format!("invalid value of {key}: {value}, err: {error}"));
@@ -155,17 +155,6 @@ fn cannot_disable(key: &str, value: &str) -> String {
         "--runtime-config {key}={value}: konverge serves Kubernetes 1.33's default APIs and \
          cannot turn them off"
     )
-}
-
-/// Go's `strconv.ParseBool`, with its error words.
-fn parse_go_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!(
-            "strconv.ParseBool: parsing {text:?}: invalid syntax"
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -49,36 +49,50 @@ pub struct ServiceReference {
     pub port: i32,
 }
 
+impl ServiceReference {
+    /// A Service reference, on port 443 unless it names one.
+    fn new(namespace: &str, name: &str, path: Option<&str>, port: Option<i32>) -> Self {
+        ServiceReference {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            path: path.map(String::from),
+            port: port.unwrap_or(443),
+        }
+    }
+}
+
 impl ClientConfig {
     /// From an admission webhook's `clientConfig`.
     pub fn admission(
         config: &k8s_openapi::api::admissionregistration::v1::WebhookClientConfig,
     ) -> ClientConfig {
-        ClientConfig {
-            url: config.url.clone(),
-            service: config.service.as_ref().map(|s| ServiceReference {
-                namespace: s.namespace.clone(),
-                name: s.name.clone(),
-                path: s.path.clone(),
-                port: s.port.unwrap_or(443),
-            }),
-            ca_bundle: config.ca_bundle.as_ref().map(|b| b.0.clone()),
-        }
+        let service = config
+            .service
+            .as_ref()
+            .map(|s| ServiceReference::new(&s.namespace, &s.name, s.path.as_deref(), s.port));
+        ClientConfig::new(config.url.as_deref(), service, config.ca_bundle.as_ref())
     }
 
     /// From a CRD's `spec.conversion.webhook.clientConfig`.
     pub fn conversion(
         config: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig,
     ) -> ClientConfig {
+        let service = config
+            .service
+            .as_ref()
+            .map(|s| ServiceReference::new(&s.namespace, &s.name, s.path.as_deref(), s.port));
+        ClientConfig::new(config.url.as_deref(), service, config.ca_bundle.as_ref())
+    }
+
+    fn new(
+        url: Option<&str>,
+        service: Option<ServiceReference>,
+        ca_bundle: Option<&k8s_openapi::ByteString>,
+    ) -> ClientConfig {
         ClientConfig {
-            url: config.url.clone(),
-            service: config.service.as_ref().map(|s| ServiceReference {
-                namespace: s.namespace.clone(),
-                name: s.name.clone(),
-                path: s.path.clone(),
-                port: s.port.unwrap_or(443),
-            }),
-            ca_bundle: config.ca_bundle.as_ref().map(|b| b.0.clone()),
+            url: url.map(String::from),
+            service,
+            ca_bundle: ca_bundle.map(|b| b.0.clone()),
         }
     }
 

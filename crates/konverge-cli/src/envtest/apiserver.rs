@@ -43,7 +43,9 @@ use rustls::pki_types::pem::{PemObject as _, SectionKind};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::etcd::{STORE_PATH, StoreLocation, http_address};
-use super::flags::{self, Dialect, go_bool};
+use konverge_apimachinery::query::strconv_parse_bool as go_bool;
+
+use super::flags::{self, Dialect};
 
 /// kube-apiserver's flags that the stand-in honours.
 #[derive(clap::Parser, Debug)]

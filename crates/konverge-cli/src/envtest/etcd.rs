@@ -20,7 +20,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use super::flags::{self, Dialect, go_bool};
+use konverge_apimachinery::query::strconv_parse_bool as go_bool;
+
+use super::flags::{self, Dialect};
 
 /// The path the `kube-apiserver` stand-in asks for the store at.
 pub(super) const STORE_PATH: &str = "/konverge/store";

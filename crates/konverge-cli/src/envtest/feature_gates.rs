@@ -1216,7 +1216,7 @@ pub(crate) fn check(entries: &[String]) -> Result<(), Vec<String>> {
             continue;
         };
         let (name, value) = (name.trim(), value.trim());
-        let enable = match super::flags::go_bool(value) {
+        let enable = match konverge_apimachinery::query::strconv_parse_bool(value) {
             Ok(enable) => enable,
             Err(error) => {
                 errors.push(format!("invalid value of {name}={value}, err: {error}"));

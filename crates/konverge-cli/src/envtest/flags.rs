@@ -94,18 +94,6 @@ pub(super) fn refusal(error: &clap::Error, dialect: Dialect) -> String {
     }
 }
 
-/// A boolean as Go's `strconv.ParseBool` reads it (`--allow-privileged=true`,
-/// `--unsafe-no-fsync=1`).
-pub(super) fn go_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!(
-            "strconv.ParseBool: parsing {text:?}: invalid syntax"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,7 +103,7 @@ mod tests {
     struct Demo {
         #[arg(long, default_value_t = 6443)]
         secure_port: u16,
-        #[arg(long, value_parser = go_bool, num_args = 0..=1, require_equals = true,
+        #[arg(long, value_parser = konverge_apimachinery::query::strconv_parse_bool, num_args = 0..=1, require_equals = true,
               default_missing_value = "true", default_value = "false")]
         allow_privileged: bool,
     }

@@ -364,26 +364,40 @@ pub fn optional() -> Vec<(&'static str, &'static str, Vec<ResourceType>)> {
         "admissionregistration.k8s.io",
         "v1beta1",
         vec![
-            declare::<admissionregistration::v1beta1::ValidatingAdmissionPolicy>()
-                .stored_as::<admissionregistration::v1::ValidatingAdmissionPolicy>(same_as_v1)
-                .defaults(validation::default_validating_admission_policy)
-                .validate(validation::validating_admission_policy)
-                .status_resets(STATUS_RESETS_ALL)
-                .in_api_extensions()
-                .with_status()
-                .with_generation()
-                .columns(columns::validating_admission_policies()),
-            declare::<admissionregistration::v1beta1::ValidatingAdmissionPolicyBinding>()
-                .stored_as::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
+            validating_admission_policy(
+                declare::<admissionregistration::v1beta1::ValidatingAdmissionPolicy>()
+                    .stored_as::<admissionregistration::v1::ValidatingAdmissionPolicy>(same_as_v1),
+            ),
+            validating_admission_policy_binding(
+                declare::<admissionregistration::v1beta1::ValidatingAdmissionPolicyBinding>()
+                    .stored_as::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(
                     same_as_v1,
-                )
-                .defaults(validation::default_validating_admission_policy_binding)
-                .validate(validation::validating_admission_policy_binding)
-                .in_api_extensions()
-                .with_generation()
-                .columns(columns::validating_admission_policy_bindings()),
+                ),
+            ),
         ],
     )]
+}
+
+/// What ValidatingAdmissionPolicies are, in any version.
+fn validating_admission_policy(declared: ResourceType) -> ResourceType {
+    declared
+        .defaults(validation::default_validating_admission_policy)
+        .validate(validation::validating_admission_policy)
+        .status_resets(STATUS_RESETS_ALL)
+        .in_api_extensions()
+        .with_status()
+        .with_generation()
+        .columns(columns::validating_admission_policies())
+}
+
+/// What ValidatingAdmissionPolicyBindings are, in any version.
+fn validating_admission_policy_binding(declared: ResourceType) -> ResourceType {
+    declared
+        .defaults(validation::default_validating_admission_policy_binding)
+        .validate(validation::validating_admission_policy_binding)
+        .in_api_extensions()
+        .with_generation()
+        .columns(columns::validating_admission_policy_bindings())
 }
 
 /// Every built-in resource kube-apiserver 1.33 serves by default.
@@ -516,20 +530,12 @@ pub fn catalog() -> Vec<ResourceType> {
             .defaults(validation::default_mutating_webhook_configuration)
             .validate(validation::mutating_webhook_configuration)
             .columns(columns::webhook_configurations()),
-        declare::<admissionregistration::v1::ValidatingAdmissionPolicy>()
-            .defaults(validation::default_validating_admission_policy)
-            .validate(validation::validating_admission_policy)
-            .status_resets(STATUS_RESETS_ALL)
-            .in_api_extensions()
-            .with_status()
-            .with_generation()
-            .columns(columns::validating_admission_policies()),
-        declare::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
-            .defaults(validation::default_validating_admission_policy_binding)
-            .validate(validation::validating_admission_policy_binding)
-            .in_api_extensions()
-            .with_generation()
-            .columns(columns::validating_admission_policy_bindings()),
+        validating_admission_policy(declare::<
+            admissionregistration::v1::ValidatingAdmissionPolicy,
+        >()),
+        validating_admission_policy_binding(declare::<
+            admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+        >()),
         declare::<admissionregistration::v1::ValidatingWebhookConfiguration>()
             .in_api_extensions()
             .with_generation()
