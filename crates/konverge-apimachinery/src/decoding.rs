@@ -1,8 +1,8 @@
 //! Reading request bodies as kube-apiserver reads them: JSON with the duplicate fields
 //! `fieldValidation=Strict` refuses (sigs.k8s.io/json's `DisallowDuplicateFields`), and YAML
-//! with sigs.k8s.io/yaml's YAML 1.1 scalars (`yes`/`on` are booleans, `0755` is octal), the
-//! last of duplicate keys kept, and the first duplicate reported as goyaml's strict mode
-//! words it.
+//! as sigs.k8s.io/yaml converts it to JSON (YAML 1.1 scalars: `yes`/`on` are booleans, `0755`
+//! is octal; keys and floats written as Go writes them), the last of duplicate keys kept, and
+//! the duplicates reported as goyaml's strict mode words them.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -112,47 +112,68 @@ pub fn json(text: &str) -> Result<Decoded, DecodeError> {
 /// 1.1 booleans and octal numbers; the last of duplicate keys kept; keys that are not strings
 /// written as Go writes them (`yes:` is `"true"`, `0x10:` is `"16"`, `1e6:` is `"1e+06"`);
 /// floats with no fraction written as integers (`replicas: 2e3` is `2000`, as Go's JSON
-/// encoder prints it); only the first document read. The first duplicate key is reported as
-/// goyaml's strict unmarshal reports it
-/// (`yaml: unmarshal errors:\n  line 4: key "name" already set in map`).
+/// encoder prints it); only the first document read. Duplicate keys are reported as goyaml's
+/// strict unmarshal reports them, every one on the line of its value
+/// (`yaml: unmarshal errors:\n  line 4: key "name" already set in map\n  line 9: ...`).
 pub fn yaml(text: &str) -> Result<Decoded, DecodeError> {
     let lenient = serde_saphyr::options! {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
         legacy_octal_numbers: true,
         non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
     };
-    let value = match serde_saphyr::from_str_with_options::<GoYaml>(text, lenient.clone()) {
-        Ok(GoYaml(value)) => value,
-        // goyaml reads the first document and ignores the rest.
-        Err(e) if is_multiple_documents(&e) => {
-            let documents: Vec<GoYaml> = serde_saphyr::from_multiple_with_options(text, lenient)?;
-            documents
-                .into_iter()
-                .next()
-                .map_or(Value::Null, |GoYaml(value)| value)
-        }
-        Err(e) => return Err(e.into()),
+    let GoYaml { value, duplicates } =
+        match serde_saphyr::from_str_with_options::<GoYaml>(text, lenient.clone()) {
+            Ok(document) => document,
+            // goyaml reads the first document and ignores the rest.
+            Err(e) if is_multiple_documents(&e) => {
+                let documents: Vec<GoYaml> =
+                    serde_saphyr::from_multiple_with_options(text, lenient)?;
+                documents.into_iter().next().unwrap_or(GoYaml {
+                    value: Value::Null,
+                    duplicates: Vec::new(),
+                })
+            }
+            Err(e) => return Err(e.into()),
+        };
+    let duplicates = if duplicates.is_empty() {
+        // Keys that are numbers are compared by value before the document is read: the
+        // strict parser finds the first such duplicate.
+        first_numeric_duplicate(text)
+    } else {
+        duplicates
     };
-    let strict = serde_saphyr::options! {
-        legacy_octal_numbers: true,
-        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
-    };
-    let strict_errors = match serde_saphyr::from_str_with_options::<GoYaml>(text, strict) {
-        Err(e) => match e.without_snippet() {
-            serde_saphyr::Error::DuplicateMappingKey { key, location } => vec![format!(
-                "yaml: unmarshal errors:\n  line {}: key {} already set in map",
-                location.line(),
-                go_key_literal(key.as_deref().unwrap_or(""))
-            )],
-            _ => Vec::new(),
-        },
-        Ok(_) => Vec::new(),
+    let strict_errors = if duplicates.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "yaml: unmarshal errors:\n  {}",
+            duplicates.join("\n  ")
+        )]
     };
     Ok(Decoded {
         value,
         strict_errors,
         order: None,
     })
+}
+
+/// The first duplicate key the strict parser finds, as goyaml words it (the key's line).
+fn first_numeric_duplicate(text: &str) -> Vec<String> {
+    let strict = serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
+    };
+    match serde_saphyr::from_str_with_options::<GoYaml>(text, strict) {
+        Err(e) => match e.without_snippet() {
+            serde_saphyr::Error::DuplicateMappingKey { key, location } => vec![format!(
+                "line {}: key {} already set in map",
+                location.line(),
+                go_key_literal(key.as_deref().unwrap_or(""))
+            )],
+            _ => Vec::new(),
+        },
+        Ok(_) => Vec::new(),
+    }
 }
 
 fn is_multiple_documents(error: &serde_saphyr::Error) -> bool {
@@ -170,42 +191,56 @@ fn go_key_literal(text: &str) -> String {
     }
 }
 
-/// A YAML value read into JSON as sigs.k8s.io/yaml converts it.
-struct GoYaml(Value);
+/// A YAML value read into JSON as sigs.k8s.io/yaml converts it, and the keys set twice in
+/// its mappings, as goyaml's strict mode reports them (`line 4: key "name" already set in
+/// map`: the line of the second value; a mapping's duplicates inside its values first).
+struct GoYaml {
+    value: Value,
+    duplicates: Vec<String>,
+}
 
 impl<'de> serde::Deserialize<'de> for GoYaml {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(GoYamlVisitor).map(GoYaml)
+        deserializer.deserialize_any(GoYamlVisitor)
+    }
+}
+
+impl GoYaml {
+    fn plain(value: Value) -> GoYaml {
+        GoYaml {
+            value,
+            duplicates: Vec::new(),
+        }
     }
 }
 
 struct GoYamlVisitor;
 
 impl<'de> Visitor<'de> for GoYamlVisitor {
-    type Value = Value;
+    type Value = GoYaml;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a YAML value")
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E>(self, v: bool) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(Value::Bool(v)))
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(v.into())
+    fn visit_i64<E>(self, v: i64) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(v.into()))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(v.into())
+    fn visit_u64<E>(self, v: u64) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(v.into()))
     }
-    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Value, E> {
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<GoYaml, E> {
         self.visit_f64(v as f64)
     }
-    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Value, E> {
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<GoYaml, E> {
         self.visit_f64(v as f64)
     }
     /// Go's JSON encoder writes a float with no fraction below 1e21 as an integer, and
     /// refuses infinities and NaN.
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<GoYaml, E> {
         if !v.is_finite() {
             let shown = if v.is_nan() {
                 "NaN"
@@ -218,46 +253,64 @@ impl<'de> Visitor<'de> for GoYamlVisitor {
         }
         if v.fract() == 0.0 && v.abs() < 1e21 {
             if v >= i64::MIN as f64 && v < i64::MAX as f64 {
-                return Ok((v as i64).into());
+                return Ok(GoYaml::plain((v as i64).into()));
             }
             if v >= 0.0 && v < u64::MAX as f64 {
-                return Ok((v as u64).into());
+                return Ok(GoYaml::plain((v as u64).into()));
             }
         }
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        Ok(GoYaml::plain(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
     }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
+    fn visit_str<E>(self, v: &str) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(Value::String(v.to_string())))
     }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+    fn visit_string<E>(self, v: String) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(Value::String(v)))
     }
-    fn visit_bytes<E>(self, v: &[u8]) -> Result<Value, E> {
-        Ok(Value::String(String::from_utf8_lossy(v).into_owned()))
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(Value::String(
+            String::from_utf8_lossy(v).into_owned(),
+        )))
     }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_unit<E>(self) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(Value::Null))
     }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_none<E>(self) -> Result<GoYaml, E> {
+        Ok(GoYaml::plain(Value::Null))
     }
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<GoYaml, D::Error> {
         deserializer.deserialize_any(self)
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<GoYaml, A::Error> {
         let mut items = Vec::new();
-        while let Some(GoYaml(item)) = seq.next_element()? {
-            items.push(item);
+        let mut duplicates = Vec::new();
+        while let Some(item) = seq.next_element::<GoYaml>()? {
+            duplicates.extend(item.duplicates);
+            items.push(item.value);
         }
-        Ok(Value::Array(items))
+        Ok(GoYaml {
+            value: Value::Array(items),
+            duplicates,
+        })
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<GoYaml, A::Error> {
         let mut object = serde_json::Map::new();
+        let mut duplicates = Vec::new();
         while let Some(key) = map.next_key::<GoKey>()? {
-            let GoYaml(value) = map.next_value()?;
-            let key = match key {
-                GoKey::Text(text) => text,
-                GoKey::Resolved(resolved) => resolved,
+            let spanned: serde_saphyr::Spanned<GoYaml> = map.next_value()?;
+            let GoYaml {
+                value,
+                duplicates: inner,
+            } = spanned.value;
+            duplicates.extend(inner);
+            let (key, literal) = match key {
+                GoKey::Text(text) => {
+                    let literal = crate::gofmt::quote(&text);
+                    (text, literal)
+                }
+                GoKey::Resolved(resolved) => (resolved.clone(), resolved),
                 GoKey::Null => {
                     return Err(serde::de::Error::custom(format!(
                         "unsupported map key of type: %!s(<nil>), key: <nil>, value: {}",
@@ -265,9 +318,17 @@ impl<'de> Visitor<'de> for GoYamlVisitor {
                     )));
                 }
             };
-            object.insert(key, value);
+            if object.insert(key, value).is_some() {
+                duplicates.push(format!(
+                    "line {}: key {literal} already set in map",
+                    spanned.referenced.line()
+                ));
+            }
         }
-        Ok(Value::Object(object))
+        Ok(GoYaml {
+            value: Value::Object(object),
+            duplicates,
+        })
     }
 }
 
@@ -627,5 +688,30 @@ mod tests {
             decoded.strict_errors,
             ["yaml: unmarshal errors:\n  line 3: key 9 already set in map"]
         );
+        // goyaml's rules (its strict tests and `setMapIndex`): every duplicate, on the line
+        // of its value (a block mapping's first entry), those inside a value first; keys that
+        // resolve alike are duplicates.
+        for (text, expected) in [
+            (
+                "a:\n  x: 1\na:\n  y: 2\n",
+                "line 4: key \"a\" already set in map",
+            ),
+            (
+                "a: 1\nb: 1\nb: 2\na: 2\n",
+                "line 3: key \"b\" already set in map\n  line 4: key \"a\" already set in map",
+            ),
+            (
+                "a: 1\na:\n  b: 1\n  b: 2\n",
+                "line 4: key \"b\" already set in map\n  line 3: key \"a\" already set in map",
+            ),
+            ("true: a\nyes: b\n", "line 2: key true already set in map"),
+        ] {
+            let decoded = yaml(text).unwrap();
+            assert_eq!(
+                decoded.strict_errors,
+                [format!("yaml: unmarshal errors:\n  {expected}")],
+                "{text:?}"
+            );
+        }
     }
 }

@@ -1992,6 +1992,43 @@ async fn duplicate_fields_and_yaml_are_read_as_kube_apiserver_reads_them() {
         expected.iter().map(|e| format!("299 - {:?}", e)).collect();
     assert_eq!(warnings, expected_warnings);
 
+    // The same body in YAML (kube's own case): goyaml's duplicates first, every one on the
+    // line of its value, then the unknown fields in the order of the JSON it converts to.
+    let deployment_yaml = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: yaml-order\n  labels:\n    app: nginx\nspec:\n  unknown1: val1\n  unknownDupe: valDupe\n  unknownDupe: valDupe2\n  paused: true\n  paused: false\n  selector:\n    matchLabels:\n      app: nginx\n  template:\n    metadata:\n      labels:\n        app: nginx\n    spec:\n      containers:\n      - name: nginx\n        image: nginx:latest\n        unknownNested: val1\n        imagePullPolicy: Always\n        imagePullPolicy: Never";
+    let expected_yaml = [
+        r#"line 10: key "unknownDupe" already set in map"#,
+        r#"line 12: key "paused" already set in map"#,
+        r#"line 26: key "imagePullPolicy" already set in map"#,
+        r#"unknown field "spec.template.spec.containers[0].unknownNested""#,
+        r#"unknown field "spec.unknown1""#,
+        r#"unknown field "spec.unknownDupe""#,
+    ];
+    let (code, _, status) = send_text(
+        &t,
+        "POST",
+        &format!("{deployments}?fieldValidation=Strict"),
+        "application/yaml",
+        deployment_yaml,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        format!(
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: yaml: unmarshal errors:\n  {}, {}",
+            expected_yaml[..3].join("\n  "),
+            expected_yaml[3..].join(", ")
+        )
+    );
+    let (code, warnings, _) =
+        send_text(&t, "POST", deployments, "application/yaml", deployment_yaml).await;
+    assert_eq!(code, 201);
+    let expected_warnings: Vec<String> = expected_yaml
+        .iter()
+        .map(|e| format!("299 - {:?}", e))
+        .collect();
+    assert_eq!(warnings, expected_warnings);
+
     // YAML: YAML 1.1 scalars (an unquoted `yes` is a boolean, which a ConfigMap's data
     // refuses), and duplicate keys with their line.
     let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n  name: from-yaml\ndata:\n  mode: \"0755\"\n";
