@@ -193,7 +193,9 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
 /// read as Go's `strconv.ParseBool` reads it (a bad value is false), otherwise when the
 /// client is curl, Wget or a browser.
 fn wants_pretty(req: &Request) -> bool {
-    let pretty = req.uri().query().and_then(|query| {
+    // Most requests name no `pretty`: their query is not parsed again for it.
+    let query = req.uri().query().filter(|q| q.contains("pretty"));
+    let pretty = query.and_then(|query| {
         serde_urlencoded::from_str::<Vec<(String, String)>>(query)
             .ok()?
             .into_iter()
