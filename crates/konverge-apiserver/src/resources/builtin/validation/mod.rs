@@ -115,6 +115,7 @@ mod affinity;
 mod cluster;
 mod config;
 mod cron;
+mod downward;
 mod pod;
 mod pod_update;
 mod privileged;
@@ -136,12 +137,14 @@ pub(super) use admission_webhook::{
 pub(super) use cluster::{ingress_class, priority_class, role_binding};
 pub(super) use config::{config_map, secret};
 pub(super) use cron::cron_job;
-pub(super) use pod::{pod, pod_template, replication_controller};
+pub(super) use pod::pod;
 pub(crate) use privileged::refuse_privileged;
 pub(super) use quota::resource_quota;
 pub(super) use service::service;
 pub(super) use storage::{csi_driver, persistent_volume, persistent_volume_claim, storage_class};
-pub(super) use workloads::{daemon_set, deployment, job, replica_set, stateful_set};
+pub(super) use workloads::{
+    daemon_set, deployment, job, pod_template, replica_set, replication_controller, stateful_set,
+};
 
 /// A quantity's value (`1Gi`, `500m`, `1e3`), for comparing sizes.
 fn quantity_value(q: Option<&Value>) -> Option<f64> {

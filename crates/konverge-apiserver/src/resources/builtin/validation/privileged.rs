@@ -12,8 +12,10 @@
 use serde_json::Value;
 
 use super::cron::cron_job;
-use super::pod::{pod, pod_template, replication_controller};
-use super::workloads::{daemon_set, deployment, job, replica_set, stateful_set};
+use super::pod::pod;
+use super::workloads::{
+    daemon_set, deployment, job, pod_template, replica_set, replication_controller, stateful_set,
+};
 use crate::error::Cause;
 use crate::resources::{Catalog, Validator};
 

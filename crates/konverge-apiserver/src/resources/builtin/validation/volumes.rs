@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::pod::{object_field_selector, resource_field_selector};
+use super::downward::{object_field_selector, resource_field_selector};
 use super::*;
 use crate::error::Cause;
 

@@ -333,3 +333,32 @@ fn job_update(obj: &Value, old: &Value, causes: &mut Vec<Cause>) {
         );
     }
 }
+
+/// A PodTemplate's pod spec.
+pub(crate) fn pod_template(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let spec = obj
+        .pointer("/template/spec")
+        .cloned()
+        .unwrap_or(Value::Null);
+    pod_spec(&spec, "template.spec", &mut causes);
+    causes
+}
+
+/// A ReplicationController's pod template: its pods always restart.
+pub(crate) fn replication_controller(obj: &Value, _old: Option<&Value>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    non_negative(
+        obj,
+        "/spec",
+        "spec",
+        &["replicas", "minReadySeconds"],
+        &mut causes,
+    );
+    let Some(spec) = obj.pointer("/spec/template/spec") else {
+        return causes;
+    };
+    pod_spec(spec, "spec.template.spec", &mut causes);
+    always_running_template(spec, "ReplicationController", &mut causes);
+    causes
+}
