@@ -49,6 +49,8 @@ pub mod auth;
 pub mod controllers;
 pub mod error;
 pub mod http;
+mod json;
+pub mod lister;
 pub mod logs;
 pub mod metrics;
 pub mod registry;
@@ -303,7 +305,7 @@ impl ApiServerBuilder {
                 ),
             ),
             AuthorizationMode::Rbac => {
-                let authorizer = Arc::new(auth::rbac::Rbac::new(registry.clone()));
+                let authorizer = Arc::new(auth::rbac::Rbac::new(Arc::new(registry.clone())));
                 rbac = Some(authorizer.clone());
                 let authorization =
                     auth::authz::Authorization::new(authorizer.clone(), self.observer.clone());
@@ -317,12 +319,13 @@ impl ApiServerBuilder {
         // The dynamic admission plugins run after the built-in ones and before
         // ResourceQuota, in kube-apiserver's order. They read through a registry whose chain
         // does not hold them.
-        let dynamic = registry.clone();
+        let dynamic: Arc<dyn lister::Lister> = Arc::new(registry.clone());
         let mut chain = admission::Chain::builtin()
             .with_before(
                 "ResourceQuota",
                 Arc::new(admission::MutatingAdmissionWebhook::new(
                     dynamic.clone(),
+                    self.webhooks.clone(),
                     authorization.clone(),
                 )),
             )
@@ -337,6 +340,7 @@ impl ApiServerBuilder {
                 "ResourceQuota",
                 Arc::new(admission::ValidatingAdmissionWebhook::new(
                     dynamic,
+                    self.webhooks.clone(),
                     authorization.clone(),
                 )),
             );

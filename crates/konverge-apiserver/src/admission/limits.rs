@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::quota::{Amount, Resources, resources, stated_totals};
 use super::{Attributes, Operation, Plugin};
 use crate::error::Result;
-use crate::registry::{ListOptions, Registry};
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 /// The annotation that says what the plugin set.
@@ -31,14 +31,11 @@ const MAX_MILLI_VALUE: i128 = (i64::MAX / 1000) as i128;
 pub struct LimitRanger;
 
 /// The namespace's LimitRanges, in list order.
-async fn ranges(registry: &Registry, namespace: &str) -> Result<Vec<Arc<Value>>> {
+async fn ranges(registry: &dyn Lister, namespace: &str) -> Result<Vec<Arc<Value>>> {
     let Some(rt) = registry.catalog().get("", "v1", "limitranges") else {
         return Ok(Vec::new());
     };
-    Ok(registry
-        .list(&rt, Some(namespace), &ListOptions::default())
-        .await?
-        .items)
+    registry.list(&rt, Some(namespace), None).await
 }
 
 /// A LimitRange's items of one `type`.
@@ -394,7 +391,7 @@ impl Plugin for LimitRanger {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         if !applies(attributes) || !is_pods(attributes.rt) {
             return Ok(false);
@@ -422,7 +419,7 @@ impl Plugin for LimitRanger {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         if !applies(attributes) {
             return Ok(());

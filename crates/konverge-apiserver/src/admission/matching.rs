@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{Attributes, Operation};
 use crate::error::{ApiError, Result};
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 /// The admissionregistration resources admission webhooks and policies never see, so that a
@@ -154,7 +154,7 @@ pub fn matching_resource(
     rules: &[Rule],
     policy: MatchPolicy,
     attributes: &Attributes<'_>,
-    registry: &Registry,
+    registry: &dyn Lister,
 ) -> Option<Arc<ResourceType>> {
     let own = attributes.rt;
     if rules.iter().any(|r| r.matches_as(attributes, own)) {
@@ -172,7 +172,7 @@ pub fn matching_resource(
 }
 
 /// The other served versions of `rt`'s resource.
-fn equivalents(rt: &ResourceType, registry: &Registry) -> Vec<Arc<ResourceType>> {
+fn equivalents(rt: &ResourceType, registry: &dyn Lister) -> Vec<Arc<ResourceType>> {
     let mut others: Vec<Arc<ResourceType>> = registry
         .catalog()
         .all()
@@ -247,7 +247,7 @@ impl Selectors {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         let Some(selector) = &self.namespace else {
             return Ok(true);
@@ -272,7 +272,7 @@ impl Selectors {
             return Ok(true);
         };
         let namespace = registry
-            .get(&rt, None, name, None)
+            .get(&rt, None, name)
             .await
             .map_err(|e| match e.reason {
                 crate::error::Reason::NotFound => ApiError::not_found(crate::error::Target {

@@ -54,7 +54,7 @@ use serde_json::Value;
 
 use crate::auth::user::UserInfo;
 use crate::error::Result;
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 pub use limits::LimitRanger;
@@ -331,7 +331,7 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
         &self,
         _attributes: &Attributes<'_>,
         _object: &mut Value,
-        _registry: &Registry,
+        _registry: &dyn Lister,
     ) -> Result<bool> {
         Ok(false)
     }
@@ -342,7 +342,7 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
         &self,
         _attributes: &Attributes<'_>,
         _object: &Value,
-        _registry: &Registry,
+        _registry: &dyn Lister,
     ) -> Result<()> {
         Ok(())
     }
@@ -444,7 +444,7 @@ impl Chain {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         let mut changed = false;
         for plugin in self.acting(attributes) {
@@ -472,7 +472,7 @@ impl Chain {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         for plugin in self.acting(attributes) {
             if let Err(e) = plugin.validate(attributes, object, registry).await {

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Attributes, Operation, Plugin};
 use crate::error::{ApiError, Result, Target};
-use crate::registry::{ListOptions, Registry};
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 /// kube's `admission.NewForbidden`: `<resource> "<name>" is forbidden: <why>`.
@@ -23,7 +23,7 @@ pub(super) fn forbidden(attributes: &Attributes<'_>, why: String) -> ApiError {
 
 /// Every object of `group/version/plural`, read consistently.
 async fn list(
-    registry: &Registry,
+    registry: &dyn Lister,
     group: &str,
     version: &str,
     plural: &str,
@@ -31,10 +31,7 @@ async fn list(
     let Some(rt) = registry.catalog().get(group, version, plural) else {
         return Ok(Vec::new());
     };
-    Ok(registry
-        .list(&rt, None, &ListOptions::default())
-        .await?
-        .items)
+    registry.list(&rt, None, None).await
 }
 
 /// Of the objects annotated as the default (`annotation` or `beta_annotation` = `"true"`), the
@@ -91,7 +88,7 @@ impl ClassDefault {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         let named = object
             .get("spec")
@@ -180,7 +177,7 @@ impl Plugin for DefaultClass {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         self.0.admit(attributes, object, registry).await
     }
@@ -218,7 +215,7 @@ impl Plugin for Priority {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         if attributes.subresource.is_some()
             || !attributes.rt.group.is_empty()
@@ -317,7 +314,7 @@ impl Plugin for Priority {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         if attributes.subresource.is_some()
             || attributes.rt.group != "scheduling.k8s.io"

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Attributes, Operation, Plugin};
 use crate::error::Result;
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 /// Where the token volume is mounted in every container.
@@ -46,7 +46,7 @@ impl Plugin for ServiceAccount {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         if !is_pod_create(attributes)
             || object
@@ -109,7 +109,7 @@ const DEFAULT_ACCOUNT_ATTEMPTS: u32 = 10;
 
 /// The ServiceAccount a new pod runs as, if it exists. `default` is looked up again, after
 /// one random pause of 100-200 ms between attempts, while it is missing; another name once.
-async fn find_account(registry: &Registry, namespace: &str, name: &str) -> Result<Option<Value>> {
+async fn find_account(registry: &dyn Lister, namespace: &str, name: &str) -> Result<Option<Value>> {
     let Some(rt) = registry.catalog().get("", "v1", "serviceaccounts") else {
         return Ok(None);
     };
@@ -123,7 +123,7 @@ async fn find_account(registry: &Registry, namespace: &str, name: &str) -> Resul
         if attempt > 0 {
             tokio::time::sleep(pause).await;
         }
-        match registry.get(&rt, Some(namespace), name, None).await {
+        match registry.get(&rt, Some(namespace), name).await {
             Ok(account) => return Ok(Some(account)),
             Err(e) if e.reason == crate::error::Reason::NotFound => {}
             Err(e) => return Err(e),
@@ -206,7 +206,7 @@ impl Plugin for DefaultTolerationSeconds {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        _registry: &Registry,
+        _registry: &dyn Lister,
     ) -> Result<bool> {
         if attributes.operation != Operation::Create || !is_pod_create(attributes) {
             return Ok(false);

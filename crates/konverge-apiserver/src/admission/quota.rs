@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Attributes, Operation, Plugin};
 use crate::error::{ApiError, Result};
-use crate::registry::{ListOptions, Registry, WriteOptions};
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 const NANO: i128 = 1_000_000_000;
@@ -1069,8 +1069,8 @@ impl ResourceQuota {
     /// Whether `namespace` has quotas: known without a read while no quota was written
     /// since the namespaces with quotas were last read (most writes, in most namespaces,
     /// then cost a lookup); read again, consistently, when one was.
-    async fn may_have_quotas(&self, registry: &Registry, namespace: &str) -> Result<bool> {
-        let generation = registry.quota_generation();
+    async fn may_have_quotas(&self, registry: &dyn Lister, namespace: &str) -> Result<bool> {
+        let generation = registry.changes(crate::lister::Changes::Quota);
         {
             let known = self.with_quota.read().unwrap_or_else(|e| e.into_inner());
             if let Some(known) = known.as_ref()
@@ -1085,9 +1085,8 @@ impl ResourceQuota {
         };
         let read = Instant::now();
         let namespaces: BTreeSet<String> = registry
-            .list(&rt, None, &ListOptions::default())
+            .list(&rt, None, None)
             .await?
-            .items
             .iter()
             .filter_map(|q| q.pointer("/metadata/namespace")?.as_str().map(String::from))
             .collect();
@@ -1102,21 +1101,20 @@ impl ResourceQuota {
 }
 
 /// The quotas of a namespace, in name order, read consistently.
-async fn quotas_in(registry: &Registry, namespace: &str) -> Result<Vec<Quota>> {
+async fn quotas_in(registry: &dyn Lister, namespace: &str) -> Result<Vec<Quota>> {
     let Some(rt) = registry.catalog().get("", "v1", "resourcequotas") else {
         return Ok(Vec::new());
     };
     Ok(registry
-        .list(&rt, Some(namespace), &ListOptions::default())
+        .list(&rt, Some(namespace), None)
         .await?
-        .items
         .iter()
         .map(|q| Quota::of(q))
         .collect())
 }
 
 /// Writes a quota's new `status.used`, if nothing changed the quota since it was read.
-async fn record(registry: &Registry, namespace: &str, quota: &Quota) -> Result<()> {
+async fn record(registry: &dyn Lister, namespace: &str, quota: &Quota) -> Result<()> {
     let Some(rt) = registry.catalog().get("", "v1", "resourcequotas") else {
         return Ok(());
     };
@@ -1126,16 +1124,8 @@ async fn record(registry: &Registry, namespace: &str, quota: &Quota) -> Result<(
     }
     body["status"]["used"] = resources_json(&quota.used);
     registry
-        .update(
-            &rt,
-            Some(namespace),
-            &quota.name,
-            body,
-            Some("status"),
-            &WriteOptions::default(),
-        )
+        .write_status(&rt, Some(namespace), &quota.name, body)
         .await
-        .map(|_| ())
 }
 
 #[async_trait::async_trait]
@@ -1155,7 +1145,7 @@ impl Plugin for ResourceQuota {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         if attributes.namespace.is_empty() {
             return Ok(());

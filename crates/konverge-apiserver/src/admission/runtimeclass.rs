@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::quota::{equals, resources};
 use super::{Attributes, Operation, Plugin};
 use crate::error::{Reason, Result};
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 /// `RuntimeClass`.
@@ -24,7 +24,7 @@ pub struct RuntimeClass;
 async fn class_of(
     attributes: &Attributes<'_>,
     pod: &Value,
-    registry: &Registry,
+    registry: &dyn Lister,
 ) -> Result<Option<Value>> {
     let Some(name) = pod
         .pointer("/spec/runtimeClassName")
@@ -45,7 +45,7 @@ async fn class_of(
     else {
         return Err(not_found());
     };
-    match registry.get(&rt, None, name, None).await {
+    match registry.get(&rt, None, name).await {
         Ok(class) => Ok(Some(class)),
         Err(e) if e.reason == Reason::NotFound => Err(not_found()),
         Err(e) => Err(e),
@@ -274,7 +274,7 @@ impl Plugin for RuntimeClass {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         if !applies(attributes) {
             return Ok(false);
@@ -291,7 +291,7 @@ impl Plugin for RuntimeClass {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         if !applies(attributes) {
             return Ok(());

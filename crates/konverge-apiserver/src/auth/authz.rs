@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::rbac::{PolicyRule, Rbac};
 use super::user::{SYSTEM_MASTERS, UserInfo};
 use crate::error::{ApiError, Target};
 
@@ -197,6 +197,31 @@ impl Decision {
     }
 }
 
+/// One rule of a Role or ClusterRole (`rbac.authorization.k8s.io/v1` `PolicyRule`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRule {
+    /// `verbs`.
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    /// `apiGroups`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_groups: Vec<String>,
+    /// `resources`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<String>,
+    /// `resourceNames`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_names: Vec<String>,
+    /// `nonResourceURLs`.
+    #[serde(
+        default,
+        rename = "nonResourceURLs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub non_resource_urls: Vec<String>,
+}
+
 /// The rules a user has in a namespace (a `SelfSubjectRulesReview`'s status).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RuleReview {
@@ -308,17 +333,6 @@ impl Authorizer for AlwaysAllow {
             }],
             ..RuleReview::default()
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl Authorizer for Rbac {
-    async fn authorize(&self, request: &Attributes) -> Decision {
-        Rbac::authorize(self, request).await
-    }
-
-    async fn rules_for(&self, user: &UserInfo, namespace: &str) -> RuleReview {
-        Rbac::rules_for(self, user, namespace).await
     }
 }
 

@@ -9,49 +9,24 @@
 //! non-resource URLs (`/healthz`, `/api/*`). Nothing denies: rules only add. A binding whose
 //! role is missing is skipped, and named in the reason of a denial.
 //!
-//! The objects are read from the registry into a [`Snapshot`], rebuilt whenever the
-//! registry's [`policy_generation`](crate::registry::Registry::policy_generation) moves: so a
+//! The objects are read through a [`Lister`] into a [`Snapshot`], rebuilt whenever its count
+//! of RBAC writes ([`Changes::Policy`](crate::lister::Changes::Policy)) moves: so a
 //! binding a client was told is created applies to its next request.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, RwLock};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::authz::{Attributes, Decision, RuleReview};
+pub use super::authz::PolicyRule;
+use super::authz::{Attributes, Authorizer, Decision, RuleReview};
 use super::user::{UserInfo, split_service_account_username};
-use crate::registry::ListOptions;
-use crate::registry::Registry;
+use crate::lister::Lister;
 
 /// The RBAC API group.
 pub const GROUP: &str = "rbac.authorization.k8s.io";
-
-/// One rule of a Role or ClusterRole (`rbac.authorization.k8s.io/v1` `PolicyRule`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PolicyRule {
-    /// `verbs`.
-    #[serde(default)]
-    pub verbs: Vec<String>,
-    /// `apiGroups`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub api_groups: Vec<String>,
-    /// `resources`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resources: Vec<String>,
-    /// `resourceNames`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resource_names: Vec<String>,
-    /// `nonResourceURLs`.
-    #[serde(
-        default,
-        rename = "nonResourceURLs",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub non_resource_urls: Vec<String>,
-}
 
 impl PolicyRule {
     /// Whether the rule allows the request (kube's `RuleAllows`).
@@ -551,7 +526,7 @@ fn aggregate_reason(errors: Vec<String>) -> String {
 
 /// The RBAC authorizer over a registry.
 pub struct Rbac {
-    registry: Registry,
+    registry: Arc<dyn Lister>,
     snapshot: RwLock<Arc<Snapshot>>,
     rebuild: tokio::sync::Mutex<()>,
 }
@@ -564,7 +539,7 @@ impl fmt::Debug for Rbac {
 
 impl Rbac {
     /// An authorizer over `registry`'s roles and bindings.
-    pub fn new(registry: Registry) -> Rbac {
+    pub fn new(registry: Arc<dyn Lister>) -> Rbac {
         Rbac {
             registry,
             snapshot: RwLock::new(Arc::new(Snapshot {
@@ -585,14 +560,14 @@ impl Rbac {
 
     /// The policy as of the registry's current generation, rebuilt if it moved.
     pub async fn snapshot(&self) -> Result<Arc<Snapshot>, crate::error::ApiError> {
-        let generation = self.registry.policy_generation();
+        let generation = self.registry.changes(crate::lister::Changes::Policy);
         let current = self.current();
         if current.generation == generation {
             return Ok(current);
         }
         let _one = self.rebuild.lock().await;
         let current = self.current();
-        let generation = self.registry.policy_generation();
+        let generation = self.registry.changes(crate::lister::Changes::Policy);
         if current.generation == generation {
             return Ok(current);
         }
@@ -611,8 +586,8 @@ impl Rbac {
                 let rt = registry.catalog().get(GROUP, "v1", plural).ok_or_else(|| {
                     crate::error::ApiError::internal(format!("{plural} are not served"))
                 })?;
-                let listed = registry.list(&rt, None, &ListOptions::default()).await?;
-                Ok::<Vec<Arc<Value>>, crate::error::ApiError>(listed.items)
+                let listed = registry.list(&rt, None, None).await?;
+                Ok::<Vec<Arc<Value>>, crate::error::ApiError>(listed)
             }
         };
         let mut snapshot = Snapshot {
@@ -675,6 +650,17 @@ impl Rbac {
     }
 }
 
+#[async_trait::async_trait]
+impl Authorizer for Rbac {
+    async fn authorize(&self, request: &Attributes) -> Decision {
+        Rbac::authorize(self, request).await
+    }
+
+    async fn rules_for(&self, user: &UserInfo, namespace: &str) -> RuleReview {
+        Rbac::rules_for(self, user, namespace).await
+    }
+}
+
 /// What kube-apiserver's RBAC storage checks of a client's write: a Role or ClusterRole may
 /// only grant what its writer holds (or may `escalate`), a binding may only bind a role whose
 /// permissions its writer holds (or may `bind`). `system:masters` may do anything. Writes that
@@ -733,7 +719,7 @@ fn only_gc_fields(old: &Value, new: &Value) -> bool {
 }
 
 #[async_trait::async_trait]
-impl crate::registry::WriteCheck for Escalation {
+impl crate::lister::WriteCheck for Escalation {
     fn applies(&self, rt: &crate::resources::ResourceType) -> bool {
         rt.group == GROUP
     }

@@ -8,13 +8,13 @@ mod audited;
 pub mod discovery;
 mod health;
 pub mod openapi;
-mod order;
 pub mod patch;
 mod request;
 pub mod route;
 pub mod scale;
 pub mod table;
 
+use crate::json::{GoOrder, encode_watch_line, write_object_json};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,7 +32,7 @@ use request::{Accept, Query};
 use route::{ResourceRoute, Route};
 use table::IncludeObject;
 
-/// The router: every path goes through [`dispatch`].
+/// The router: every path goes through `dispatch`.
 pub fn router(server: Arc<ApiServer>) -> axum::Router {
     axum::Router::new().fallback(dispatch).with_state(server)
 }
@@ -46,7 +46,7 @@ impl IntoResponse for ApiError {
 /// A response whose body is an API object, list or `Status`, keys in kube-apiserver's order
 /// and ended by a newline, as its JSON serializer (Go's `json.Encoder`) writes them.
 fn json_response(code: StatusCode, body: &Value, content_type: Option<&str>) -> Response {
-    let mut bytes = serde_json::to_vec(&order::GoOrder(body)).unwrap_or_default();
+    let mut bytes = serde_json::to_vec(&GoOrder(body)).unwrap_or_default();
     bytes.push(b'\n');
     bytes_response(code, bytes, content_type)
 }
@@ -722,7 +722,7 @@ async fn resource(
         }
         _ => {}
     }
-    let user_agent_manager = crate::registry::apply::manager_from_user_agent(
+    let user_agent_manager = crate::registry::manager_from_user_agent(
         req.headers()
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok()),
@@ -1049,53 +1049,6 @@ fn list_json(
     Ok(out)
 }
 
-/// `object` as JSON, keys in kube-apiserver's order, appended to `out`: what every answer
-/// holding an API object writes, and what the watch cache keeps of each object.
-pub(crate) fn write_object_json(out: &mut Vec<u8>, object: &Value) -> serde_json::Result<()> {
-    serde_json::to_writer(out, &order::GoOrder(object))
-}
-
-/// The start of a JSON watch line, up to its object: `{"type":"ADDED","object":`.
-fn watch_line_head(out: &mut Vec<u8>, kind: &str) {
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"object\":");
-}
-
-/// How many bytes an object's JSON as served, framed as a watch line, takes beyond its
-/// stored JSON: the line's frame and `,"resourceVersion":"…"`.
-pub(crate) const ENCODING_SLACK: usize = 96;
-
-/// The end of a JSON watch line, after its object.
-const WATCH_LINE_TAIL: &[u8] = b"}\n";
-
-/// A JSON watch line of type `kind` around `object`, and where the object's JSON lies in it
-/// (the watch cache keeps the object as a slice of the line, so both share one buffer).
-pub(crate) fn encode_watch_line(
-    kind: &str,
-    object: &Value,
-    size_hint: usize,
-) -> serde_json::Result<(Bytes, std::ops::Range<usize>)> {
-    // Room for the line around the object and a resourceVersion the stored form lacks, so
-    // the buffer (kept by the watch cache) is not reallocated to twice its size.
-    let mut line = Vec::with_capacity(size_hint + ENCODING_SLACK);
-    watch_line_head(&mut line, kind);
-    let start = line.len();
-    write_object_json(&mut line, object)?;
-    let end = line.len();
-    line.extend_from_slice(WATCH_LINE_TAIL);
-    Ok((Bytes::from(line), start..end))
-}
-
-/// A JSON watch line of type `kind` around an object already written as JSON.
-pub(crate) fn watch_line_around(kind: &str, object_json: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object_json.len() + 32);
-    watch_line_head(&mut line, kind);
-    line.extend_from_slice(object_json);
-    line.extend_from_slice(WATCH_LINE_TAIL);
-    Bytes::from(line)
-}
-
 /// One watch event as a line of JSON: `type`, then the object in kube-apiserver's order.
 fn watch_line(event: &WatchEvent) -> Bytes {
     let (kind, object) = event.parts();
@@ -1247,11 +1200,11 @@ mod tests {
         struct Line<'a> {
             #[serde(rename = "type")]
             kind: &'a str,
-            object: order::GoOrder<'a>,
+            object: GoOrder<'a>,
         }
         let mut line = serde_json::to_vec(&Line {
             kind,
-            object: order::GoOrder(object),
+            object: GoOrder(object),
         })
         .expect("json");
         line.push(b'\n');
@@ -1300,7 +1253,7 @@ mod tests {
         let expected = served(&pod("Pending"), created);
         assert_eq!(
             item.json().map(<[u8]>::to_vec),
-            Some(serde_json::to_vec(&order::GoOrder(&expected)).expect("json"))
+            Some(serde_json::to_vec(&GoOrder(&expected)).expect("json"))
         );
         let meta = json!({"resourceVersion": page.resource_version.to_string()});
         let list = list_json("PodList", "v1", &meta, &page.items).expect("list json");
@@ -1308,7 +1261,7 @@ mod tests {
             json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": [expected]});
         assert_eq!(
             String::from_utf8(list).expect("utf-8"),
-            serde_json::to_string(&order::GoOrder(&old_list)).expect("json") + "\n"
+            serde_json::to_string(&GoOrder(&old_list)).expect("json") + "\n"
         );
 
         // Watch lines: initial ADDED, MODIFIED shared from the ring, DELETED at the

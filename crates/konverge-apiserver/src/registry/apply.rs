@@ -1,7 +1,7 @@
 //! Server-side apply and managed fields, on top of [`konverge_apimachinery::ssa`].
 //!
 //! Every write through the API records who changed what in `metadata.managedFields`: a
-//! create, update or patch by manager `m` is an `Update` by `m` ([`record_update`]); an
+//! create, update or patch by manager `m` is an `Update` by `m` (recorded by `managed.rs`); an
 //! `application/apply-patch+yaml` patch is an `Apply` ([`Registry::apply`]), which merges the
 //! applied configuration into the object with the list semantics of the type, removes what
 //! the manager stopped applying (unless others own it), and refuses to change fields other
@@ -9,112 +9,16 @@
 //!
 //! What a type's lists and maps are (atomic, set, map with keys) comes from the built-in
 //! types' descriptions (merge keys, list map keys with their defaults, atomic types such as
-//! label selectors) or from a custom resource's schema ([`shape`]).
-
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+//! label selectors) or from a custom resource's schema (`managed.rs` keeps each type's shape).
 
 use bytes::Bytes;
-use konverge_apimachinery::patch::{PatchSchema, TypeSchema};
-use konverge_apimachinery::ssa::{self, ApplyError, Shape};
+use konverge_apimachinery::ssa;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, Cause, Details, Reason, Result};
+use super::managed::{apply_error, request, shape};
+use crate::error::{ApiError, Cause, Reason, Result};
 use crate::registry::{Registry, WriteOptions, Written};
 use crate::resources::ResourceType;
-
-/// Built-in types' shapes by (group, kind), derived once from their descriptions.
-type Shapes = Mutex<HashMap<(String, String), Arc<Shape>>>;
-
-static BUILTIN_SHAPES: LazyLock<Shapes> = LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// What server-side apply knows of `rt`'s type.
-pub fn shape(rt: &ResourceType) -> Arc<Shape> {
-    if let Some(custom) = &rt.custom {
-        return custom.shape.clone();
-    }
-    let key = (rt.group.clone(), rt.kind.clone());
-    let mut shapes = BUILTIN_SHAPES.lock().unwrap_or_else(|e| e.into_inner());
-    shapes
-        .entry(key)
-        .or_insert_with(|| {
-            // A kind without merge keys is still a struct: its keys are fields.
-            Arc::new(match PatchSchema::builtin().lookup(&rt.group, &rt.kind) {
-                Some(schema) => Shape::from_patch_schema(schema),
-                None => Shape::from_patch_schema(&TypeSchema::kind(rt.kind.clone())),
-            })
-        })
-        .clone()
-}
-
-/// The field manager of a request that names none: the User-Agent up to its first `/`, as
-/// kube-apiserver derives it (`kubectl`, `kube-rs`, `python-requests`).
-pub fn manager_from_user_agent(user_agent: Option<&str>) -> String {
-    let agent = user_agent.unwrap_or("").split('/').next().unwrap_or("");
-    agent.chars().take(128).collect()
-}
-
-fn request<'a>(
-    api_version: &'a str,
-    manager: &'a str,
-    subresource: Option<&'a str>,
-    now: &'a str,
-    force: bool,
-) -> ssa::Request<'a> {
-    ssa::Request {
-        manager,
-        api_version,
-        subresource,
-        now,
-        force,
-    }
-}
-
-/// Records an ordinary write (`old` is `None` for a create) as an `Update` by the request's
-/// field manager. Writes without a manager (the server's own bookkeeping) leave the managed
-/// fields as they are.
-pub(crate) fn record_update(
-    rt: &ResourceType,
-    old: Option<&Value>,
-    new: Value,
-    subresource: Option<&str>,
-    opts: &WriteOptions,
-) -> Result<Value> {
-    let Some(manager) = opts.field_manager.as_deref() else {
-        return Ok(new);
-    };
-    if opts.applied {
-        return Ok(new);
-    }
-    let api_version = rt.api_version();
-    let now = crate::resources::meta::now();
-    let req = request(&api_version, manager, subresource, &now, false);
-    ssa::update_owned(&shape(rt), old, new, &req).map_err(apply_error)
-}
-
-/// An apply failure as the status kube-apiserver answers with.
-fn apply_error(err: ApplyError) -> ApiError {
-    match &err {
-        ApplyError::Conflicts(conflicts) => ApiError {
-            code: http::StatusCode::CONFLICT,
-            reason: Reason::Conflict,
-            message: err.to_string(),
-            details: Some(Box::new(Details {
-                causes: conflicts
-                    .iter()
-                    .map(|c| Cause {
-                        reason: "FieldManagerConflict".into(),
-                        message: c.message(),
-                        field: c.field.clone(),
-                    })
-                    .collect(),
-                ..Details::default()
-            })),
-        },
-        ApplyError::Internal(message) => ApiError::internal(message.clone()),
-        ApplyError::Invalid(message) => ApiError::bad_request(message.clone()),
-    }
-}
 
 /// How often an apply starts over when the object appears or disappears underneath it.
 const MAX_RACES: usize = 16;

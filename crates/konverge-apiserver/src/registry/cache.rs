@@ -353,13 +353,13 @@ fn encode(
     let (line, json) = match kind {
         Some(kind) => {
             let (line, at) =
-                crate::http::encode_watch_line(kind.as_str(), object, size_hint).map_err(failed)?;
+                crate::json::encode_watch_line(kind.as_str(), object, size_hint).map_err(failed)?;
             let json = line.slice(at);
             (line, json)
         }
         None => {
-            let mut json = Vec::with_capacity(size_hint + crate::http::ENCODING_SLACK);
-            crate::http::write_object_json(&mut json, object).map_err(failed)?;
+            let mut json = Vec::with_capacity(size_hint + crate::json::ENCODING_SLACK);
+            crate::json::write_object_json(&mut json, object).map_err(failed)?;
             (Bytes::new(), Bytes::from(json))
         }
     };

@@ -16,6 +16,7 @@ pub mod apply;
 mod cache;
 mod conversion;
 mod list;
+mod managed;
 pub mod subresources;
 mod update;
 mod watch;
@@ -31,12 +32,14 @@ pub use allocate::ServiceIpRange;
 pub use cache::WatchCacheConfig;
 pub(crate) use list::Item;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};
+pub use managed::manager_from_user_agent;
 use update::{Change, Outcome, decide_delete};
 pub(crate) use watch::Sent;
 pub use watch::{WatchEvent, WatchOptions};
 
 use crate::admission::Operation;
 use crate::error::{ApiError, Cause, Reason, Result, Target};
+use crate::lister::{Changes, Lister, WriteCheck};
 use crate::resources::meta;
 use crate::resources::{Catalog, ResourceType};
 
@@ -85,21 +88,12 @@ pub struct WriteOptions {
     pub user: Option<crate::auth::user::UserInfo>,
 }
 
-/// Checks a client's create or update before it is stored, knowing who writes — as
-/// kube-apiserver's storage refuses RBAC objects that grant more than their writer holds.
-#[async_trait::async_trait]
-pub trait WriteCheck: Send + Sync {
-    /// Whether writes of `rt` are checked at all.
-    fn applies(&self, rt: &ResourceType) -> bool;
-
-    /// `Ok` if `user` may store `new` (replacing `old`, for an update) in `rt`.
-    async fn check(
-        &self,
-        rt: &ResourceType,
-        old: Option<&Value>,
-        new: &Value,
-        user: &crate::auth::user::UserInfo,
-    ) -> Result<()>;
+impl WriteOptions {
+    /// Who an ordinary write is recorded for in `metadata.managedFields`: its field manager,
+    /// unless it is an apply (which records itself) or names none.
+    pub(crate) fn update_manager(&self) -> Option<&str> {
+        self.field_manager.as_deref().filter(|_| !self.applied)
+    }
 }
 
 /// What a write answers.
@@ -165,14 +159,10 @@ pub struct Registry {
     caches: Arc<cache::Caches>,
     generate_name: fn(&str) -> String,
     metrics: Arc<crate::metrics::Metrics>,
-    /// Counts committed writes of RBAC objects ([`Registry::policy_generation`]).
-    policy_generation: Arc<AtomicU64>,
+    /// Counts committed writes of each kind of [`Changes`], in its order.
+    changes: Arc<[AtomicU64; 3]>,
     /// Checks clients' writes before they are stored.
     write_check: Option<Arc<dyn WriteCheck>>,
-    /// Counts committed writes of admission configuration ([`Registry::admission_generation`]).
-    admission_generation: Arc<AtomicU64>,
-    /// Counts committed writes of ResourceQuotas ([`Registry::quota_generation`]).
-    quota_generation: Arc<AtomicU64>,
     /// The admission plugins every create and update goes through.
     admission: Arc<crate::admission::Chain>,
     /// How admission and conversion webhooks are reached.
@@ -275,6 +265,16 @@ fn same_metadata(new: &Value, current: &Value) -> bool {
     count == current.len() - 1 && others.all(|(key, value)| current.get(key) == Some(value))
 }
 
+/// Which kind of counted configuration objects of `rt` are, if any.
+fn changes_of(rt: &ResourceType) -> Option<Changes> {
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        (crate::auth::rbac::GROUP, _) => Some(Changes::Policy),
+        ("admissionregistration.k8s.io", _) => Some(Changes::Admission),
+        ("", "resourcequotas") => Some(Changes::Quota),
+        _ => None,
+    }
+}
+
 fn set_rv(obj: &mut Value, rv: i64) {
     meta::metadata_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
 }
@@ -294,10 +294,8 @@ impl Registry {
             caches,
             generate_name: meta::generate_name,
             metrics,
-            policy_generation: Arc::new(AtomicU64::new(0)),
+            changes: Arc::default(),
             write_check: None,
-            admission_generation: Arc::new(AtomicU64::new(0)),
-            quota_generation: Arc::new(AtomicU64::new(0)),
             admission: Arc::new(crate::admission::Chain::builtin()),
             webhooks: crate::webhook::Webhooks::default(),
             namespace_lifecycle: true,
@@ -355,28 +353,6 @@ impl Registry {
         }
     }
 
-    /// How many writes of Roles, ClusterRoles and their bindings this registry (and its
-    /// clones) committed. It changes before the write is answered, so an authorizer that
-    /// rebuilds its view whenever it changes never judges a request by policy older than
-    /// what a client has been told is written.
-    pub fn policy_generation(&self) -> u64 {
-        self.policy_generation.load(Ordering::Acquire)
-    }
-
-    /// How many writes of admission configuration (webhook configurations, admission
-    /// policies and their bindings) this registry (and its clones) committed; it changes
-    /// before the write is answered, so admission that rebuilds its view when it changes
-    /// applies a configuration to every request after the one that wrote it.
-    pub fn admission_generation(&self) -> u64 {
-        self.admission_generation.load(Ordering::Acquire)
-    }
-
-    /// How many writes of ResourceQuotas this registry (and its clones) committed; it changes
-    /// before the write is answered.
-    pub fn quota_generation(&self) -> u64 {
-        self.quota_generation.load(Ordering::Acquire)
-    }
-
     /// The same registry recording its store calls and object counts into `metrics` (the
     /// server's, so `/metrics` shows them).
     /// Call it before the registry serves anything (the watch caches start over with it).
@@ -400,18 +376,11 @@ impl Registry {
     ) -> konverge_store::Result<T> {
         let started = std::time::Instant::now();
         let result = call.await;
-        if rt.group == crate::auth::rbac::GROUP
-            && matches!(operation, "create" | "update" | "delete")
+        if matches!(operation, "create" | "update" | "delete")
             && result.is_ok()
+            && let Some(changes) = changes_of(rt)
         {
-            self.policy_generation.fetch_add(1, Ordering::AcqRel);
-        }
-        if matches!(operation, "create" | "update" | "delete") && result.is_ok() {
-            if rt.group == "admissionregistration.k8s.io" {
-                self.admission_generation.fetch_add(1, Ordering::AcqRel);
-            } else if rt.group.is_empty() && rt.plural == "resourcequotas" {
-                self.quota_generation.fetch_add(1, Ordering::AcqRel);
-            }
+            self.changes[changes as usize].fetch_add(1, Ordering::AcqRel);
         }
         self.metrics.record_store_call(
             operation,
@@ -884,7 +853,7 @@ impl Registry {
                 .await?;
         }
         self.admission.admit(admitting, &mut obj, self).await?;
-        let obj = crate::registry::apply::record_update(rt, None, obj, None, opts)?;
+        let obj = managed::record_update(rt, None, obj, None, opts.update_manager())?;
         self.validate(rt, &obj, None)?;
         self.admission.validate(admitting, &obj, self).await?;
         self.check_write(rt, None, &obj, opts).await?;
@@ -1254,8 +1223,13 @@ impl Registry {
         subresource: Option<&str>,
         opts: &WriteOptions,
     ) -> Result<Change> {
-        let merged =
-            crate::registry::apply::record_update(rt, Some(current), merged, subresource, opts)?;
+        let merged = managed::record_update(
+            rt,
+            Some(current),
+            merged,
+            subresource,
+            opts.update_manager(),
+        )?;
         // Binding, resizing a pod and adding ephemeral containers change what the kind's
         // update rules keep; kube-apiserver checks those writes with their own rules, so
         // the object is checked against itself here.
@@ -1591,6 +1565,53 @@ impl ApiError {
     pub fn with_message(mut self, message: String) -> Self {
         self.message = message;
         self
+    }
+}
+
+#[async_trait::async_trait]
+impl Lister for Registry {
+    fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    async fn get(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Value> {
+        Registry::get(self, rt, namespace, name, None).await
+    }
+
+    async fn list(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        labels: Option<&konverge_apimachinery::selector::LabelSelector>,
+    ) -> Result<Vec<Arc<Value>>> {
+        let options = ListOptions {
+            label_selector: labels.cloned(),
+            ..ListOptions::default()
+        };
+        Ok(Registry::list(self, rt, namespace, &options).await?.items)
+    }
+
+    fn changes(&self, of: Changes) -> u64 {
+        self.changes[of as usize].load(Ordering::Acquire)
+    }
+
+    async fn write_status(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        object: Value,
+    ) -> Result<()> {
+        self.update(
+            rt,
+            namespace,
+            name,
+            object,
+            Some("status"),
+            &WriteOptions::default(),
+        )
+        .await
+        .map(|_| ())
     }
 }
 

@@ -147,7 +147,7 @@ impl CachedSend {
     pub(crate) fn json_line(&self) -> Bytes {
         match &self.line {
             Some(line) => line.clone(),
-            None => crate::http::watch_line_around(self.kind.as_str(), self.object.json()),
+            None => crate::json::watch_line_around(self.kind.as_str(), self.object.json()),
         }
     }
 }

@@ -4,7 +4,19 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::Cause;
-use crate::resources::NameRule;
+
+/// How object names of a resource are validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain: lowercase alphanumerics, '-' and '.', at most 253 characters.
+    Subdomain,
+    /// RFC 1123 label: lowercase alphanumerics and '-', at most 63 characters.
+    Label,
+    /// RFC 1035 label (must start with a letter): Services.
+    Rfc1035Label,
+    /// Any name that is a valid path segment (no '/', '%', not "." or "..").
+    PathSegment,
+}
 
 /// Checks `name` against `rule`: a cause for `field` per problem, as kube-apiserver reports
 /// them.

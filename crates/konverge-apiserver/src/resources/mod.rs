@@ -7,6 +7,7 @@
 
 pub mod builtin;
 pub mod crd;
+pub mod custom;
 pub mod jsonpath;
 pub mod meta;
 pub(crate) mod reviews;
@@ -20,18 +21,7 @@ use serde_json::Value;
 
 use crate::error::{ApiError, Cause};
 
-/// How object names of a resource are validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameRule {
-    /// RFC 1123 subdomain: lowercase alphanumerics, '-' and '.', at most 253 characters.
-    Subdomain,
-    /// RFC 1123 label: lowercase alphanumerics and '-', at most 63 characters.
-    Label,
-    /// RFC 1035 label (must start with a letter): Services.
-    Rfc1035Label,
-    /// Any name that is a valid path segment (no '/', '%', not "." or "..").
-    PathSegment,
-}
+pub use meta::NameRule;
 
 /// The fields the scale subresource reads and writes, as dotted paths (`spec.replicas`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +117,7 @@ pub struct Subresource {
 }
 
 /// An answer computed from a request body instead of stored: the review resources, each
-/// answered by the server's authenticator or authorizer ([`reviews`]).
+/// answered by the server's authenticator or authorizer (`reviews.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Review {
     /// `SelfSubjectReview`: who the requester is.
@@ -271,7 +261,7 @@ pub struct ResourceType {
     pub create_on_update: bool,
     /// What a custom resource's definition says (schema, storage version, printer columns);
     /// `None` for built-in resources.
-    pub custom: Option<Arc<crate::resources::crd::CustomResource>>,
+    pub custom: Option<Arc<crate::resources::custom::CustomResource>>,
     /// The verbs discovery lists (and the server serves).
     pub verbs: Verbs,
     /// Subresources besides `status` and `scale`.
@@ -389,8 +379,8 @@ impl ResourceType {
     pub fn to_served(&self, obj: &mut Value) {
         if let Some(conversion) = self.conversion {
             (conversion.to_served)(obj);
-        } else {
-            crate::resources::crd::convert(self, obj);
+        } else if let Some(custom) = &self.custom {
+            custom.present(&self.api_version(), obj);
         }
     }
 
@@ -437,31 +427,6 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// A catalog of the built-in resources.
-    pub fn builtin() -> Self {
-        let catalog = Catalog::default();
-        for rt in builtin::catalog() {
-            catalog.insert(rt);
-        }
-        catalog
-    }
-
-    /// The built-in resources, with the group-versions `config` turns on.
-    pub fn with_runtime_config(config: &runtime_config::RuntimeConfig) -> Self {
-        let catalog = Catalog::builtin();
-        for (group, version, resources) in builtin::optional() {
-            if config
-                .enabled
-                .contains(&(group.to_string(), version.to_string()))
-            {
-                for rt in resources {
-                    catalog.insert(rt);
-                }
-            }
-        }
-        catalog
-    }
-
     /// Adds (or replaces) a resource.
     pub fn insert(&self, rt: ResourceType) -> Arc<ResourceType> {
         let rt = Arc::new(rt);

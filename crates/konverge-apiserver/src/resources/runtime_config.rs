@@ -157,6 +157,24 @@ fn cannot_disable(key: &str, value: &str) -> String {
     )
 }
 
+impl Catalog {
+    /// The built-in resources, with the group-versions `config` turns on.
+    pub fn with_runtime_config(config: &RuntimeConfig) -> Self {
+        let catalog = Catalog::builtin();
+        for (group, version, resources) in super::builtin::optional() {
+            if config
+                .enabled
+                .contains(&(group.to_string(), version.to_string()))
+            {
+                for rt in resources {
+                    catalog.insert(rt);
+                }
+            }
+        }
+        catalog
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! it, with a URL split as Go's `net/url.Parse` splits it (its errors are part of the
 //! messages).
 
-use crate::resources::NameRule;
+use crate::resources::meta::NameRule;
 use konverge_apimachinery::field::FieldError;
 use serde_json::{Value, json};
 

@@ -20,100 +20,12 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-use crate::registry::Registry;
+use crate::lister::Lister;
 
+pub(crate) mod client_config;
 mod tls;
 
-/// Where a webhook is (`clientConfig`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientConfig {
-    /// `url`: `https://host:port/path`.
-    pub url: Option<String>,
-    /// `service`.
-    pub service: Option<ServiceReference>,
-    /// `caBundle`: PEM certificates that sign the webhook's serving certificate (none: the
-    /// system's roots).
-    pub ca_bundle: Option<Vec<u8>>,
-}
-
-/// A webhook behind a Service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceReference {
-    /// The Service's namespace.
-    pub namespace: String,
-    /// The Service's name.
-    pub name: String,
-    /// The URL path (none: `/`).
-    pub path: Option<String>,
-    /// The Service port (default 443).
-    pub port: i32,
-}
-
-impl ServiceReference {
-    /// A Service reference, on port 443 unless it names one.
-    fn new(namespace: &str, name: &str, path: Option<&str>, port: Option<i32>) -> Self {
-        ServiceReference {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            path: path.map(String::from),
-            port: port.unwrap_or(443),
-        }
-    }
-}
-
-impl ClientConfig {
-    /// From an admission webhook's `clientConfig`.
-    pub fn admission(
-        config: &k8s_openapi::api::admissionregistration::v1::WebhookClientConfig,
-    ) -> ClientConfig {
-        let service = config
-            .service
-            .as_ref()
-            .map(|s| ServiceReference::new(&s.namespace, &s.name, s.path.as_deref(), s.port));
-        ClientConfig::new(config.url.as_deref(), service, config.ca_bundle.as_ref())
-    }
-
-    /// From a CRD's `spec.conversion.webhook.clientConfig`.
-    pub fn conversion(
-        config: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig,
-    ) -> ClientConfig {
-        let service = config
-            .service
-            .as_ref()
-            .map(|s| ServiceReference::new(&s.namespace, &s.name, s.path.as_deref(), s.port));
-        ClientConfig::new(config.url.as_deref(), service, config.ca_bundle.as_ref())
-    }
-
-    fn new(
-        url: Option<&str>,
-        service: Option<ServiceReference>,
-        ca_bundle: Option<&k8s_openapi::ByteString>,
-    ) -> ClientConfig {
-        ClientConfig {
-            url: url.map(String::from),
-            service,
-            ca_bundle: ca_bundle.map(|b| b.0.clone()),
-        }
-    }
-
-    /// The URL kube-apiserver posts to, with `query` (`timeout=10s`) appended when given:
-    /// `https://<name>.<namespace>.svc:<port><path>` for a Service.
-    pub fn target(&self, query: Option<&str>) -> String {
-        let base = match (&self.url, &self.service) {
-            (Some(url), _) => url.clone(),
-            (None, Some(s)) => {
-                let path = s.path.as_deref().unwrap_or("/");
-                format!("https://{}.{}.svc:{}{path}", s.name, s.namespace, s.port)
-            }
-            (None, None) => "https://".to_string(),
-        };
-        match query {
-            Some(q) if base.contains('?') => format!("{base}&{q}"),
-            Some(q) => format!("{base}?{q}"),
-            None => base,
-        }
-    }
-}
+pub use client_config::{ClientConfig, ServiceReference};
 
 /// A request to a webhook handled in-process.
 #[derive(Debug, Clone)]
@@ -210,7 +122,7 @@ impl Webhooks {
         query: Option<&str>,
         body: Bytes,
         timeout: Duration,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<Response, CallError> {
         self.call_typed(config, query, body, timeout, registry)
             .await
@@ -225,7 +137,7 @@ impl Webhooks {
         query: Option<&str>,
         body: Bytes,
         timeout: Duration,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<(Response, Option<String>), CallError> {
         match tokio::time::timeout(timeout, self.call_now(config, query, body, registry)).await {
             Ok(answer) => answer,
@@ -238,7 +150,7 @@ impl Webhooks {
         config: &ClientConfig,
         query: Option<&str>,
         body: Bytes,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<(Response, Option<String>), CallError> {
         let (addr, server_name, path) = match (&config.url, &config.service) {
             (Some(url), _) => {
@@ -283,7 +195,7 @@ impl Webhooks {
     async fn resolve(
         &self,
         service: &ServiceReference,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<SocketAddr, CallError> {
         let mapped = self
             .services
@@ -302,7 +214,7 @@ impl Webhooks {
         let not_found = || CallError::Resolve(format!("service \"{}\" not found", service.name));
         let services = catalog.get("", "v1", "services").ok_or_else(not_found)?;
         let svc = registry
-            .get(&services, Some(&service.namespace), &service.name, None)
+            .get(&services, Some(&service.namespace), &service.name)
             .await
             .map_err(|_| not_found())?;
         let port_name = svc
@@ -329,21 +241,18 @@ impl Webhooks {
         let slices_rt = catalog
             .get("discovery.k8s.io", "v1", "endpointslices")
             .ok_or_else(no_endpoints)?;
-        let options = crate::registry::ListOptions {
-            label_selector: Some(konverge_apimachinery::selector::LabelSelector::from_set(
-                &[(
-                    "kubernetes.io/service-name".to_string(),
-                    service.name.clone(),
-                )]
-                .into(),
-            )),
-            ..Default::default()
-        };
+        let selector = konverge_apimachinery::selector::LabelSelector::from_set(
+            &[(
+                "kubernetes.io/service-name".to_string(),
+                service.name.clone(),
+            )]
+            .into(),
+        );
         let slices = registry
-            .list(&slices_rt, Some(&service.namespace), &options)
+            .list(&slices_rt, Some(&service.namespace), Some(&selector))
             .await
             .map_err(|_| no_endpoints())?;
-        for slice in &slices.items {
+        for slice in &slices {
             let Some(port) = slice
                 .pointer("/ports")
                 .and_then(Value::as_array)

@@ -11,7 +11,7 @@ use super::checks::{self, PodView, Violation};
 use super::policy::{Level, LevelVersion, PREFIX, Policy, aggregate};
 use crate::admission::{Attributes, Decision, Operation, Plugin};
 use crate::error::{ApiError, Cause, Result};
-use crate::registry::{ListOptions, Registry};
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 const NAME: &str = "PodSecurity";
@@ -119,11 +119,11 @@ fn labels(object: &Value) -> Option<&Map<String, Value>> {
 }
 
 /// The policy of namespace `name` (the defaults if the server serves no namespaces).
-async fn namespace_policy(registry: &Registry, name: &str) -> Result<(Policy, Vec<Cause>)> {
+async fn namespace_policy(registry: &dyn Lister, name: &str) -> Result<(Policy, Vec<Cause>)> {
     let Some(namespaces) = registry.catalog().get("", "v1", "namespaces") else {
         return Ok((Policy::DEFAULT, Vec::new()));
     };
-    let namespace = registry.get(&namespaces, None, name, None).await?;
+    let namespace = registry.get(&namespaces, None, name).await?;
     Ok(Policy::from_labels(labels(&namespace)))
 }
 
@@ -141,7 +141,7 @@ impl Plugin for PodSecurity {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         match kind(attributes.rt) {
             Some(Kind::Pod) => validate_pod(attributes, object, registry).await,
@@ -155,7 +155,11 @@ impl Plugin for PodSecurity {
     }
 }
 
-async fn validate_pod(attributes: &Attributes<'_>, pod: &Value, registry: &Registry) -> Result<()> {
+async fn validate_pod(
+    attributes: &Attributes<'_>,
+    pod: &Value,
+    registry: &dyn Lister,
+) -> Result<()> {
     if attributes
         .subresource
         .is_some_and(|s| IGNORED_POD_SUBRESOURCES.contains(&s))
@@ -195,7 +199,7 @@ async fn validate_workload(
     attributes: &Attributes<'_>,
     object: &Value,
     template: Template,
-    registry: &Registry,
+    registry: &dyn Lister,
 ) {
     if attributes.subresource.is_some() {
         return;
@@ -336,7 +340,7 @@ fn significant_update(pod: &Value, old: &Value) -> bool {
 async fn validate_namespace(
     attributes: &Attributes<'_>,
     namespace: &Value,
-    registry: &Registry,
+    registry: &dyn Lister,
 ) -> Result<()> {
     if attributes.subresource.is_some() {
         return Ok(());
@@ -375,16 +379,13 @@ async fn validate_namespace(
 /// for which reasons, grouped by reasons, checking one pod per controller first and at most
 /// [`MAX_PODS_TO_CHECK`] pods within [`POD_CHECK_TIMEOUT`].
 async fn existing_pod_warnings(
-    registry: &Registry,
+    registry: &dyn Lister,
     namespace: &str,
     enforce: LevelVersion,
 ) -> Vec<String> {
     let deadline = Instant::now() + POD_CHECK_TIMEOUT;
     let listed = match registry.catalog().get("", "v1", "pods") {
-        Some(pods) => registry
-            .list(&pods, Some(namespace), &ListOptions::default())
-            .await
-            .map(|l| l.items),
+        Some(pods) => registry.list(&pods, Some(namespace), None).await,
         None => Ok(Vec::new()),
     };
     let Ok(pods) = listed else {
@@ -482,7 +483,7 @@ mod tests {
 
     use super::*;
     use crate::admission::{Chain, Trace};
-    use crate::registry::WriteOptions;
+    use crate::registry::{Registry, WriteOptions};
     use crate::resources::Catalog;
 
     /// A registry (admitting everything) with a namespace `ns` labelled `labels`.
@@ -511,7 +512,7 @@ mod tests {
     /// Runs the plugin on a create of `group/plural` in `ns`: its answer, then the trace's
     /// audit annotations (sorted) and warnings.
     async fn admit(
-        registry: &Registry,
+        registry: &dyn Lister,
         group: &str,
         plural: &str,
         subresource: Option<&str>,

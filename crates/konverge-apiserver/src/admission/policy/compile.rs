@@ -16,7 +16,7 @@ use super::super::Attributes;
 use super::super::matching::{MatchPolicy, Rule, Selectors, matching_resource};
 use super::conditions::{Conditions, FailurePolicy};
 use crate::error::Result;
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 
 /// Rules, exclusions, selectors and match policy: a policy's `matchConstraints` or a
@@ -64,7 +64,7 @@ impl Matcher {
 
     /// Whether the rules may match some write of `rt` (of any operation, name or scope),
     /// in its version or, with `matchPolicy: Equivalent`, another served one.
-    pub(crate) fn may_match(&self, rt: &ResourceType, registry: &Registry) -> bool {
+    pub(crate) fn may_match(&self, rt: &ResourceType, registry: &dyn Lister) -> bool {
         if self.rules.is_empty() {
             return true;
         }
@@ -92,7 +92,7 @@ impl Matcher {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> std::result::Result<Option<Arc<ResourceType>>, String> {
         let selectors = match &self.selectors {
             Ok(s) => s,
@@ -182,7 +182,7 @@ impl ParamKind {
     }
 
     /// The served resource of this kind.
-    pub(crate) fn resource(&self, registry: &Registry) -> Option<Arc<ResourceType>> {
+    pub(crate) fn resource(&self, registry: &dyn Lister) -> Option<Arc<ResourceType>> {
         registry
             .catalog()
             .all()
@@ -338,7 +338,7 @@ impl Binding {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> std::result::Result<bool, String> {
         match &self.resources {
             None => Ok(true),
@@ -361,7 +361,7 @@ fn version(policy: &ValidatingAdmissionPolicy) -> (String, i64) {
 /// Reads the stored policies and bindings: every policy that has bindings, with them, in
 /// name order. A policy `previous` compiled at the same uid and generation is not compiled
 /// again.
-pub(crate) async fn load(registry: &Registry, previous: &[Hook]) -> Result<Vec<Hook>> {
+pub(crate) async fn load(registry: &dyn Lister, previous: &[Hook]) -> Result<Vec<Hook>> {
     let group = "admissionregistration.k8s.io";
     let (Some(policies), Some(bindings)) = (
         registry
@@ -373,10 +373,9 @@ pub(crate) async fn load(registry: &Registry, previous: &[Hook]) -> Result<Vec<H
     ) else {
         return Ok(Vec::new());
     };
-    let options = crate::registry::ListOptions::default();
     let mut by_policy: std::collections::BTreeMap<String, Vec<Binding>> =
         std::collections::BTreeMap::new();
-    for item in registry.list(&bindings, None, &options).await?.items {
+    for item in registry.list(&bindings, None, None).await? {
         let Ok(binding) =
             serde_json::from_value::<ValidatingAdmissionPolicyBinding>((*item).clone())
         else {
@@ -389,7 +388,7 @@ pub(crate) async fn load(registry: &Registry, previous: &[Hook]) -> Result<Vec<H
             .push(binding);
     }
     let mut hooks = Vec::new();
-    for item in registry.list(&policies, None, &options).await?.items {
+    for item in registry.list(&policies, None, None).await? {
         let Ok(policy) = serde_json::from_value::<ValidatingAdmissionPolicy>((*item).clone())
         else {
             continue;

@@ -19,7 +19,8 @@
 //! - `typecheck`: the policies' expressions checked against the types they match (what the
 //!   `validatingadmissionpolicy-status` controller reports).
 //!
-//! The compiled configuration is rebuilt when [`Registry::admission_generation`] moves;
+//! The compiled configuration is rebuilt when the count of admission configuration
+//! changes ([`Changes::Admission`](crate::lister::Changes::Admission)) moves;
 //! until then [`Plugin::handles`] answers from it, so that writes no binding could match skip
 //! the plugin.
 
@@ -37,7 +38,7 @@ use super::matching::exempt;
 use super::{Attributes, Decision, Operation, Plugin};
 use crate::auth::authz::Authorization;
 use crate::error::{Cause, Reason, Result};
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
 use compile::{Action, Binding, Policy};
 use validator::Annotation;
@@ -62,7 +63,7 @@ struct State {
 /// The `ValidatingAdmissionPolicy` admission plugin.
 pub struct ValidatingAdmissionPolicy {
     /// For the admission generation and the catalog when telling which writes may match.
-    registry: Registry,
+    registry: Arc<dyn Lister>,
     authorization: Authorization,
     state: RwLock<Arc<State>>,
     rebuilding: tokio::sync::Mutex<()>,
@@ -75,11 +76,12 @@ impl std::fmt::Debug for ValidatingAdmissionPolicy {
 }
 
 impl ValidatingAdmissionPolicy {
-    /// The plugin, reading the configuration's generation and the served resources from
-    /// `registry` (a registry whose own admission chain does not include the plugin, so that
-    /// the two do not hold each other), and answering `authorizer` checks with
-    /// `authorization`.
-    pub fn new(registry: Registry, authorization: Authorization) -> ValidatingAdmissionPolicy {
+    /// The plugin, reading the configuration, its changes and the served resources through
+    /// `registry`, and answering `authorizer` checks with `authorization`.
+    pub fn new(
+        registry: Arc<dyn Lister>,
+        authorization: Authorization,
+    ) -> ValidatingAdmissionPolicy {
         ValidatingAdmissionPolicy {
             registry,
             authorization,
@@ -93,8 +95,9 @@ impl ValidatingAdmissionPolicy {
     }
 
     /// The configuration as of the registry's current admission generation.
-    async fn state(&self, registry: &Registry) -> Result<Arc<State>> {
-        let fresh = |s: &State| s.generation == Some(registry.admission_generation());
+    async fn state(&self, registry: &dyn Lister) -> Result<Arc<State>> {
+        let fresh =
+            |s: &State| s.generation == Some(registry.changes(crate::lister::Changes::Admission));
         let state = self.current();
         if fresh(&state) {
             return Ok(state);
@@ -105,7 +108,7 @@ impl ValidatingAdmissionPolicy {
             return Ok(state);
         }
         // Read the generation first: a write committed while listing moves it again.
-        let generation = registry.admission_generation();
+        let generation = registry.changes(crate::lister::Changes::Admission);
         let hooks = compile::load(registry, &state.hooks).await?;
         let state = Arc::new(State {
             generation: Some(generation),
@@ -205,7 +208,7 @@ async fn collect_params(
     policy: &Policy,
     binding: &Binding,
     attributes: &Attributes<'_>,
-    registry: &Registry,
+    registry: &dyn Lister,
 ) -> std::result::Result<Vec<Option<Value>>, String> {
     let (Some(kind), Some(param_ref)) = (&policy.param_kind, &binding.param_ref) else {
         return Ok(vec![None]);
@@ -241,7 +244,7 @@ async fn collect_params(
         if param_ref.selector.is_some() {
             return Err("paramRef.name and paramRef.selector are mutually exclusive".to_string());
         }
-        match registry.get(&rt, namespace.as_deref(), &name, None).await {
+        match registry.get(&rt, namespace.as_deref(), &name).await {
             Ok(param) => vec![param],
             Err(e) if e.reason == Reason::NotFound => Vec::new(),
             Err(e) => return Err(e.message),
@@ -250,14 +253,11 @@ async fn collect_params(
         let json = serde_json::to_value(selector).map_err(|e| e.to_string())?;
         let selector = konverge_apimachinery::selector::LabelSelector::from_json(&json)
             .map_err(|e| e.to_string())?;
-        let options = crate::registry::ListOptions::default();
         registry
-            .list(&rt, namespace.as_deref(), &options)
+            .list(&rt, namespace.as_deref(), Some(&selector))
             .await
             .map_err(|e| e.message)?
-            .items
             .into_iter()
-            .filter(|p| selector.matches(&super::matching::labels(p)))
             .map(|p| (*p).clone())
             .collect()
     } else {
@@ -276,7 +276,7 @@ impl ValidatingAdmissionPolicy {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         let state = self.state(registry).await?;
         let mut denials: Vec<Denial> = Vec::new();
@@ -468,7 +468,7 @@ impl ValidatingAdmissionPolicy {
     async fn namespace(
         &self,
         attributes: &Attributes<'_>,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<Option<Value>> {
         let rt = attributes.rt;
         if attributes.namespace.is_empty() || (rt.group.is_empty() && rt.plural == "namespaces") {
@@ -478,7 +478,7 @@ impl ValidatingAdmissionPolicy {
             return Ok(None);
         };
         let namespace = registry
-            .get(&namespaces, None, attributes.namespace, None)
+            .get(&namespaces, None, attributes.namespace)
             .await?;
         Ok(Some(request::namespace_object(&namespace)))
     }
@@ -495,7 +495,7 @@ impl Plugin for ValidatingAdmissionPolicy {
             return false;
         }
         let state = self.current();
-        if state.generation != Some(self.registry.admission_generation()) {
+        if state.generation != Some(self.registry.changes(crate::lister::Changes::Admission)) {
             // The configuration changed since it was read: the next request reads it again.
             return true;
         }
@@ -504,7 +504,7 @@ impl Plugin for ValidatingAdmissionPolicy {
             .iter()
             .any(|(policy, _)| match &policy.constraints {
                 None => true,
-                Some(constraints) => constraints.may_match(rt, &self.registry),
+                Some(constraints) => constraints.may_match(rt, self.registry.as_ref()),
             })
     }
 
@@ -519,7 +519,7 @@ impl Plugin for ValidatingAdmissionPolicy {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         if exempt(attributes.rt) {
             return Ok(());

@@ -2,7 +2,7 @@
 //! `AdmissionRequest`), `object` and `oldObject` in the version the request matched, and an
 //! `authorizer` answered by the server's authorization, cached for the request.
 //!
-//! Expressions are evaluated synchronously and the authorizer is not: [`Request::run`]
+//! Expressions are evaluated synchronously and the authorizer is not: `Request::run`
 //! evaluates a set of expressions, asks the authorizer what the set's checks needed that
 //! the cache did not know, and evaluates the set again, until it needed nothing new.
 

@@ -13,8 +13,9 @@ use crate::admission::plugins::forbidden;
 use crate::admission::{Attributes, Trace};
 use crate::auth::authz::Authorization;
 use crate::error::{ApiError, Result};
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
+use crate::webhook::Webhooks;
 
 /// A webhook that is to be called for a request, and how: the resource its rules matched
 /// (the request's own, or an equivalent version of it) and that resource's kind.
@@ -36,7 +37,7 @@ pub(crate) async fn should_call(
     hook: &Arc<Hook>,
     attributes: &Attributes<'_>,
     object: &Value,
-    registry: &Registry,
+    registry: &dyn Lister,
     authorization: &Authorization,
 ) -> Result<Option<Invocation>> {
     let Some(rt) = matching_resource(&hook.rules, hook.match_policy, attributes, registry) else {
@@ -141,7 +142,8 @@ pub(crate) async fn call(
     attributes: &Attributes<'_>,
     object: &Value,
     old: &Value,
-    registry: &Registry,
+    registry: &dyn Lister,
+    webhooks: &Webhooks,
     mutating: bool,
 ) -> std::result::Result<Answer, Failure> {
     let hook = &invocation.hook;
@@ -180,8 +182,7 @@ pub(crate) async fn call(
     let body = serde_json::to_vec(&body)
         .map_err(|e| Failure::Calling(format!("could not create admission objects: {e}")))?;
     let query = format!("timeout={}s", hook.timeout.as_secs());
-    let answered = registry
-        .webhooks()
+    let answered = webhooks
         .call_typed(
             &hook.client,
             Some(&query),

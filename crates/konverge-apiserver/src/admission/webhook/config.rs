@@ -14,9 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::admission::matching::{MatchPolicy, Rule, Selectors, exempt};
 use crate::auth::authz::Authorization;
 use crate::error::Result;
-use crate::registry::{ListOptions, Registry};
+use crate::lister::Lister;
 use crate::resources::ResourceType;
-use crate::webhook::ClientConfig;
+use crate::webhook::{ClientConfig, Webhooks};
 
 /// Which configurations a [`Source`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,7 @@ impl Hook {
 
     /// Whether some write of `rt` (in any version, when the match policy is `Equivalent`)
     /// could match one of the rules.
-    fn may_match(&self, rt: &ResourceType, registry: &Registry) -> bool {
+    fn may_match(&self, rt: &ResourceType, registry: &dyn Lister) -> bool {
         if self.rules.iter().any(|r| r.may_match(rt)) {
             return true;
         }
@@ -150,11 +150,12 @@ pub(crate) struct Snapshot {
 }
 
 /// The webhooks of one kind of configuration, re-read whenever admission configuration
-/// changes ([`Registry::admission_generation`]) and never otherwise.
+/// changes ([`Changes::Admission`](crate::lister::Changes::Admission)) and never otherwise.
 #[derive(Debug)]
 pub(crate) struct Source {
     kind: Kind,
-    registry: Registry,
+    registry: Arc<dyn Lister>,
+    webhooks: Webhooks,
     authorization: Authorization,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
 }
@@ -162,13 +163,24 @@ pub(crate) struct Source {
 impl Source {
     /// The webhooks of `kind` configurations stored in `registry`; their `matchConditions`
     /// ask `authorization` what their `authorizer` checks.
-    pub(crate) fn new(kind: Kind, registry: Registry, authorization: Authorization) -> Source {
+    pub(crate) fn new(
+        kind: Kind,
+        registry: Arc<dyn Lister>,
+        webhooks: Webhooks,
+        authorization: Authorization,
+    ) -> Source {
         Source {
             kind,
             registry,
+            webhooks,
             authorization,
             snapshot: RwLock::new(None),
         }
+    }
+
+    /// How the webhooks are reached.
+    pub(crate) fn webhooks(&self) -> &Webhooks {
+        &self.webhooks
     }
 
     /// What `matchConditions` ask their authorization checks of.
@@ -178,7 +190,7 @@ impl Source {
 
     /// The parsed webhooks, if no configuration changed since they were read.
     fn fresh(&self) -> Option<Arc<Snapshot>> {
-        let generation = self.registry.admission_generation();
+        let generation = self.registry.changes(crate::lister::Changes::Admission);
         self.snapshot
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -196,7 +208,7 @@ impl Source {
             Some(snapshot) => snapshot
                 .hooks
                 .iter()
-                .any(|h| h.may_match(rt, &self.registry)),
+                .any(|h| h.may_match(rt, self.registry.as_ref())),
             None => true,
         }
     }
@@ -208,7 +220,7 @@ impl Source {
         }
         // Read the generation first: a write landing during the list moves it again, and
         // the next request reads once more.
-        let generation = self.registry.admission_generation();
+        let generation = self.registry.changes(crate::lister::Changes::Admission);
         let hooks = self.read().await?;
         let snapshot = Arc::new(Snapshot { generation, hooks });
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(snapshot.clone());
@@ -223,11 +235,7 @@ impl Source {
         else {
             return Ok(Vec::new());
         };
-        let mut items = self
-            .registry
-            .list(&rt, None, &ListOptions::default())
-            .await?
-            .items;
+        let mut items = self.registry.list(&rt, None, None).await?;
         let name = |v: &serde_json::Value| {
             v.pointer("/metadata/name")
                 .and_then(serde_json::Value::as_str)

@@ -5,7 +5,7 @@
 //!
 //! - `config`: the stored MutatingWebhookConfigurations and ValidatingWebhookConfigurations,
 //!   parsed into webhooks once per change of admission configuration
-//!   ([`Registry::admission_generation`](crate::registry::Registry::admission_generation));
+//!   ([`Changes::Admission`](crate::lister::Changes::Admission));
 //! - `call`: whether a webhook is called for a request (rules and match policy, object and
 //!   namespace selectors, and the seam where `matchConditions` are to be evaluated), and the
 //!   call itself, through [`Webhooks`](crate::webhook::Webhooks) (`?timeout=10s`, the

@@ -14,8 +14,9 @@ use super::review::{Answer, go_quote};
 use crate::admission::{Attributes, Decision, Operation, Plugin};
 use crate::auth::authz::Authorization;
 use crate::error::{ApiError, Result};
-use crate::registry::Registry;
+use crate::lister::Lister;
 use crate::resources::ResourceType;
+use crate::webhook::Webhooks;
 
 /// Audit annotation prefixes kube-apiserver records mutations under.
 const PATCH_PREFIX: &str = "patch.webhook.admission.k8s.io/";
@@ -35,12 +36,16 @@ pub struct MutatingAdmissionWebhook {
 }
 
 impl MutatingAdmissionWebhook {
-    /// The plugin, reading configurations from `registry` (re-read whenever admission
-    /// configuration changes); `matchConditions` ask `authorization` what their
-    /// `authorizer` checks.
-    pub fn new(registry: Registry, authorization: Authorization) -> MutatingAdmissionWebhook {
+    /// The plugin, reading configurations through `registry` (re-read whenever admission
+    /// configuration changes), calling webhooks through `webhooks`; `matchConditions` ask
+    /// `authorization` what their `authorizer` checks.
+    pub fn new(
+        registry: Arc<dyn Lister>,
+        webhooks: Webhooks,
+        authorization: Authorization,
+    ) -> MutatingAdmissionWebhook {
         MutatingAdmissionWebhook {
-            source: Source::new(Kind::Mutating, registry, authorization),
+            source: Source::new(Kind::Mutating, registry, webhooks, authorization),
         }
     }
 }
@@ -63,7 +68,7 @@ impl Plugin for MutatingAdmissionWebhook {
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<bool> {
         if crate::admission::matching::exempt(attributes.rt) {
             return Ok(false);
@@ -74,7 +79,12 @@ impl Plugin for MutatingAdmissionWebhook {
         }
         let mut mutation = Mutation::new(attributes, object);
         let outcome = mutation
-            .run(&snapshot.hooks, registry, self.source.authorization())
+            .run(
+                &snapshot.hooks,
+                registry,
+                self.source.webhooks(),
+                self.source.authorization(),
+            )
             .await;
         let changed = mutation.finish(object);
         outcome.map(|()| changed)
@@ -201,7 +211,8 @@ impl<'a> Mutation<'a> {
     async fn run(
         &mut self,
         hooks: &[Arc<Hook>],
-        registry: &Registry,
+        registry: &dyn Lister,
+        webhooks: &Webhooks,
         authorization: &Authorization,
     ) -> Result<()> {
         let mut reinvocation = Reinvocation::default();
@@ -226,7 +237,9 @@ impl<'a> Mutation<'a> {
                 if round == 1 && !reinvocation.again.contains(&hook.uid) {
                     continue;
                 }
-                let outcome = self.call(&invocation, registry, round, index).await;
+                let outcome = self
+                    .call(&invocation, registry, webhooks, round, index)
+                    .await;
                 if matches!(outcome, Ok(Called { changed: true, .. })) {
                     reinvocation.changed();
                 }
@@ -260,7 +273,8 @@ impl<'a> Mutation<'a> {
     async fn call(
         &mut self,
         invocation: &Invocation,
-        registry: &Registry,
+        registry: &dyn Lister,
+        webhooks: &Webhooks,
         round: usize,
         index: usize,
     ) -> std::result::Result<Called, Failure> {
@@ -273,6 +287,7 @@ impl<'a> Mutation<'a> {
             &self.current,
             &old,
             registry,
+            webhooks,
             true,
         )
         .await;

@@ -10,8 +10,11 @@ use super::config::{FailurePolicy, Kind, Source};
 use crate::admission::{Attributes, Decision, Operation, Plugin};
 use crate::auth::authz::Authorization;
 use crate::error::Result;
-use crate::registry::Registry;
+use std::sync::Arc;
+
+use crate::lister::Lister;
 use crate::resources::ResourceType;
+use crate::webhook::Webhooks;
 
 /// The audit annotation prefix kube-apiserver records a validating webhook that failed open
 /// under.
@@ -26,12 +29,17 @@ pub struct ValidatingAdmissionWebhook {
 }
 
 impl ValidatingAdmissionWebhook {
-    /// The plugin, reading configurations from `registry` (re-read whenever admission
+    /// The plugin, calling webhooks through `webhooks`, reading configurations through
+    /// `registry` (re-read whenever admission
     /// configuration changes); `matchConditions` ask `authorization` what their
     /// `authorizer` checks.
-    pub fn new(registry: Registry, authorization: Authorization) -> ValidatingAdmissionWebhook {
+    pub fn new(
+        registry: Arc<dyn Lister>,
+        webhooks: Webhooks,
+        authorization: Authorization,
+    ) -> ValidatingAdmissionWebhook {
         ValidatingAdmissionWebhook {
-            source: Source::new(Kind::Validating, registry, authorization),
+            source: Source::new(Kind::Validating, registry, webhooks, authorization),
         }
     }
 }
@@ -54,12 +62,13 @@ impl Plugin for ValidatingAdmissionWebhook {
         &self,
         attributes: &Attributes<'_>,
         object: &Value,
-        registry: &Registry,
+        registry: &dyn Lister,
     ) -> Result<()> {
         if crate::admission::matching::exempt(attributes.rt) {
             return Ok(());
         }
         let snapshot = self.source.hooks().await?;
+        let webhooks = self.source.webhooks();
         let mut relevant: Vec<Invocation> = Vec::new();
         for hook in &snapshot.hooks {
             if let Some(invocation) = call::should_call(
@@ -104,8 +113,10 @@ impl Plugin for ValidatingAdmissionWebhook {
                     })
                     .map(|(v, o, p)| (*v, o, p))
                     .unwrap_or((attributes.rt, object, &Value::Null));
-                let outcome =
-                    call::call(invocation, attributes, object, old, registry, false).await;
+                let outcome = call::call(
+                    invocation, attributes, object, old, registry, webhooks, false,
+                )
+                .await;
                 (index, invocation, outcome)
             })
             .collect();

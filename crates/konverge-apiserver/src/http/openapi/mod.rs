@@ -22,8 +22,8 @@
 //!
 //! # How they are made
 //!
-//! Schemas come from `k8s-openapi`'s `schemars` implementations ([`schemas`]), paths from the
-//! catalog ([`paths`]). Documents depend on nothing but the catalog's resources, so they are
+//! Schemas come from `k8s-openapi`'s `schemars` implementations (`schemas`), paths from the
+//! catalog (`paths`). Documents depend on nothing but the catalog's resources, so they are
 //! built once per catalog content and shared ([`snapshot`]); serving is a lookup and a copy of
 //! pre-serialized bytes. The `hash` in each index URL is a hash of the document's bytes, so
 //! clients may cache documents for as long as the URL does not change.

@@ -33,8 +33,8 @@ pub(crate) use validation::refuse_privileged;
 pub(crate) use zero_values::fill as fill_zero_values;
 
 use super::{
-    ALL_VERBS, Column, Conversion, FieldLabels, NameRule, ResourceType, Review, STATUS_RESETS_ALL,
-    SUBRESOURCE_VERBS, ScalePaths, SelectableField, Serving, Subresource, Verbs,
+    ALL_VERBS, Catalog, Column, Conversion, FieldLabels, NameRule, ResourceType, Review,
+    STATUS_RESETS_ALL, SUBRESOURCE_VERBS, ScalePaths, SelectableField, Serving, Subresource, Verbs,
     storage_version_hash,
 };
 use crate::error::Cause;
@@ -766,6 +766,18 @@ impl ResourceType {
         self.serving = serving;
         self.storage_version_hash = None;
         self
+    }
+}
+
+/// The catalog of the built-in resources is made here, where they are declared.
+impl Catalog {
+    /// A catalog of the built-in resources.
+    pub fn builtin() -> Self {
+        let served = Catalog::default();
+        for rt in catalog() {
+            served.insert(rt);
+        }
+        served
     }
 }
 

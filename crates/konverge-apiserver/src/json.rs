@@ -1,4 +1,7 @@
-//! JSON written with the keys in the order kube-apiserver writes them: Go's encoder follows
+//! JSON as kube-apiserver writes it, for answers and for the watch cache alike: objects with
+//! their keys in kube-apiserver's order ([`GoOrder`]), and watch lines around them.
+//!
+//! The order: Go's encoder follows
 //! the field order of the Go structs (`kind`, `apiVersion`, `metadata`, `spec`, `status`;
 //! `ObjectMeta` from `name` to `managedFields`), and clients notice (error messages that
 //! quote a column, byte-for-byte comparisons, people reading `-o json`).
@@ -6,6 +9,7 @@
 //! The envelope and metadata types are ordered as Go orders them; fields of a kind's own
 //! types follow in name order.
 
+use bytes::Bytes;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
@@ -180,6 +184,53 @@ impl Serialize for Shaped<'_> {
             other => other.serialize(serializer),
         }
     }
+}
+
+/// `object` as JSON, keys in kube-apiserver's order, appended to `out`: what every answer
+/// holding an API object writes, and what the watch cache keeps of each object.
+pub(crate) fn write_object_json(out: &mut Vec<u8>, object: &Value) -> serde_json::Result<()> {
+    serde_json::to_writer(out, &GoOrder(object))
+}
+
+/// The start of a JSON watch line, up to its object: `{"type":"ADDED","object":`.
+fn watch_line_head(out: &mut Vec<u8>, kind: &str) {
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+}
+
+/// How many bytes an object's JSON as served, framed as a watch line, takes beyond its
+/// stored JSON: the line's frame and `,"resourceVersion":"…"`.
+pub(crate) const ENCODING_SLACK: usize = 96;
+
+/// The end of a JSON watch line, after its object.
+const WATCH_LINE_TAIL: &[u8] = b"}\n";
+
+/// A JSON watch line of type `kind` around `object`, and where the object's JSON lies in it
+/// (the watch cache keeps the object as a slice of the line, so both share one buffer).
+pub(crate) fn encode_watch_line(
+    kind: &str,
+    object: &Value,
+    size_hint: usize,
+) -> serde_json::Result<(Bytes, std::ops::Range<usize>)> {
+    // Room for the line around the object and a resourceVersion the stored form lacks, so
+    // the buffer (kept by the watch cache) is not reallocated to twice its size.
+    let mut line = Vec::with_capacity(size_hint + ENCODING_SLACK);
+    watch_line_head(&mut line, kind);
+    let start = line.len();
+    write_object_json(&mut line, object)?;
+    let end = line.len();
+    line.extend_from_slice(WATCH_LINE_TAIL);
+    Ok((Bytes::from(line), start..end))
+}
+
+/// A JSON watch line of type `kind` around an object already written as JSON.
+pub(crate) fn watch_line_around(kind: &str, object_json: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object_json.len() + 32);
+    watch_line_head(&mut line, kind);
+    line.extend_from_slice(object_json);
+    line.extend_from_slice(WATCH_LINE_TAIL);
+    Bytes::from(line)
 }
 
 #[cfg(test)]

@@ -1,0 +1,88 @@
+//! What the server's own readers see of the stored objects: the seams between the registry and
+//! the code it runs, which never holds the registry itself.
+//!
+//! - [`Lister`]: admission plugins, the RBAC authorizer and webhook Service lookup read objects
+//!   through it (gets, consistent lists from the watch cache), ask how often a kind of
+//!   configuration changed ([`Changes`]), and make their one write (ResourceQuota admission
+//!   recording usage in a quota's status). The [`Registry`](crate::registry::Registry)
+//!   implements it; kube-apiserver's plugins read listers over informers the same way.
+//! - [`WriteCheck`]: what the registry asks before storing a client's write of a kind that
+//!   needs one (RBAC's escalation check).
+//!
+//! Both depend on nothing but the catalog of resources, so the registry may run admission and
+//! authorization code that reads through them without an import circle.
+
+use std::sync::Arc;
+
+use konverge_apimachinery::selector::LabelSelector;
+use serde_json::Value;
+
+use crate::auth::user::UserInfo;
+use crate::error::Result;
+use crate::resources::{Catalog, ResourceType};
+
+/// A kind of configuration whose committed writes are counted, so that readers that keep a
+/// view of it rebuild the view when, and only when, it may have changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Changes {
+    /// Roles, ClusterRoles and their bindings.
+    Policy,
+    /// Admission webhook configurations, admission policies and their bindings.
+    Admission,
+    /// ResourceQuotas.
+    Quota,
+}
+
+/// Reads of stored objects, for the code the registry runs.
+///
+/// Reads see every write answered before they began: gets read the store, lists are consistent
+/// reads of the watch cache.
+#[async_trait::async_trait]
+pub trait Lister: Send + Sync + std::fmt::Debug {
+    /// The resources served.
+    fn catalog(&self) -> &Arc<Catalog>;
+
+    /// The object `name` (in `namespace`), as `rt` serves it; `NotFound` if there is none.
+    async fn get(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Value>;
+
+    /// Every object of `rt` (in `namespace`, or in all), those matching `labels` only when
+    /// given, in key order.
+    async fn list(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        labels: Option<&LabelSelector>,
+    ) -> Result<Vec<Arc<Value>>>;
+
+    /// How many writes of `of` have been committed. It moves before such a write is answered,
+    /// so a reader that rebuilds its view whenever it moves never judges a request by
+    /// configuration older than what a client has been told is written.
+    fn changes(&self, of: Changes) -> u64;
+
+    /// Stores `object` as the new status of `name`, if nothing changed it since it was read
+    /// (its resourceVersion): ResourceQuota admission records what it charged.
+    async fn write_status(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        object: Value,
+    ) -> Result<()>;
+}
+
+/// Checks a client's create or update before it is stored, knowing who writes — as
+/// kube-apiserver's storage refuses RBAC objects that grant more than their writer holds.
+#[async_trait::async_trait]
+pub trait WriteCheck: Send + Sync {
+    /// Whether writes of `rt` are checked at all.
+    fn applies(&self, rt: &ResourceType) -> bool;
+
+    /// `Ok` if `user` may store `new` (replacing `old`, for an update) in `rt`.
+    async fn check(
+        &self,
+        rt: &ResourceType,
+        old: Option<&Value>,
+        new: &Value,
+        user: &UserInfo,
+    ) -> Result<()>;
+}
