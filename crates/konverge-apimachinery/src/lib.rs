@@ -15,6 +15,8 @@
 //!   segments) with Kubernetes' messages.
 //! - [`quantity`]: resource quantities (`500m`, `1.5Gi`) and `ParseQuantity`'s errors.
 //! - [`query`]: query parameters read as kube's parameter codec reads them (booleans).
+//! - [`request_info`]: which request this is (verb, group, version, namespace, resource,
+//!   subresource, name), read from method, path and query as kube's `RequestInfoFactory` does.
 //! - [`field`]: field errors worded as Kubernetes words them (`spec.name: Invalid value: ...`).
 //! - [`schema`]: structural schemas of custom resources: validation with kube-openapi's
 //!   wording, pruning of unknown fields, defaulting.
@@ -35,6 +37,7 @@ pub mod names;
 pub mod patch;
 pub mod quantity;
 pub mod query;
+pub mod request_info;
 pub mod schema;
 pub mod selector;
 pub mod ssa;

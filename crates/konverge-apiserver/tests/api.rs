@@ -559,6 +559,28 @@ async fn boolean_parameters_are_read_as_kube_reads_them() {
     assert!(first.contains("\"ADDED\""), "{first}");
 }
 
+/// Which request this is is read once, as kube's request info reads it, before anything
+/// else: a verb with nothing after it is kube's plain-text 500, a path that does not decode
+/// is refused before routing.
+#[tokio::test(start_paused = true)]
+async fn requests_are_read_once_before_anything_else() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, body) = t.first_chunk("/api/v1/watch?limit=1").await;
+    assert_eq!(code, 500);
+    assert_eq!(
+        body,
+        "Internal Server Error: \"/api/v1/watch?limit=1\": failed to create RequestInfo: \
+         unable to determine kind and namespace from url, /api/v1/watch?limit=1\n"
+    );
+    let (code, body) = t
+        .first_chunk("/api/v1/namespaces/default/configmaps/%zz")
+        .await;
+    assert_eq!(code, 400, "{body}");
+    // A namespace's own path names it.
+    let (code, body) = t.first_chunk("/api/v1/namespaces/default").await;
+    assert_eq!(code, 200, "{body}");
+}
+
 /// Bodies are the bytes kube-apiserver writes: objects, lists and errors through its JSON
 /// serializer end with a newline (clients compare error bodies); `/version` is indented and
 /// has none.

@@ -1,9 +1,11 @@
 //! What a request asks for — verb, resource, namespace, name — read from its method, path
-//! and query the way kube-apiserver's `RequestInfoFactory` reads them.
+//! and query by the server's own reading ([`konverge_apimachinery::request_info`], kube's
+//! `RequestInfoFactory`), with typed verbs for the testkit's request log and rules.
 
 use std::fmt;
 
 use http::{Method, Uri};
+use konverge_apimachinery::request_info::RequestInfo as ServerRequestInfo;
 
 /// A Kubernetes API verb, as kube-apiserver derives it from the HTTP method, the path and
 /// the `watch` query parameter.
@@ -91,7 +93,9 @@ pub struct RequestInfo {
 }
 
 impl RequestInfo {
-    /// Reads a request's method and URI.
+    /// Reads a request's method and URI, as the server reads it
+    /// ([`konverge_apimachinery::request_info`]). A request it cannot read (a bad escape:
+    /// the server answers 400) is recorded with its path only.
     pub fn new(method: &Method, uri: &Uri) -> RequestInfo {
         let path = uri.path();
         let mut info = RequestInfo {
@@ -105,80 +109,34 @@ impl RequestInfo {
             namespace: None,
             name: None,
         };
-        let parts: Vec<String> = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            // A malformed escape is kept as it is: the server answers such a request with 400,
-            // and the request is still recorded.
-            .map(konverge_apimachinery::escape::percent_decode_or_keep)
-            .collect();
-        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-        let (group, version, mut rest) = match parts.as_slice() {
-            ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
-            ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
-            _ => return info,
-        };
-        let mut verb = match *method {
-            Method::GET | Method::HEAD => Verb::Get,
-            Method::POST => Verb::Create,
-            Method::PUT => Verb::Update,
-            Method::PATCH => Verb::Patch,
-            Method::DELETE => Verb::Delete,
-            _ => return info,
-        };
-        // The deprecated `/watch/` prefix: a watch whatever the query says.
-        if rest.first() == Some(&"watch") {
-            verb = Verb::Watch;
-            rest = &rest[1..];
-        }
-        let mut namespace = None;
-        if rest.first() == Some(&"namespaces") && rest.len() > 1 {
-            namespace = Some(rest[1].to_string());
-            // `namespaces/x/status` and `namespaces/x/finalize` are subresources of the
-            // namespace `x`; anything else after the namespace name is a namespaced resource.
-            if rest.len() > 2 && rest[2] != "status" && rest[2] != "finalize" {
-                rest = &rest[2..];
-            }
-        }
-        let Some(resource) = rest.first() else {
+        let Ok(read) = ServerRequestInfo::parse(method.as_str(), path, uri.query()) else {
             return info;
         };
-        if *resource == "namespaces" {
-            namespace = None;
+        let verb = match read.verb.as_str() {
+            "get" => Verb::Get,
+            "list" => Verb::List,
+            "watch" => Verb::Watch,
+            "create" => Verb::Create,
+            "update" => Verb::Update,
+            "patch" => Verb::Patch,
+            "delete" => Verb::Delete,
+            "deletecollection" => Verb::DeleteCollection,
+            _ => return info,
+        };
+        if !read.is_resource_request {
+            return info;
         }
-        let mut name = rest.get(1).map(|n| n.to_string());
-        let subresource = rest.get(2).map(|s| s.to_string());
-        let query = query_pairs(uri.query());
-        if name.is_none() {
-            match verb {
-                Verb::Get => {
-                    verb = if query
-                        .iter()
-                        .find(|(k, _)| k == "watch")
-                        .is_some_and(|(_, v)| konverge_apimachinery::query::parse_bool(v))
-                    {
-                        Verb::Watch
-                    } else {
-                        Verb::List
-                    };
-                }
-                Verb::Delete => verb = Verb::DeleteCollection,
-                _ => {}
-            }
-            if matches!(verb, Verb::List | Verb::Watch | Verb::DeleteCollection) {
-                name = query
-                    .iter()
-                    .find(|(k, _)| k == "fieldSelector")
-                    .and_then(|(_, selector)| exact_name(selector));
-            }
-        }
+        let text = |s: String| (!s.is_empty()).then_some(s);
         info.verb = Some(verb);
-        info.group = group.to_string();
-        info.version = version.to_string();
-        info.resource = Some(resource.to_string());
-        info.subresource = subresource;
-        info.namespace = namespace;
-        info.name = name;
+        info.group = read.api_group;
+        info.version = read.api_version;
+        // A namespace's own path names the object, not a namespace it is in.
+        if read.resource != "namespaces" {
+            info.namespace = text(read.namespace);
+        }
+        info.resource = text(read.resource);
+        info.subresource = text(read.subresource);
+        info.name = text(read.name);
         info
     }
 
@@ -191,20 +149,6 @@ impl RequestInfo {
             format!("{resource}.{}", self.group)
         }
     }
-}
-
-/// The name a field selector pins down with `metadata.name=x` or `metadata.name==x`.
-fn exact_name(selector: &str) -> Option<String> {
-    selector.split(',').find_map(|term| {
-        let value = term
-            .strip_prefix("metadata.name==")
-            .or_else(|| term.strip_prefix("metadata.name="))?;
-        (!value.is_empty()).then(|| value.to_string())
-    })
-}
-
-fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -418,7 +362,5 @@ mod tests {
             info(Method::GET, "/api/v1/namespaces/d/configmaps/x").qualified_resource(),
             "configmaps"
         );
-        assert_eq!(exact_name("metadata.name==a,foo=b").as_deref(), Some("a"));
-        assert_eq!(exact_name("metadata.name!=a"), None);
     }
 }

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use konverge_apimachinery::request_info::RequestInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -65,111 +66,22 @@ impl Attributes {
 }
 
 impl Attributes {
-    /// What a request asks to do, read from its method, path and query as kube-apiserver's
-    /// `RequestInfoFactory` reads them: `/api/v1/...` and `/apis/<group>/<version>/...` with
-    /// a resource are resource requests (`/watch/` prefix, `namespaces/<ns>/...`, name,
-    /// subresource; a get without a name is a list or watch, a delete a deletecollection; a
-    /// `metadata.name=` field selector names the object); anything else is a path.
-    pub fn of_request(
-        user: &UserInfo,
-        method: &http::Method,
-        path: &str,
-        query: Option<&str>,
-    ) -> Attributes {
-        let mut attributes = Attributes {
+    /// What `request` asks `user` to do (kube's `RequestInfo` made into authorizer
+    /// attributes).
+    pub fn of_request(user: &UserInfo, request: &RequestInfo) -> Attributes {
+        Attributes {
             user: user.clone(),
-            verb: method.as_str().to_lowercase(),
-            path: path.to_string(),
-            ..Attributes::default()
-        };
-        let parts: Vec<String> = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(konverge_apimachinery::escape::percent_decode_or_keep)
-            .collect();
-        if parts.len() < 3 {
-            return attributes;
+            verb: request.verb.clone(),
+            resource_request: request.is_resource_request,
+            namespace: request.namespace.clone(),
+            api_group: request.api_group.clone(),
+            api_version: request.api_version.clone(),
+            resource: request.resource.clone(),
+            subresource: request.subresource.clone(),
+            name: request.name.clone(),
+            path: request.path.clone(),
         }
-        let mut rest: &[String] = match parts[0].as_str() {
-            "api" => &parts[1..],
-            "apis" if parts.len() >= 4 => {
-                attributes.api_group = parts[1].clone();
-                &parts[2..]
-            }
-            _ => return attributes,
-        };
-        attributes.resource_request = true;
-        attributes.api_version = rest[0].clone();
-        rest = &rest[1..];
-        let special = rest.first().is_some_and(|p| p == "watch" || p == "proxy");
-        if special && rest.len() >= 2 {
-            attributes.verb = rest[0].clone();
-            rest = &rest[1..];
-        } else {
-            attributes.verb = match *method {
-                http::Method::POST => "create",
-                http::Method::GET | http::Method::HEAD => "get",
-                http::Method::PUT => "update",
-                http::Method::PATCH => "patch",
-                http::Method::DELETE => "delete",
-                _ => "",
-            }
-            .to_string();
-        }
-        if rest.first().is_some_and(|p| p == "namespaces") && rest.len() > 1 {
-            attributes.namespace = rest[1].clone();
-            if rest.len() > 2 && rest[2] != "status" && rest[2] != "finalize" {
-                rest = &rest[2..];
-            }
-        }
-        if rest.len() >= 3 && attributes.verb != "proxy" {
-            attributes.subresource = rest[2].clone();
-        }
-        if rest.len() >= 2 {
-            attributes.name = rest[1].clone();
-        }
-        if let Some(resource) = rest.first() {
-            attributes.resource = resource.clone();
-        }
-        let query: Vec<(String, String)> =
-            serde_urlencoded::from_str(query.unwrap_or("")).unwrap_or_default();
-        let param = |key: &str| {
-            query
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v.as_str())
-        };
-        if attributes.name.is_empty() && attributes.verb == "get" {
-            attributes.verb = match param("watch") {
-                Some(value) if konverge_apimachinery::query::parse_bool(value) => "watch",
-                _ => "list",
-            }
-            .to_string();
-        }
-        if attributes.name.is_empty()
-            && matches!(attributes.verb.as_str(), "list" | "watch")
-            && let Some(name) = param("fieldSelector").and_then(exact_name)
-        {
-            attributes.name = name;
-        }
-        if attributes.name.is_empty() && attributes.verb == "delete" {
-            attributes.verb = "deletecollection".into();
-        }
-        attributes
     }
-}
-
-/// The name a field selector requires exactly (`metadata.name=x` or `metadata.name==x`),
-/// if it is a valid path segment.
-fn exact_name(selector: &str) -> Option<String> {
-    selector.split(',').find_map(|term| {
-        let value = term
-            .trim()
-            .strip_prefix("metadata.name==")
-            .or_else(|| term.trim().strip_prefix("metadata.name="))?;
-        (!value.is_empty() && value != "." && value != ".." && !value.contains(['/', '%']))
-            .then(|| value.to_string())
-    })
 }
 
 /// What an authorizer says about a request.
@@ -455,7 +367,8 @@ mod tests {
     use super::*;
 
     fn of(method: http::Method, path: &str, query: Option<&str>) -> Attributes {
-        Attributes::of_request(&UserInfo::anonymous(), &method, path, query)
+        let info = RequestInfo::parse(method.as_str(), path, query).expect("parses");
+        Attributes::of_request(&UserInfo::anonymous(), &info)
     }
 
     #[test]

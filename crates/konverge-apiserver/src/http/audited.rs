@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::response::Response;
 use http::StatusCode;
+use konverge_apimachinery::request_info::RequestInfo;
 use serde_json::{Value, json};
 
 use crate::audit::{Audit, Decision, Level, Stage, micro_time, object_ref, without_managed_fields};
@@ -42,13 +43,13 @@ impl Audited {
     pub(super) fn begin(
         audit: &Arc<Audit>,
         parts: &http::request::Parts,
+        info: &RequestInfo,
         who: &Who,
         received: jiff::Timestamp,
     ) -> Option<Audited> {
         let requester = who.requester.clone().unwrap_or_default();
         let user = who.user.clone().unwrap_or_else(|| requester.clone());
-        let attributes =
-            Attributes::of_request(&user, &parts.method, parts.uri.path(), parts.uri.query());
+        let attributes = Attributes::of_request(&user, info);
         let decision = audit.decide(&attributes);
         if decision.level == Level::None {
             return None;

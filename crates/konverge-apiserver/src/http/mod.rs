@@ -14,7 +14,6 @@ pub mod route;
 pub mod scale;
 pub mod table;
 
-use crate::json::{GoOrder, encode_watch_line, write_object_json};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,10 +22,13 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode, header};
+use konverge_apimachinery::escape::EscapeError;
+use konverge_apimachinery::request_info::{RequestInfo, RequestInfoError};
 use serde_json::{Value, json};
 
 use crate::ApiServer;
 use crate::error::{ApiError, Result};
+use crate::json::{GoOrder, encode_watch_line, write_object_json};
 use crate::registry::{Deleted, Sent, WatchEvent, Written};
 use request::{Accept, Query};
 use route::{ResourceRoute, Route};
@@ -116,7 +118,21 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
 async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Response {
     let started = Instant::now();
     let received = jiff::Timestamp::now();
-    let route = route::parse(req.uri().path(), server.registry.catalog());
+    // Which request this is, read once: authorization, audit, routing and metrics all take
+    // it from here.
+    let info = match RequestInfo::parse(req.method().as_str(), req.uri().path(), req.uri().query())
+    {
+        Ok(info) => info,
+        Err(RequestInfoError::Escape(e)) => {
+            let err = match e {
+                EscapeError::NotUtf8(_) => ApiError::bad_request("path is not UTF-8"),
+                other => ApiError::bad_request(other.to_string()),
+            };
+            return respond(err.code, &err.to_status(), false);
+        }
+        Err(e) => return request_info_error(&req, &e),
+    };
+    let route = route::of_request(&info, server.registry.catalog());
     let accept = Accept::parse(req.headers());
     // Errors are written as the objects of the request would be: protobuf when the client
     // prefers it and the resource has an encoding; JSON otherwise (kube-apiserver writes
@@ -128,8 +144,8 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
         );
     // kube-apiserver counts what reaches a handler: not requests refused by authentication or
     // authorization (below), nor paths that match nothing.
-    let info = request_info(&route, &req, &accept);
-    let _inflight = match &info {
+    let measured = request_info(&route, &req, &accept);
+    let _inflight = match &measured {
         Some(info) if info.long_running => None,
         Some(info) => Some(server.metrics.enter(info.mutating())),
         None => Some(
@@ -142,11 +158,11 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     // does not count them.
     let (parts, body) = req.into_parts();
     let mut who = audited::Who::default();
-    let admitted = admit(&server, &parts, &mut who).await;
+    let admitted = admit(&server, &parts, &info, &mut who).await;
     let mut audited = server
         .audit()
-        .and_then(|audit| audited::Audited::begin(audit, &parts, &who, received));
-    let long_running = info.as_ref().is_some_and(|i| i.long_running);
+        .and_then(|audit| audited::Audited::begin(audit, &parts, &info, &who, received));
+    let long_running = measured.as_ref().is_some_and(|i| i.long_running);
     let user = match admitted {
         Ok(user) => user,
         Err(err) => {
@@ -183,10 +199,37 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     if let Some(audited) = audited {
         response = audited.finish(response, long_running).await;
     }
-    match info {
-        Some(info) => recorded(&server, info, started, response),
+    match measured {
+        Some(measured) => recorded(&server, measured, started, response),
         None => response,
     }
+}
+
+/// kube-apiserver's answer to a request its request info cannot read (`/api/v1/watch`): a
+/// plain-text 500 naming the request, as its `WithRequestInfo` filter writes it.
+fn request_info_error(req: &Request, error: &RequestInfoError) -> Response {
+    let uri = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_string(), ToString::to_string);
+    let text = format!(
+        "Internal Server Error: {}: failed to create RequestInfo: {error}",
+        konverge_apimachinery::gofmt::quote(&uri)
+    )
+    .replace('&', "&amp;")
+    .replace('<', "&lt;")
+    .replace('>', "&gt;");
+    let mut response = Response::new(Body::from(text + "\n"));
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// Whether the answer is indented, as kube-apiserver decides (`isPrettyPrint`): `?pretty`
@@ -399,6 +442,7 @@ impl Drop for Open {
 async fn admit(
     server: &ApiServer,
     parts: &http::request::Parts,
+    info: &RequestInfo,
     who: &mut audited::Who,
 ) -> Result<crate::auth::user::UserInfo> {
     let requester = server
@@ -415,12 +459,7 @@ async fn admit(
     let user =
         crate::auth::authn::impersonate(server.authorization(), requester, &parts.headers).await?;
     who.user = Some(user.clone());
-    let attributes = crate::auth::authz::Attributes::of_request(
-        &user,
-        &parts.method,
-        parts.uri.path(),
-        parts.uri.query(),
-    );
+    let attributes = crate::auth::authz::Attributes::of_request(&user, info);
     match server.authorization().decide_observed(&attributes).await {
         crate::auth::authz::Decision::Allow(reason) => {
             who.decision = Some((true, reason));

@@ -1,7 +1,9 @@
-//! Which request is this: parsing a URL path into a [`Route`], as kube-apiserver's request
-//! info does.
+//! Where a request goes: the [`Route`] its [`RequestInfo`] (made once, at the edge) names
+//! among the served resources and the server's own paths.
 
 use std::sync::Arc;
+
+use konverge_apimachinery::request_info::RequestInfo;
 
 use crate::error::{ApiError, Result};
 use crate::resources::{Catalog, ResourceType};
@@ -50,80 +52,54 @@ pub struct ResourceRoute {
     pub watch_path: bool,
 }
 
-fn decode_segment(segment: &str) -> Result<String> {
-    konverge_apimachinery::escape::percent_decode(segment).map_err(|e| match e {
-        konverge_apimachinery::escape::EscapeError::NotUtf8(_) => {
-            ApiError::bad_request("path is not UTF-8")
-        }
-        other => ApiError::bad_request(other.to_string()),
-    })
-}
-
 /// The check a health path names (`poststarthook/rbac/bootstrap-roles` spans segments).
 fn check(rest: &[&str]) -> Option<String> {
     (!rest.is_empty()).then(|| rest.join("/"))
 }
 
-/// Parses `path` against the served resources.
-pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
-    let parts: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(decode_segment)
-        .collect::<Result<_>>()?;
-    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    match parts.as_slice() {
-        ["version"] => return Ok(Route::Version),
-        ["healthz", rest @ ..] => return Ok(Route::Health("healthz", check(rest))),
-        ["livez", rest @ ..] => return Ok(Route::Health("livez", check(rest))),
-        ["readyz", rest @ ..] => return Ok(Route::Health("readyz", check(rest))),
-        ["api"] => return Ok(Route::CoreVersions),
-        ["apis"] => return Ok(Route::Groups),
-        ["apis", group] => return Ok(Route::Group(group.to_string())),
-        ["api", version] => return Ok(Route::GroupVersion(String::new(), version.to_string())),
-        ["apis", group, version] => {
-            return Ok(Route::GroupVersion(group.to_string(), version.to_string()));
-        }
-        ["openapi", "v3"] => return Ok(Route::OpenApiV3(None)),
-        ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApiV3(Some(rest.join("/")))),
-        ["openapi", "v2"] => return Ok(Route::OpenApiV2),
-        ["metrics"] => return Ok(Route::Metrics),
-        [".well-known", "openid-configuration"] => return Ok(Route::OpenIdConfiguration),
-        ["openid", "v1", "jwks"] => return Ok(Route::Jwks),
-        _ => {}
+/// The route of a request, from what its [`RequestInfo`] says and the served resources.
+pub fn of_request(info: &RequestInfo, catalog: &Catalog) -> Result<Route> {
+    if !info.is_resource_request {
+        let parts: Vec<&str> = info.path.split('/').filter(|s| !s.is_empty()).collect();
+        return match parts.as_slice() {
+            ["version"] => Ok(Route::Version),
+            ["healthz", rest @ ..] => Ok(Route::Health("healthz", check(rest))),
+            ["livez", rest @ ..] => Ok(Route::Health("livez", check(rest))),
+            ["readyz", rest @ ..] => Ok(Route::Health("readyz", check(rest))),
+            ["api"] => Ok(Route::CoreVersions),
+            ["apis"] => Ok(Route::Groups),
+            ["apis", group] => Ok(Route::Group(group.to_string())),
+            ["api", version] => Ok(Route::GroupVersion(String::new(), version.to_string())),
+            ["apis", group, version] => {
+                Ok(Route::GroupVersion(group.to_string(), version.to_string()))
+            }
+            ["openapi", "v3"] => Ok(Route::OpenApiV3(None)),
+            ["openapi", "v3", rest @ ..] => Ok(Route::OpenApiV3(Some(rest.join("/")))),
+            ["openapi", "v2"] => Ok(Route::OpenApiV2),
+            ["metrics"] => Ok(Route::Metrics),
+            [".well-known", "openid-configuration"] => Ok(Route::OpenIdConfiguration),
+            ["openid", "v1", "jwks"] => Ok(Route::Jwks),
+            _ => Err(ApiError::no_route()),
+        };
     }
-    let (group, version, mut rest) = match parts.as_slice() {
-        ["api", version, rest @ ..] => ("", *version, rest),
-        ["apis", group, version, rest @ ..] => (*group, *version, rest),
-        _ => return Err(ApiError::no_route()),
-    };
-    let mut watch_path = false;
-    if rest.first() == Some(&"watch") {
-        watch_path = true;
-        rest = &rest[1..];
+    // The deprecated `/proxy/` prefix is not served; paths below a subresource neither.
+    if info.verb == "proxy" || info.parts.len() > 3 {
+        return Err(ApiError::no_route());
     }
-    let mut namespace = None;
-    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
-        namespace = Some(rest[1].to_string());
-        if rest.len() > 2 && rest[2] != "status" && rest[2] != "finalize" {
-            rest = &rest[2..];
-        }
-    }
-    let (resource, name, subresource) = match rest {
-        [resource] => (*resource, None, None),
-        [resource, name] => (*resource, Some(*name), None),
-        [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
-        _ => return Err(ApiError::no_route()),
-    };
     let rt = catalog
-        .get(group, version, resource)
+        .get(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(ApiError::no_route)?;
-    if !rt.namespaced {
-        // `/api/v1/namespaces/{name}`: the namespace segment names the object itself.
-        namespace = None;
-    }
-    if let Some(sub) = subresource
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    // `/api/v1/namespaces/{name}`: the namespace segment names a cluster-scoped object.
+    let namespace = if rt.namespaced {
+        text(&info.namespace)
+    } else {
+        None
+    };
+    // The name comes from the path only (a list's field selector may name one too).
+    let name = info.parts.get(1).cloned();
+    let subresource = text(&info.subresource);
+    if let Some(sub) = &subresource
         && rt.subresource(sub).is_none()
     {
         return Err(ApiError::no_route());
@@ -131,9 +107,9 @@ pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
     Ok(Route::Resource(ResourceRoute {
         rt,
         namespace,
-        name: name.map(String::from),
-        subresource: subresource.map(String::from),
-        watch_path,
+        name,
+        subresource,
+        watch_path: info.watch_path,
     }))
 }
 
@@ -141,8 +117,13 @@ pub fn parse(path: &str, catalog: &Catalog) -> Result<Route> {
 mod tests {
     use super::*;
 
+    fn parse(path: &str) -> Result<Route> {
+        let info = RequestInfo::parse("GET", path, None).expect("parses");
+        of_request(&info, &Catalog::builtin())
+    }
+
     fn resource(path: &str) -> ResourceRoute {
-        match parse(path, &Catalog::builtin()) {
+        match parse(path) {
             Ok(Route::Resource(r)) => r,
             other => panic!("{path}: {other:?}"),
         }
@@ -185,12 +166,12 @@ mod tests {
         assert!(r.watch_path);
         let r = resource("/api/v1/nodes/n%3A1");
         assert_eq!(r.name.as_deref(), Some("n:1"));
-        assert!(matches!(parse("/api/v1/nope", &Catalog::builtin()), Err(e) if e.code == 404));
+        assert!(matches!(parse("/api/v1/nope"), Err(e) if e.code == 404));
         assert!(
-            matches!(parse("/api/v1/namespaces/d/configmaps/x/status", &Catalog::builtin()), Err(e) if e.code == 404)
+            matches!(parse("/api/v1/namespaces/d/configmaps/x/status"), Err(e) if e.code == 404)
         );
         assert!(
-            matches!(parse("/apis/apps/v1", &Catalog::builtin()), Ok(Route::GroupVersion(g, v)) if g == "apps" && v == "v1")
+            matches!(parse("/apis/apps/v1"), Ok(Route::GroupVersion(g, v)) if g == "apps" && v == "v1")
         );
     }
 }
