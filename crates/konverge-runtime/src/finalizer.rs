@@ -27,6 +27,9 @@
 //! times at most); a race that keeps being lost surfaces as an error for which
 //! [`FinalizerError::is_conflict`] is true, so the caller requeues at once. Cleanup must be
 //! idempotent: it runs again if removing the finalizer fails afterwards.
+//!
+//! [`owners`] reads from `managedFields` who put a finalizer on an object, for reports that
+//! name who holds a deletion up (the doctor, the testkit's invariants).
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -34,6 +37,7 @@ use std::sync::Arc;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde::de::DeserializeOwned;
@@ -320,6 +324,29 @@ fn remove_patch(finalizers: &[String], index: usize) -> Patch<()> {
     ]))
 }
 
+/// Who put `finalizer` on an object: the managers whose `managedFields` claim
+/// `f:metadata` → `f:finalizers` → `v:"<finalizer>"`, sorted, each once.
+pub fn owners(managed: &[ManagedFieldsEntry], finalizer: &str) -> Vec<String> {
+    let key = format!("v:{}", Value::String(finalizer.to_string()));
+    let mut owners: Vec<String> = managed
+        .iter()
+        .filter(|entry| {
+            entry.fields_v1.as_ref().is_some_and(|fields| {
+                fields
+                    .0
+                    .get("f:metadata")
+                    .and_then(|m| m.get("f:finalizers"))
+                    .and_then(|f| f.get(&key))
+                    .is_some()
+            })
+        })
+        .filter_map(|entry| entry.manager.clone())
+        .collect();
+    owners.sort();
+    owners.dedup();
+    owners
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,6 +357,19 @@ mod tests {
             panic!("not a JSON patch")
         };
         serde_json::to_value(patch).unwrap()
+    }
+
+    #[test]
+    fn owners_come_from_fields_v1() {
+        let entries: Vec<ManagedFieldsEntry> = serde_json::from_value(json!([
+            {"manager": "cleaner", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/cleanup\"": {}}}}},
+            {"manager": "other", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:data": {"f:a": {}}}},
+        ]))
+        .unwrap();
+        assert_eq!(owners(&entries, "example.com/cleanup"), ["cleaner"]);
+        assert!(owners(&entries, "example.com/other").is_empty());
     }
 
     #[test]

@@ -450,20 +450,11 @@ fn controller_owner(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The managers whose `managedFields` own `finalizer` (`f:metadata/f:finalizers/v:"x"`).
+/// The managers whose `managedFields` own `finalizer` ([`konverge_runtime::finalizer::owners`]).
 fn finalizer_owners(object: &Value, finalizer: &str) -> Vec<String> {
-    let key = format!("v:{}", Value::String(finalizer.to_string()));
-    object["metadata"]["managedFields"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| {
-            e["fieldsV1"]["f:metadata"]["f:finalizers"]
-                .get(&key)
-                .is_some()
-        })
-        .filter_map(|e| e["manager"].as_str().map(str::to_string))
-        .collect()
+    let managed: Vec<_> =
+        serde_json::from_value(object["metadata"]["managedFields"].clone()).unwrap_or_default();
+    konverge_runtime::finalizer::owners(&managed, finalizer)
 }
 
 /// Chooses what to watch; [`TestEnv::invariants`] makes one.

@@ -26,7 +26,7 @@ use super::authz::{Attributes, Authorization};
 use super::tokens::ServiceAccountTokens;
 use super::user::{ANONYMOUS, AUTHENTICATED, SERVICE_ACCOUNTS, UNAUTHENTICATED, UserInfo};
 use crate::error::ApiError;
-use crate::registry::Registry;
+use crate::lister::Lister;
 
 /// What a client certificate verified by the TLS layer says about its holder (put in each
 /// request's extensions; read with [`ClientCertificate::from_der`]).
@@ -71,7 +71,7 @@ impl Authenticator {
     /// Who sent a request with these headers (and client certificate, over TLS).
     pub async fn authenticate(
         &self,
-        registry: &Registry,
+        registry: &dyn Lister,
         headers: &HeaderMap,
         certificate: Option<&ClientCertificate>,
     ) -> Result<UserInfo, ApiError> {
@@ -106,7 +106,7 @@ impl Authenticator {
     /// a `TokenReview` answers.
     pub async fn token(
         &self,
-        registry: &Registry,
+        registry: &dyn Lister,
         token: &str,
         audiences: &[String],
     ) -> Option<(UserInfo, Vec<String>)> {
@@ -231,13 +231,13 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn read(
-    registry: &Registry,
+    registry: &dyn Lister,
     plural: &str,
     namespace: Option<&str>,
     name: &str,
 ) -> Option<Value> {
     let rt = registry.catalog().get("", "v1", plural)?;
-    registry.get(&rt, namespace, name, None).await.ok()
+    registry.get(&rt, namespace, name).await.ok()
 }
 
 const IMPERSONATE_USER: &str = "impersonate-user";

@@ -398,7 +398,12 @@ fn deleting(object: &DynamicObject) -> Option<Box<Deleting>> {
         .finalizers
         .iter()
         .flatten()
-        .map(|finalizer| (finalizer.clone(), finalizer_owners(managed, finalizer)))
+        .map(|finalizer| {
+            (
+                finalizer.clone(),
+                crate::finalizer::owners(managed, finalizer),
+            )
+        })
         .collect();
     if let Some(spec_finalizers) = object
         .data
@@ -410,28 +415,6 @@ fn deleting(object: &DynamicObject) -> Option<Box<Deleting>> {
         }
     }
     Some(Box::new(Deleting { since, finalizers }))
-}
-
-/// The managers whose managedFields claim `f:metadata` → `f:finalizers` → `v:"<finalizer>"`.
-fn finalizer_owners(managed: &[ManagedFieldsEntry], finalizer: &str) -> Vec<String> {
-    let key = format!("v:{}", Value::String(finalizer.to_string()));
-    let mut owners: Vec<String> = managed
-        .iter()
-        .filter(|entry| {
-            entry.fields_v1.as_ref().is_some_and(|fields| {
-                fields
-                    .0
-                    .get("f:metadata")
-                    .and_then(|m| m.get("f:finalizers"))
-                    .and_then(|f| f.get(&key))
-                    .is_some()
-            })
-        })
-        .filter_map(|entry| entry.manager.clone())
-        .collect();
-    owners.sort();
-    owners.dedup();
-    owners
 }
 
 /// Adds the paths (jq style: `.metadata.annotations.last-run`) where `old` and `new` differ.
@@ -519,22 +502,6 @@ mod tests {
             paths(json!({"data": {"a": "1"}}), json!({"data": {"b": "1"}})),
             [".data.a", ".data.b"]
         );
-    }
-
-    #[test]
-    fn finalizer_owners_come_from_fields_v1() {
-        let entries: Vec<ManagedFieldsEntry> = serde_json::from_value(json!([
-            {"manager": "cleaner", "operation": "Update", "fieldsType": "FieldsV1",
-             "fieldsV1": {"f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/cleanup\"": {}}}}},
-            {"manager": "other", "operation": "Update", "fieldsType": "FieldsV1",
-             "fieldsV1": {"f:data": {"f:a": {}}}},
-        ]))
-        .unwrap();
-        assert_eq!(
-            finalizer_owners(&entries, "example.com/cleanup"),
-            ["cleaner"]
-        );
-        assert!(finalizer_owners(&entries, "example.com/other").is_empty());
     }
 
     #[test]
