@@ -714,7 +714,7 @@ async fn resource(
                     .await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
-        (_, Some("log")) if rt.group.is_empty() && rt.plural == "pods" => {
+        (_, Some("log")) => {
             let name = name.unwrap_or("");
             let opts = crate::logs::LogOptions::parse(req.uri().query())?;
             opts.validate(name)?;
@@ -732,24 +732,22 @@ async fn resource(
                 ),
             };
         }
-        (_, Some(kubelet @ ("log" | "exec" | "attach" | "portforward" | "proxy"))) => {
-            if kubelet != "log" {
-                let options = crate::registry::subresources::connect_options(
-                    &rt,
-                    kubelet,
-                    req.uri().query().unwrap_or(""),
-                );
-                crate::registry::subresources::admit_connect(
-                    registry,
-                    &rt,
-                    ns,
-                    name.unwrap_or(""),
-                    kubelet,
-                    options,
-                    user,
-                )
-                .await?;
-            }
+        (_, Some(kubelet @ ("exec" | "attach" | "portforward" | "proxy"))) => {
+            let options = crate::registry::subresources::connect_options(
+                &rt,
+                kubelet,
+                req.uri().query().unwrap_or(""),
+            );
+            crate::registry::subresources::admit_connect(
+                registry,
+                &rt,
+                ns,
+                name.unwrap_or(""),
+                kubelet,
+                options,
+                user,
+            )
+            .await?;
             return Err(crate::registry::subresources::needs_kubelet(
                 registry,
                 &rt,
@@ -970,7 +968,7 @@ async fn resource(
                 Deleted::Pending(obj) => respond(StatusCode::OK, &obj, protobuf),
                 // Pods answer with the pod as it was last (kube-apiserver's pod storage
                 // returns deleted objects); other kinds with a Status.
-                Deleted::Gone(obj) if rt.group.is_empty() && rt.plural == "pods" => {
+                Deleted::Gone(obj) if rt.deletion == crate::resources::Deletion::Graceful => {
                     respond(StatusCode::OK, &obj, protobuf)
                 }
                 Deleted::Gone(obj) => {

@@ -1109,7 +1109,7 @@ impl Registry {
                 }
                 merged
             }
-            Some("finalize") if is_namespace(rt) => {
+            Some("finalize") if held_by_spec_finalizers(rt) => {
                 // `/finalize` changes the namespace's spec.finalizers and nothing else.
                 let mut merged = current.clone();
                 merged["spec"]["finalizers"] = new
@@ -1129,7 +1129,7 @@ impl Registry {
                 if rt.allocates_addresses {
                     allocate::carry_service_addresses(&mut merged, current);
                 }
-                if is_namespace(rt) {
+                if held_by_spec_finalizers(rt) {
                     // Only `/finalize` changes a namespace's finalizers.
                     merged["spec"]["finalizers"] = current
                         .pointer("/spec/finalizers")
@@ -1254,7 +1254,7 @@ impl Registry {
             .unwrap_or(0);
         if current.pointer("/metadata/deletionTimestamp").is_some()
             && grace_left == 0
-            && meta::pending_finalizers(&merged, is_namespace(rt)).is_empty()
+            && meta::pending_finalizers(&merged, held_by_spec_finalizers(rt)).is_empty()
         {
             return Ok(Change::Delete(merged));
         }
@@ -1533,8 +1533,9 @@ fn reset_metadata(merged: &mut Value, current: &Value, fields: &[&str]) {
     }
 }
 
-fn is_namespace(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "namespaces"
+/// Whether `spec.finalizers` hold the resource's objects too (namespaces).
+fn held_by_spec_finalizers(rt: &ResourceType) -> bool {
+    rt.deletion == crate::resources::Deletion::SpecFinalizers
 }
 
 /// Label keys and values must be valid, as kube-apiserver checks them on every object.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{
     DeleteOptions, Propagation, Registry, WriteOptions, conversion, decode, decode_as, encode,
-    is_namespace, set_rv, target,
+    held_by_spec_finalizers, set_rv, target,
 };
 use crate::admission::{Operation, Trace};
 use crate::error::{ApiError, Result};
@@ -377,8 +377,9 @@ fn mark_as_deleting(marked: &mut Value, now: jiff::Timestamp) {
     md.insert("deletionGracePeriodSeconds".into(), json!(0));
 }
 
-fn is_pod(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "pods"
+/// Whether the resource's objects are deleted gracefully (pods).
+fn deleted_gracefully(rt: &ResourceType) -> bool {
+    rt.deletion == crate::resources::Deletion::Graceful
 }
 
 /// What a delete does to `current`, as kube-apiserver's store decides it: a pod is deleted
@@ -392,7 +393,7 @@ pub(crate) fn decide_delete(
     now: jiff::Timestamp,
 ) -> Change {
     let mut marked = current.clone();
-    let grace = if is_pod(rt) {
+    let grace = if deleted_gracefully(rt) {
         before_pod_delete(&mut marked, opts.grace_period_seconds, now)
     } else {
         Grace::None
@@ -403,7 +404,7 @@ pub(crate) fn decide_delete(
         return Change::Unchanged(current);
     }
     let mut finalizers = meta::finalizers(&marked);
-    let held_by_spec = !meta::pending_finalizers(&marked, is_namespace(rt))
+    let held_by_spec = !meta::pending_finalizers(&marked, held_by_spec_finalizers(rt))
         .iter()
         .all(|f| finalizers.contains(f));
     let extra = match opts.propagation {
@@ -425,7 +426,7 @@ pub(crate) fn decide_delete(
             if !waits {
                 return Change::Delete(current);
             }
-            if is_namespace(rt) {
+            if held_by_spec_finalizers(rt) {
                 marked["status"] = json!({"phase": "Terminating"});
             }
             mark_as_deleting(&mut marked, now);

@@ -473,6 +473,7 @@ pub fn served_types(crd: &Value) -> Vec<ResourceType> {
                 conversion: None,
                 status_resets: crate::resources::STATUS_RESETS_ALL,
                 allocates_addresses: false,
+                deletion: crate::resources::Deletion::Plain,
                 custom: Some(Arc::new(CustomResource {
                     crd_name: crd_name.clone(),
                     storage_version: storage.clone(),

@@ -282,6 +282,23 @@ pub struct ResourceType {
     pub status_resets: &'static [&'static str],
     /// Whether objects get cluster IPs and node ports allocated (Services).
     pub allocates_addresses: bool,
+    /// How a delete goes, as the resource's kube-apiserver strategy decides it.
+    pub deletion: Deletion,
+}
+
+/// How objects of a resource are deleted (kube-apiserver's delete strategies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Deletion {
+    /// Gone once no finalizer holds them; the delete answers with a `Status`.
+    #[default]
+    Plain,
+    /// Deleted gracefully (pods): marked with a grace period and kept until their kubelet
+    /// deletes them again, or deleted at once when nothing runs them; the delete answers with
+    /// the object, as kube's pod storage returns deleted objects.
+    Graceful,
+    /// Held by `spec.finalizers` too, which only the `finalize` subresource changes, and
+    /// marked `Terminating` while held (namespaces).
+    SpecFinalizers,
 }
 
 /// The metadata `ResetObjectMetaForStatus` resets.

@@ -566,7 +566,7 @@ pub(crate) fn build(
                 item_parameters(),
             );
         }
-        if rt.group.is_empty() && rt.plural == "namespaces" {
+        if rt.subresource("finalize").is_some() {
             let finalize = Sub {
                 suffix: "Finalize",
                 what: "finalize of ",

@@ -33,7 +33,7 @@ pub(crate) use validation::refuse_privileged;
 pub(crate) use zero_values::fill as fill_zero_values;
 
 use super::{
-    ALL_VERBS, Catalog, Column, Conversion, FieldLabels, NameRule, ResourceType, Review,
+    ALL_VERBS, Catalog, Column, Conversion, Deletion, FieldLabels, NameRule, ResourceType, Review,
     STATUS_RESETS_ALL, SUBRESOURCE_VERBS, ScalePaths, SelectableField, Serving, Subresource, Verbs,
     storage_version_hash,
 };
@@ -215,6 +215,7 @@ where
         conversion: None,
         status_resets: &[],
         allocates_addresses: false,
+        deletion: Deletion::Plain,
     }
 }
 
@@ -311,6 +312,10 @@ impl ResourceType {
     fn allocates_addresses(mut self) -> Self {
         self.allocates_addresses = true;
         self.validate = Some(validation::service);
+        self
+    }
+    fn deleted(mut self, deletion: Deletion) -> Self {
+        self.deletion = deletion;
         self
     }
     fn create_on_update(mut self) -> Self {
@@ -434,6 +439,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .create_on_update()
             .defaults(defaults::limit_range),
         declare::<core::v1::Namespace>()
+            .deleted(Deletion::SpecFinalizers)
             .short(&["ns"])
             .with_status()
             .names(Label)
@@ -464,6 +470,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .validate(validation::persistent_volume)
             .columns(columns::persistent_volumes()),
         declare::<core::v1::Pod>()
+            .deleted(Deletion::Graceful)
             .status_resets(&["ownerReferences"])
             .short(&["po"])
             .in_all()
