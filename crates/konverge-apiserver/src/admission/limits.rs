@@ -360,7 +360,7 @@ fn aggregate(errors: Vec<String>) -> String {
 }
 
 fn is_pods(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "pods"
+    rt.is(crate::resources::PODS)
 }
 
 /// Whether the plugin looks at this write: pod creates (containers cannot change after),
@@ -384,7 +384,7 @@ impl Plugin for LimitRanger {
     }
 
     fn handles(&self, rt: &ResourceType) -> bool {
-        rt.group.is_empty() && matches!(rt.plural.as_str(), "pods" | "persistentvolumeclaims")
+        rt.is(crate::resources::PODS) || rt.is(crate::resources::PERSISTENT_VOLUME_CLAIMS)
     }
 
     async fn admit(

@@ -123,7 +123,7 @@ fn any_or(allowed: &[String], value: &str) -> bool {
 }
 
 fn is_namespaces(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "namespaces"
+    rt.is(crate::resources::NAMESPACES)
 }
 
 /// How a request for another version of a resource than the rules name is matched

@@ -207,8 +207,7 @@ impl Plugin for Priority {
     }
 
     fn handles(&self, rt: &ResourceType) -> bool {
-        (rt.group.is_empty() && rt.plural == "pods")
-            || (rt.group == "scheduling.k8s.io" && rt.plural == "priorityclasses")
+        rt.is(crate::resources::PODS) || rt.is(crate::resources::PRIORITY_CLASSES)
     }
 
     async fn admit(
@@ -217,10 +216,7 @@ impl Plugin for Priority {
         object: &mut Value,
         registry: &dyn Lister,
     ) -> Result<bool> {
-        if attributes.subresource.is_some()
-            || !attributes.rt.group.is_empty()
-            || attributes.rt.plural != "pods"
-        {
+        if attributes.subresource.is_some() || !attributes.rt.is(crate::resources::PODS) {
             return Ok(false);
         }
         if attributes.operation == Operation::Update {
@@ -317,8 +313,7 @@ impl Plugin for Priority {
         registry: &dyn Lister,
     ) -> Result<()> {
         if attributes.subresource.is_some()
-            || attributes.rt.group != "scheduling.k8s.io"
-            || attributes.rt.plural != "priorityclasses"
+            || !attributes.rt.is(crate::resources::PRIORITY_CLASSES)
             || object["globalDefault"] != true
         {
             return Ok(());

@@ -21,7 +21,7 @@ fn is_pod_create(attributes: &Attributes<'_>) -> bool {
 }
 
 fn is_pods(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "pods"
+    rt.is(crate::resources::PODS)
 }
 
 /// `ServiceAccount`: a new pod without `serviceAccountName` runs as `default`; the account

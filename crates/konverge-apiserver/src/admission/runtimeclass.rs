@@ -263,7 +263,7 @@ impl Plugin for RuntimeClass {
     }
 
     fn handles(&self, rt: &ResourceType) -> bool {
-        rt.group.is_empty() && rt.plural == "pods"
+        rt.is(crate::resources::PODS)
     }
 
     fn handles_operation(&self, operation: Operation) -> bool {

@@ -82,7 +82,7 @@ struct Written<'a> {
 }
 
 fn is_quotas(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "resourcequotas"
+    rt.is(crate::resources::RESOURCE_QUOTAS)
 }
 
 /// Whether a quota's status no longer says what its spec asks: `status.hard` differs from

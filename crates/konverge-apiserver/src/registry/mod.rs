@@ -270,7 +270,7 @@ fn changes_of(rt: &ResourceType) -> Option<Changes> {
     match (rt.group.as_str(), rt.plural.as_str()) {
         (crate::auth::rbac::GROUP, _) => Some(Changes::Policy),
         ("admissionregistration.k8s.io", _) => Some(Changes::Admission),
-        ("", "resourcequotas") => Some(Changes::Quota),
+        _ if rt.is(crate::resources::RESOURCE_QUOTAS) => Some(Changes::Quota),
         _ => None,
     }
 }

@@ -286,6 +286,43 @@ pub struct ResourceType {
     pub deletion: Deletion,
 }
 
+/// A resource named by its group and plural, as kube's `schema.GroupResource` names one:
+/// what code outside the resources' own modules compares a [`ResourceType`] with
+/// ([`ResourceType::is`]), whatever version it is served in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupResource {
+    /// The API group, empty for the core group.
+    pub group: &'static str,
+    /// The plural resource name.
+    pub resource: &'static str,
+}
+
+/// `pods`.
+pub const PODS: GroupResource = GroupResource {
+    group: "",
+    resource: "pods",
+};
+/// `namespaces`.
+pub const NAMESPACES: GroupResource = GroupResource {
+    group: "",
+    resource: "namespaces",
+};
+/// `resourcequotas`.
+pub const RESOURCE_QUOTAS: GroupResource = GroupResource {
+    group: "",
+    resource: "resourcequotas",
+};
+/// `persistentvolumeclaims`.
+pub const PERSISTENT_VOLUME_CLAIMS: GroupResource = GroupResource {
+    group: "",
+    resource: "persistentvolumeclaims",
+};
+/// `priorityclasses.scheduling.k8s.io`.
+pub const PRIORITY_CLASSES: GroupResource = GroupResource {
+    group: "scheduling.k8s.io",
+    resource: "priorityclasses",
+};
+
 /// How objects of a resource are deleted (kube-apiserver's delete strategies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Deletion {
@@ -316,6 +353,11 @@ pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
 }
 
 impl ResourceType {
+    /// Whether this is `resource`, in whatever version.
+    pub fn is(&self, resource: GroupResource) -> bool {
+        self.group == resource.group && self.plural == resource.resource
+    }
+
     /// `apiVersion` as objects carry it: `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

@@ -471,7 +471,7 @@ impl ValidatingAdmissionPolicy {
         registry: &dyn Lister,
     ) -> Result<Option<Value>> {
         let rt = attributes.rt;
-        if attributes.namespace.is_empty() || (rt.group.is_empty() && rt.plural == "namespaces") {
+        if attributes.namespace.is_empty() || (rt.is(crate::resources::NAMESPACES)) {
             return Ok(None);
         }
         let Some(namespaces) = registry.catalog().get("", "v1", "namespaces") else {
