@@ -297,31 +297,25 @@ pub struct GroupResource {
     pub resource: &'static str,
 }
 
+impl GroupResource {
+    /// `resource` of `group`.
+    pub const fn new(group: &'static str, resource: &'static str) -> GroupResource {
+        GroupResource { group, resource }
+    }
+}
+
 /// `pods`.
-pub const PODS: GroupResource = GroupResource {
-    group: "",
-    resource: "pods",
-};
+pub const PODS: GroupResource = GroupResource::new("", "pods");
 /// `namespaces`.
-pub const NAMESPACES: GroupResource = GroupResource {
-    group: "",
-    resource: "namespaces",
-};
+pub const NAMESPACES: GroupResource = GroupResource::new("", "namespaces");
 /// `resourcequotas`.
-pub const RESOURCE_QUOTAS: GroupResource = GroupResource {
-    group: "",
-    resource: "resourcequotas",
-};
+pub const RESOURCE_QUOTAS: GroupResource = GroupResource::new("", "resourcequotas");
 /// `persistentvolumeclaims`.
-pub const PERSISTENT_VOLUME_CLAIMS: GroupResource = GroupResource {
-    group: "",
-    resource: "persistentvolumeclaims",
-};
+pub const PERSISTENT_VOLUME_CLAIMS: GroupResource =
+    GroupResource::new("", "persistentvolumeclaims");
 /// `priorityclasses.scheduling.k8s.io`.
-pub const PRIORITY_CLASSES: GroupResource = GroupResource {
-    group: "scheduling.k8s.io",
-    resource: "priorityclasses",
-};
+pub const PRIORITY_CLASSES: GroupResource =
+    GroupResource::new("scheduling.k8s.io", "priorityclasses");
 
 /// How objects of a resource are deleted (kube-apiserver's delete strategies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
