@@ -4,8 +4,12 @@
 //! exclusions, match conditions, variables, the authorizer, deletes and dry runs, failure
 //! policies, refused configurations, type checking in the status, and custom resources.
 
+#[path = "common/eventually.rs"]
+mod eventually;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+
+use eventually::eventually_some;
 
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
@@ -114,22 +118,6 @@ async fn send(
         warnings,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
-}
-
-/// Polls `check` until it gives something, for at most five seconds.
-async fn eventually<T, F, Fut>(mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "not reached in time");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]
@@ -808,7 +796,7 @@ async fn type_checking_warnings_are_reported_in_the_status() -> anyhow::Result<(
         ],
     })).await?;
     let api: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let status = eventually(|| {
+    let status = eventually_some("the policy to take effect", || {
         let api = api.clone();
         async move {
             let status = api.get("replicas").await.ok()?.status?;
@@ -876,7 +864,7 @@ async fn custom_resources_as_params_and_as_targets() -> anyhow::Result<()> {
     )
     .await?;
     for plural in ["widgets", "limits"] {
-        eventually(|| async {
+        eventually_some("the policy to take effect", || async {
             server
                 .registry()
                 .catalog()
@@ -933,7 +921,7 @@ async fn custom_resources_as_params_and_as_targets() -> anyhow::Result<()> {
     );
     // Both are typed by their schemas: the policy type checks clean.
     let api: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
-    let status = eventually(|| {
+    let status = eventually_some("the policy to take effect", || {
         let api = api.clone();
         async move {
             let status = api.get("widget-size").await.ok()?.status?;

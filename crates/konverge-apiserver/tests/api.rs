@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::eventually::eventually;
 use common::{Backend, TestServer};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -1107,22 +1108,6 @@ async fn no_op_update_keeps_resource_version(t: TestServer) {
         before,
         "nothing was written"
     );
-}
-
-/// Waits (up to 10 s) until `check` holds; the control loops act asynchronously.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while tokio::time::Instant::now() < deadline {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting until {what}");
 }
 
 async fn owned_pair(api: &Api<ConfigMap>, owner: &str, dependent: &str) -> ConfigMap {

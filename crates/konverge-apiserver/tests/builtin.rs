@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::eventually::eventually;
 use common::{Backend, TestServer};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
@@ -267,20 +268,6 @@ async fn discovery_lists_what_kube_apiserver_lists() {
     );
     let autoscaling = get(&t, "/apis/autoscaling").await;
     assert_eq!(autoscaling["preferredVersion"]["version"], "v2");
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..200 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 fn api(t: &TestServer, group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {

@@ -3,6 +3,8 @@
 //! fed to its queue from the cache a batch at a time — in key order, each key once, with
 //! changes to keys not fed yet folded into them — rather than queued whole.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,15 +31,9 @@ fn cm(namespace: &str, name: &str, value: &str) -> ConfigMap {
     }
 }
 
+/// The shared wait, for conditions that need no awaiting.
 async fn eventually<F: Fn() -> bool>(what: &str, check: F) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    support::eventually(what, || std::future::ready(check())).await
 }
 
 async fn namespace(env: &TestEnv, name: &str) {

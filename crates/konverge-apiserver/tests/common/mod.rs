@@ -1,5 +1,7 @@
 //! An API server on a loopback port, and a `kube::Client` for it.
 
+pub(crate) mod eventually;
+
 use std::sync::Arc;
 
 use konverge_apiserver::ApiServer;
