@@ -788,3 +788,179 @@ async fn without_control_loops_the_server_does_only_what_kube_apiserver_does() {
         "{old:?}"
     );
 }
+
+// -------------------------------------------------------------------------------------------
+// What kube-apiserver keeps in kube-system itself.
+
+/// A self-signed CA certificate's PEM.
+fn ca_pem(name: &str) -> String {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.self_signed(&key).expect("certificate").pem()
+}
+
+/// Lets the server's loops act on what just happened (the clock is paused: only tasks
+/// that are ready run), then reads `path`.
+async fn settled(server: &Arc<ApiServer>, path: &str) -> (StatusCode, Value) {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    call(server, Method::GET, path, None).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_server_keeps_its_identity_lease_and_what_it_publishes_in_kube_system() {
+    use crate::controllers::kube_system::{self, Settings};
+    let ca = ca_pem("konverge-test-ca");
+    let server = builder()
+        .client_ca(ca.clone())
+        .build()
+        .await
+        .expect("server");
+
+    // The identity Lease: named after the host, labelled, renewed every 10 seconds.
+    let hostname = Settings::for_this_host(None).hostname;
+    let id = kube_system::server_id(&hostname);
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
+    let lease_path = format!("{leases}/{id}");
+    let (status, lease) = settled(&server, &lease_path).await;
+    assert_eq!(status, StatusCode::OK, "{lease}");
+    assert_eq!(
+        lease["metadata"]["labels"],
+        json!({"apiserver.kubernetes.io/identity": "kube-apiserver", "kubernetes.io/hostname": hostname})
+    );
+    let holder = lease["spec"]["holderIdentity"].as_str().expect("holder");
+    assert!(holder.starts_with(&format!("{id}_")), "{holder}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 3600);
+    assert!(lease["spec"]["renewTime"].is_string(), "{lease}");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let renewed = get(&server, &lease_path).await;
+    assert_ne!(
+        renewed["metadata"]["resourceVersion"], lease["metadata"]["resourceVersion"],
+        "renewed after 10 seconds"
+    );
+    // A label removed by hand is put back at the next renewal.
+    let mut unlabelled = renewed.clone();
+    unlabelled["metadata"]["labels"] = json!({});
+    let (status, _) = call(&server, Method::PUT, &lease_path, Some(unlabelled)).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let relabelled = get(&server, &lease_path).await;
+    assert_eq!(
+        relabelled["metadata"]["labels"]["apiserver.kubernetes.io/identity"],
+        "kube-apiserver"
+    );
+
+    // Another server's identity Lease that expired is deleted at the next hourly pass; one
+    // without the label, and a current one, are left.
+    let lease_of = |name: &str, labelled: bool, renew: &str| {
+        let labels = if labelled {
+            json!({"apiserver.kubernetes.io/identity": "kube-apiserver"})
+        } else {
+            json!({})
+        };
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 3600, "renewTime": renew},
+        })
+    };
+    let future = "2999-01-01T00:00:00.000000Z";
+    for (name, labelled, renew) in [
+        ("apiserver-gone", true, "2020-01-01T00:00:00.000000Z"),
+        ("apiserver-current", true, future),
+        ("someone-elses", false, "2020-01-01T00:00:00.000000Z"),
+    ] {
+        let (status, body) = call(
+            &server,
+            Method::POST,
+            leases,
+            Some(lease_of(name, labelled, renew)),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let (status, _) = settled(&server, &format!("{leases}/apiserver-gone")).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "the expired identity Lease is collected"
+    );
+    for name in ["apiserver-current", "someone-elses", id.as_str()] {
+        get(&server, &format!("{leases}/{name}")).await;
+    }
+
+    // extension-apiserver-authentication: the client CA, combined with the CAs already
+    // there, other keys dropped; recreated when deleted.
+    let auth = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication";
+    let published = get(&server, auth).await;
+    assert_eq!(published["data"], json!({"client-ca-file": ca}));
+    let other = ca_pem("another-front-proxy-ca");
+    let mut edited = published.clone();
+    edited["data"] = json!({"client-ca-file": other, "extra": "x"});
+    let (status, _) = call(&server, Method::PUT, auth, Some(edited)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, combined) = settled(&server, auth).await;
+    assert_eq!(
+        combined["data"],
+        json!({"client-ca-file": format!("{other}{ca}")})
+    );
+    let (status, _) = call(&server, Method::DELETE, auth, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, recreated) = settled(&server, auth).await;
+    assert_eq!(status, StatusCode::OK, "{recreated}");
+    assert_eq!(recreated["data"], json!({"client-ca-file": ca}));
+
+    // The legacy token tracking ConfigMap: the day tracking started; a `since` that is not a
+    // date is put back; deleted, it is created again at most once per half hour.
+    let tracking = "/api/v1/namespaces/kube-system/configmaps/kube-apiserver-legacy-service-account-token-tracking";
+    let today = jiff::Timestamp::now().strftime("%Y-%m-%d").to_string();
+    let since = get(&server, tracking).await;
+    assert_eq!(since["data"], json!({"since": today}));
+    let mut garbled = since.clone();
+    garbled["data"]["since"] = json!("a while ago");
+    let (status, _) = call(&server, Method::PUT, tracking, Some(garbled)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, restored) = settled(&server, tracking).await;
+    assert_eq!(restored["data"]["since"], json!(today));
+    // More than half an hour since it was created: created again at once.
+    let (status, _) = call(&server, Method::DELETE, tracking, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = settled(&server, tracking).await;
+    assert_eq!(status, StatusCode::OK);
+    // Deleted again: not before half an hour after that.
+    let (status, _) = call(&server, Method::DELETE, tracking, None).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(29 * 60)).await;
+    let (status, _) = settled(&server, tracking).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "created at most once per half hour"
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let (status, again) = settled(&server, tracking).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+}
+
+#[tokio::test]
+async fn without_a_client_ca_no_authentication_config_map_is_published() {
+    let server = builder().build().await.expect("server");
+    let (status, _) = settled(
+        &server,
+        "/api/v1/namespaces/kube-system/configmaps/kube-apiserver-legacy-service-account-token-tracking",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(
+        &server,
+        Method::GET,
+        "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

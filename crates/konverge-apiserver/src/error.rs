@@ -20,27 +20,54 @@ pub struct Cause {
     pub field: String,
 }
 
+/// A bad value as kube's field errors print it: strings quoted, a `[]string` with Go's `%#v`,
+/// other values as JSON.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(items) if items.iter().all(Value::is_string) => format!(
+            "[]string{{{}}}",
+            items
+                .iter()
+                .map(|i| format!("{:?}", i.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
 impl Cause {
     /// A `FieldValueInvalid` cause: `field: Invalid value: "v": message`.
     pub fn invalid(field: impl Into<String>, value: &Value, detail: impl AsRef<str>) -> Self {
-        let field = field.into();
-        let shown = match value {
-            Value::String(s) => format!("{s:?}"),
-            // Go prints a []string value with %#v.
-            Value::Array(items) if items.iter().all(Value::is_string) => format!(
-                "[]string{{{}}}",
-                items
-                    .iter()
-                    .map(|i| format!("{:?}", i.as_str().unwrap_or_default()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            other => other.to_string(),
-        };
         Cause {
             reason: "FieldValueInvalid".into(),
-            message: format!("Invalid value: {shown}: {}", detail.as_ref()),
-            field,
+            message: format!("Invalid value: {}: {}", shown(value), detail.as_ref()),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueNotSupported` cause:
+    /// `field: Unsupported value: "v": supported values: "a", "b"`.
+    pub fn not_supported(field: impl Into<String>, value: &Value, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+        Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                shown(value),
+                list.join(", ")
+            ),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueTooLong` cause: `field: Too long: may not be more than N bytes`.
+    pub fn too_long(field: impl Into<String>, max: usize) -> Self {
+        Cause {
+            reason: "FieldValueTooLong".into(),
+            message: format!("Too long: may not be more than {max} bytes"),
+            field: field.into(),
         }
     }
 
@@ -49,6 +76,15 @@ impl Cause {
         Cause {
             reason: "FieldValueRequired".into(),
             message: "Required value".into(),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueRequired` cause that says why: `field: Required value: detail`.
+    pub fn required_because(field: impl Into<String>, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueRequired".into(),
+            message: format!("Required value: {detail}"),
             field: field.into(),
         }
     }

@@ -97,6 +97,7 @@ pub struct ApiServerBuilder {
     compaction_interval: std::time::Duration,
     watch_cache: registry::WatchCacheConfig,
     root_ca: Option<String>,
+    client_ca: Option<String>,
     service_account_key: Option<Vec<u8>>,
     authorization: AuthorizationMode,
     observer: Option<auth::authz::Observer>,
@@ -177,6 +178,14 @@ impl ApiServerBuilder {
     /// `kube-root-ca.crt` ConfigMap, as kube-controller-manager does.
     pub fn root_ca(mut self, pem: impl Into<String>) -> Self {
         self.root_ca = Some(pem.into());
+        self
+    }
+
+    /// The PEM of the CAs whose client certificates the server accepts (`--client-ca-file`);
+    /// published in `kube-system` as the `extension-apiserver-authentication` ConfigMap's
+    /// `client-ca-file`, where aggregated API servers read it.
+    pub fn client_ca(mut self, pem: impl Into<String>) -> Self {
+        self.client_ca = Some(pem.into());
         self
     }
 
@@ -399,6 +408,10 @@ impl ApiServerBuilder {
                 )
             })?;
         server.background(controllers::crd::run(server.registry.clone()));
+        server.background(controllers::kube_system::run(
+            server.registry.clone(),
+            controllers::kube_system::Settings::for_this_host(self.client_ca.clone()),
+        ));
         server.background(controllers::compaction::run(
             server.registry.store().clone(),
             self.compaction_interval,
@@ -449,6 +462,7 @@ impl ApiServer {
             compaction_interval: std::time::Duration::from_secs(300),
             watch_cache: registry::WatchCacheConfig::default(),
             root_ca: None,
+            client_ca: None,
             service_account_key: None,
             authorization: AuthorizationMode::AlwaysAllow,
             observer: None,

@@ -10,6 +10,7 @@
 //! `follow=true` answers the log as it is and ends the response (a real kubelet keeps the
 //! stream open for lines still to come; a simulated container writes none later).
 
+use konverge_apimachinery::query::parse_bool;
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Cause, Result, Target};
@@ -52,24 +53,9 @@ pub(crate) struct LogOptions {
     pub(crate) stream: Option<String>,
 }
 
-/// Go's `strconv.ParseBool`, with its error as the parameter decoder reports it.
-fn parse_bool(value: &str) -> Result<bool> {
-    match value {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        other => Err(ApiError::bad_request(format!(
-            "strconv.ParseBool: parsing {other:?}: invalid syntax"
-        ))),
-    }
-}
-
-/// Go's `strconv.ParseInt`, likewise.
+/// Go's `strconv.ParseInt`, with its error as the parameter decoder reports it.
 fn parse_int(value: &str) -> Result<i64> {
-    value.parse::<i64>().map_err(|_| {
-        ApiError::bad_request(format!(
-            "strconv.ParseInt: parsing {value:?}: invalid syntax"
-        ))
-    })
+    konverge_apimachinery::query::strconv_parse_int(value).map_err(ApiError::bad_request)
 }
 
 /// An RFC 3339 time (`metav1.Time` in a query), likewise.
@@ -88,17 +74,24 @@ impl LogOptions {
         let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?;
         let mut opts = LogOptions::default();
+        let mut seen = std::collections::BTreeSet::new();
         for (key, value) in pairs {
-            if value.is_empty() {
+            // The first value of a parameter counts, as kube's parameter codec reads it. An
+            // empty integer does not parse, an empty boolean is true; an empty string or
+            // time is as good as none.
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            if value.is_empty() && matches!(key.as_str(), "container" | "sinceTime" | "stream") {
                 continue;
             }
             match key.as_str() {
                 "container" => opts.container = Some(value),
-                "follow" => opts.follow = parse_bool(&value)?,
-                "previous" => opts.previous = parse_bool(&value)?,
-                "timestamps" => opts.timestamps = parse_bool(&value)?,
+                "follow" => opts.follow = parse_bool(&value),
+                "previous" => opts.previous = parse_bool(&value),
+                "timestamps" => opts.timestamps = parse_bool(&value),
                 "insecureSkipTLSVerifyBackend" => {
-                    opts.insecure_skip_tls_verify_backend = parse_bool(&value)?
+                    opts.insecure_skip_tls_verify_backend = parse_bool(&value)
                 }
                 "sinceSeconds" => opts.since_seconds = Some(parse_int(&value)?),
                 "tailLines" => opts.tail_lines = Some(parse_int(&value)?),

@@ -155,14 +155,28 @@ async fn configmap_crud(t: TestServer) {
 
     let listed = api.list(&ListParams::default()).await.expect("list");
     assert_eq!(listed.items.len(), 1);
+    // Across namespaces: this one, and those kube-apiserver keeps in kube-system.
     let all: Api<ConfigMap> = Api::all(t.client.clone());
+    let names: Vec<String> = all
+        .list(&ListParams::default())
+        .await
+        .expect("list all")
+        .items
+        .iter()
+        .map(|c| {
+            format!(
+                "{}/{}",
+                kube::ResourceExt::namespace(c).unwrap_or_default(),
+                kube::ResourceExt::name_any(c)
+            )
+        })
+        .collect();
     assert_eq!(
-        all.list(&ListParams::default())
-            .await
-            .expect("list all")
-            .items
-            .len(),
-        1
+        names,
+        [
+            "default/app",
+            "kube-system/kube-apiserver-legacy-service-account-token-tracking"
+        ]
     );
 
     let deleted = api

@@ -1451,11 +1451,37 @@ async fn health_checks_are_named_and_timeouts_checked() {
     assert_eq!(text("/readyz").await, (200, "ok".to_string()));
     let (code, verbose) = text("/readyz?verbose").await;
     assert_eq!(code, 200);
+    // kube-apiserver 1.33's checks and post-start hooks, in its order, less those konverge
+    // has no counterpart for (flow control, the aggregator's proxy and OpenAPI controllers,
+    // the service IP repair controllers, CRD APIService registration).
     let lines: Vec<&str> = verbose.lines().collect();
-    assert_eq!(lines[0], "[+]ping ok");
-    assert!(lines.contains(&"[+]etcd ok"));
-    assert!(lines.contains(&"[+]poststarthook/rbac/bootstrap-roles ok"));
-    assert_eq!(lines.last(), Some(&"readyz check passed"));
+    assert_eq!(
+        lines,
+        [
+            "[+]ping ok",
+            "[+]log ok",
+            "[+]etcd ok",
+            "[+]etcd-readiness ok",
+            "[+]informer-sync ok",
+            "[+]poststarthook/start-kube-apiserver-admission-initializer ok",
+            "[+]poststarthook/storage-object-count-tracker-hook ok",
+            "[+]poststarthook/start-apiextensions-informers ok",
+            "[+]poststarthook/start-apiextensions-controllers ok",
+            "[+]poststarthook/crd-informer-synced ok",
+            "[+]poststarthook/start-system-namespaces-controller ok",
+            "[+]poststarthook/start-cluster-authentication-info-controller ok",
+            "[+]poststarthook/start-kube-apiserver-identity-lease-controller ok",
+            "[+]poststarthook/start-kube-apiserver-identity-lease-garbage-collector ok",
+            "[+]poststarthook/start-legacy-token-tracking-controller ok",
+            "[+]poststarthook/rbac/bootstrap-roles ok",
+            "[+]poststarthook/scheduling/bootstrap-system-priority-classes ok",
+            "[+]poststarthook/bootstrap-controller ok",
+            "[+]poststarthook/apiservice-status-local-available-controller ok",
+            "[+]poststarthook/apiservice-registration-controller ok",
+            "[+]shutdown ok",
+            "readyz check passed",
+        ]
+    );
     let (_, excluded) = text("/livez?verbose&exclude=etcd").await;
     assert!(excluded.contains("[+]etcd excluded: ok"), "{excluded}");
     assert!(excluded.ends_with("livez check passed\n"));
@@ -2379,4 +2405,183 @@ async fn objects_carry_the_empty_fields_go_writes() {
             assert!(created.get(field).is_some(), "{path}: {field} missing");
         }
     }
+}
+
+/// Query options are read as kube's parameter codec reads them (integers with
+/// `strconv.ParseInt`, an empty one included) and validated as kube-apiserver validates each
+/// kind of options: every problem at once, in a 422 naming `ListOptions`, `CreateOptions`,
+/// `UpdateOptions`, `PatchOptions` or `DeleteOptions`.
+#[tokio::test]
+async fn query_options_are_read_and_validated_as_kube_apiserver_does() {
+    let t = TestServer::start(Backend::Memory).await;
+    let refused = |code: u16, status: &Value| {
+        (
+            code,
+            status["reason"].as_str().unwrap_or_default().to_string(),
+            status["message"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    let bad = |message: &str| (400, "BadRequest".to_string(), message.to_string());
+    let invalid = |message: &str| (422, "Invalid".to_string(), message.to_string());
+    let list = "/api/v1/namespaces/default/configmaps";
+    for (query, expected) in [
+        (
+            "limit=ten",
+            bad(r#"strconv.ParseInt: parsing "ten": invalid syntax"#),
+        ),
+        (
+            "limit=",
+            bad(r#"strconv.ParseInt: parsing "": invalid syntax"#),
+        ),
+        (
+            "watch=1&timeoutSeconds=soon",
+            bad(r#"strconv.ParseInt: parsing "soon": invalid syntax"#),
+        ),
+        (
+            "resourceVersionMatch=Exact&sendInitialEvents=false",
+            invalid(
+                r#"ListOptions.meta.k8s.io "" is invalid: [resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided, sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list]"#,
+            ),
+        ),
+        (
+            "resourceVersion=0&resourceVersionMatch=Exact",
+            invalid(
+                r#"ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0""#,
+            ),
+        ),
+        (
+            "resourceVersion=1&resourceVersionMatch=Newest",
+            invalid(
+                r#"ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Unsupported value: "Newest": supported values: "Exact", "NotOlderThan", """#,
+            ),
+        ),
+        (
+            "watch=true&resourceVersionMatch=NotOlderThan",
+            invalid(
+                r#"ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"#,
+            ),
+        ),
+    ] {
+        let (code, status) = t.call("GET", &format!("{list}?{query}"), Value::Null).await;
+        assert_eq!(refused(code, &status), expected, "{query}");
+    }
+    // A limit of zero or less is no limit.
+    let (code, _) = t
+        .call("GET", &format!("{list}?limit=-1"), Value::Null)
+        .await;
+    assert_eq!(code, 200);
+
+    let config_map =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    let (code, status) = t
+        .call(
+            "POST",
+            &format!("{list}?fieldManager=a%09b&dryRun=Some&fieldValidation=Loud"),
+            config_map("options"),
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"CreateOptions.meta.k8s.io "" is invalid: [fieldManager: Invalid value: "a\tb": invalid character U+0009 (at position 1), dryRun: Unsupported value: []string{"Some"}: supported values: "All", fieldValidation: Unsupported value: "Loud": supported values: "", "Ignore", "Strict", "Warn"]"#
+        )
+    );
+    assert_eq!(
+        status["details"]["causes"][1],
+        json!({"reason": "FieldValueNotSupported", "message": "Unsupported value: []string{\"Some\"}: supported values: \"All\"", "field": "dryRun"})
+    );
+    let long = "m".repeat(129);
+    let (code, status) = t
+        .call(
+            "POST",
+            &format!("{list}?fieldManager={long}"),
+            config_map("options"),
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"CreateOptions.meta.k8s.io "" is invalid: fieldManager: Too long: may not be more than 128 bytes"#
+        )
+    );
+    // Every dryRun value must be All; then it is a dry run.
+    let (code, _) = t
+        .call(
+            "POST",
+            &format!("{list}?dryRun=All&dryRun=All"),
+            config_map("dry"),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let (code, _) = t.call("GET", &format!("{list}/dry"), Value::Null).await;
+    assert_eq!(code, 404, "a dry run stores nothing");
+
+    let (code, created) = t.call("POST", list, config_map("options")).await;
+    assert_eq!(code, 201, "{created}");
+    let one = format!("{list}/options");
+    let (code, status) = t
+        .call(
+            "PUT",
+            &format!("{one}?fieldValidation=strict"),
+            created.clone(),
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"UpdateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "strict": supported values: "", "Ignore", "Strict", "Warn""#
+        )
+    );
+    let (code, status) = t
+        .raw(
+            "PATCH",
+            &format!("{one}?force=true&dryRun="),
+            Some("application/merge-patch+json"),
+            json!({"data": {"a": "b"}}).to_string(),
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"PatchOptions.meta.k8s.io "" is invalid: [force: Forbidden: may not be specified for non-apply patch, dryRun: Unsupported value: []string{""}: supported values: "All"]"#
+        )
+    );
+
+    let (code, status) = t
+        .call(
+            "DELETE",
+            &format!("{one}?propagationPolicy=Eventually"),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "Eventually": supported values: "Foreground", "Background", "Orphan", "nil""#
+        )
+    );
+    let (code, status) = t
+        .call(
+            "DELETE",
+            &one,
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "orphanDependents": false, "propagationPolicy": "Background"}),
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Invalid value: "Background": orphanDependents and deletionPropagation cannot be both set"#
+        )
+    );
+    // With a body, the query's options are not read: this delete is not a dry run.
+    let (code, _) = t
+        .call(
+            "DELETE",
+            &format!("{one}?dryRun=All"),
+            json!({"kind": "DeleteOptions", "apiVersion": "v1"}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (code, _) = t.call("GET", &one, Value::Null).await;
+    assert_eq!(code, 404, "deleted");
 }

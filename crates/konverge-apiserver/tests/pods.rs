@@ -801,8 +801,8 @@ async fn log_requests_are_refused_as_kube_apiserver_refuses_them() {
             r#"strconv.ParseInt: parsing "ten": invalid syntax"#,
         ),
         (
-            "follow=yes",
-            r#"strconv.ParseBool: parsing "yes": invalid syntax"#,
+            "limitBytes=",
+            r#"strconv.ParseInt: parsing "": invalid syntax"#,
         ),
         (
             "container=nginx",
@@ -815,6 +815,12 @@ async fn log_requests_are_refused_as_kube_apiserver_refuses_them() {
             (400, Some("BadRequest".into()), Some(message.into())),
             "{query}"
         );
+    }
+    // Booleans are read as kube's parameter codec reads them: only `0` and `false` (in any
+    // case) are false, so `follow=yes` and `timestamps=True` are taken, not refused.
+    for query in ["follow=yes", "timestamps=True", "previous=0&follow=FALSE"] {
+        let (code, _) = t.call("GET", &path(query), Value::Null).await;
+        assert_eq!(code, 200, "{query}");
     }
     // A pod that is not there.
     let (code, status) = t

@@ -358,6 +358,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .disable_admission_plugins(args.disable_admission_plugins.iter().cloned())
         .bearer_token(credentials.token.clone())
         .root_ca(credentials.ca_pem.clone())
+        .client_ca(credentials.ca_pem.clone())
         .service_account_key(credentials.service_account_key.clone())
         .authorization(match args.authorization_mode {
             Authorization::Rbac => AuthorizationMode::Rbac,

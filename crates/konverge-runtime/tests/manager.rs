@@ -62,7 +62,7 @@ async fn metrics_healthz_and_readyz_on_one_port() {
     let mut manager = Manager::new(env.client()).health_listener(listener);
     manager.add(
         Controller::new(
-            Api::<ConfigMap>::all(env.client()),
+            Api::<ConfigMap>::namespaced(env.client(), "default"),
             watcher::Config::default(),
         )
         .named("recorder"),
@@ -91,7 +91,7 @@ async fn metrics_healthz_and_readyz_on_one_port() {
         r#"workqueue_depth{controller="recorder",name="recorder"} 0"#,
         r#"workqueue_queue_duration_seconds_count{controller="recorder",name="recorder"} 1"#,
         r#"workqueue_work_duration_seconds_count{controller="recorder",name="recorder"} 1"#,
-        r#"konverge_cache_objects{resource="/api/v1/configmaps"} 1"#,
+        r#"konverge_cache_objects{resource="/api/v1/namespaces/default/configmaps"} 1"#,
         r#"controller_runtime_reconcile_errors_total{controller="recorder"} 0"#,
         r#"controller_runtime_reconcile_panics_total{controller="recorder"} 0"#,
         r#"controller_runtime_reconcile_total{controller="recorder",result="error"} 0"#,

@@ -162,7 +162,7 @@ async fn controllers_reading_the_same_resource_share_one_watch() {
     for name in ["one", "two", "three"] {
         manager.add(
             Controller::new(
-                Api::<ConfigMap>::all(env.client()),
+                Api::<ConfigMap>::namespaced(env.client(), "default"),
                 watcher::Config::default(),
             )
             .named(name),
@@ -171,7 +171,7 @@ async fn controllers_reading_the_same_resource_share_one_watch() {
         );
     }
     let store = manager.store(
-        Api::<ConfigMap>::all(env.client()),
+        Api::<ConfigMap>::namespaced(env.client(), "default"),
         watcher::Config::default(),
     );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -205,7 +205,7 @@ async fn metadata_only_watch_for_cheap_triggers() {
     let mut big = cm("big");
     big.data = Some([("payload".to_string(), "x".repeat(10_000))].into());
     api.create(&PostParams::default(), &big).await.unwrap();
-    let meta: Api<PartialObjectMeta<ConfigMap>> = Api::all(env.client());
+    let meta: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(env.client(), "default");
     let mut stream = Box::pin(watcher::watcher(meta, watcher::Config::default()));
     let mut seen = Vec::new();
     while seen.len() < 4 {

@@ -913,17 +913,17 @@ impl Invariants {
     /// **Ordered**: children were created in the order of `resources` (qualified plurals,
     /// dependencies first): among the objects one controller owner created, none of a
     /// resource came before the first of every resource listed ahead of it that it has.
+    /// Objects without a controller owner (what the cluster itself keeps, such as the
+    /// `kubernetes` Service or kube-apiserver's ConfigMaps in `kube-system`) are not compared.
     pub fn ordered(&self, resources: &[&str]) -> Result<(), Violation> {
         let state = self.shared.state();
-        let mut by_owner: BTreeMap<Option<&str>, Vec<&Change>> = BTreeMap::new();
+        let mut by_owner: BTreeMap<&str, Vec<&Change>> = BTreeMap::new();
         for change in &state.history {
             if change.kind == ChangeKind::Added
                 && resources.contains(&change.object.resource.as_str())
+                && let Some(owner) = change.owner.as_deref()
             {
-                by_owner
-                    .entry(change.owner.as_deref())
-                    .or_default()
-                    .push(change);
+                by_owner.entry(owner).or_default().push(change);
             }
         }
         for (owner, mut created) in by_owner {
@@ -944,7 +944,7 @@ impl Invariants {
                     return Err(Violation::OutOfOrder {
                         created: change.object.clone(),
                         dependency: missing.to_string(),
-                        owner: owner.map(str::to_string),
+                        owner: Some(owner.to_string()),
                     });
                 }
                 seen.insert(change.object.resource.as_str());

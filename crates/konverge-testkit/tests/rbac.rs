@@ -600,8 +600,10 @@ subjects: [{kind: ServiceAccount, name: annotator, namespace: ops}]
     );
     let _running = manager.spawn();
     let mut report = env.permissions("ops", "annotator").await;
+    // The denied patch may come before the controller's watch has started: wait for both.
     for _ in 0..200 {
-        if !report.denied.is_empty() {
+        let watching = report.used.iter().any(|u| u.rule.verbs[0] == "watch");
+        if !report.denied.is_empty() && watching {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

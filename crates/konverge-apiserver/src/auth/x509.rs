@@ -500,7 +500,7 @@ fn random_serial() -> [u8; 16] {
 }
 
 /// `der` as a PEM block of `label`, 64 characters a line.
-fn pem(label: &str, der: &[u8]) -> String {
+pub(crate) fn pem(label: &str, der: &[u8]) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for line in encoded.as_bytes().chunks(64) {

@@ -5,7 +5,9 @@
 //! ResourceQuota usage ([`quota`], with its own watch) and the type checking of
 //! ValidatingAdmissionPolicies ([`policy_status`]). And kube-apiserver's own, which always
 //! run: store compaction ([`compaction`]), the definition controller ([`crd`]), which serves
-//! custom resources, and the objects a new cluster starts with ([`bootstrap`]).
+//! custom resources, the objects a new cluster starts with ([`bootstrap`]) and those the
+//! server keeps in `kube-system` ([`kube_system`]: its identity Lease, the authentication
+//! ConfigMap aggregated servers read).
 //!
 //! Both read one [`ClusterIndex`]: a small, ordered summary of every stored object (its uid,
 //! owners, finalizers and whether it is being deleted), kept current by a single watch on the
@@ -18,6 +20,7 @@ pub mod compaction;
 pub mod crd;
 mod decode;
 pub mod gc;
+pub mod kube_system;
 pub mod namespace_defaults;
 pub mod namespaces;
 pub mod policy_status;

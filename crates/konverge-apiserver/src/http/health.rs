@@ -7,15 +7,23 @@ use http::{HeaderValue, StatusCode, header};
 use crate::ApiServer;
 use crate::error::{ApiError, Result};
 
-/// The start-up work the server has done once it serves (kube-apiserver's post-start hooks
-/// that have a counterpart here).
-const POST_START_HOOKS: [&str; 7] = [
+/// The start-up work the server has done once it serves: kube-apiserver's post-start hooks
+/// that have a counterpart here, in the order kube-apiserver 1.33 lists them.
+const POST_START_HOOKS: [&str; 15] = [
+    "poststarthook/start-kube-apiserver-admission-initializer",
+    "poststarthook/storage-object-count-tracker-hook",
+    "poststarthook/start-apiextensions-informers",
     "poststarthook/start-apiextensions-controllers",
     "poststarthook/crd-informer-synced",
     "poststarthook/start-system-namespaces-controller",
-    "poststarthook/bootstrap-controller",
+    "poststarthook/start-cluster-authentication-info-controller",
+    "poststarthook/start-kube-apiserver-identity-lease-controller",
+    "poststarthook/start-kube-apiserver-identity-lease-garbage-collector",
+    "poststarthook/start-legacy-token-tracking-controller",
     "poststarthook/rbac/bootstrap-roles",
     "poststarthook/scheduling/bootstrap-system-priority-classes",
+    "poststarthook/bootstrap-controller",
+    "poststarthook/apiservice-status-local-available-controller",
     "poststarthook/apiservice-registration-controller",
 ];
 

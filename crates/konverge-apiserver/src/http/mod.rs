@@ -864,7 +864,7 @@ async fn resource(
             let body = request::body(req).await?;
             let decoded = request::decode_object_strict(&body)?;
             let obj = decoded.value;
-            let mut opts = query.write_options()?;
+            let mut opts = query.update_options()?;
             opts.body_strict_errors = decoded.strict_errors;
             opts.body_field_order = decoded.order;
             opts.field_manager.get_or_insert(user_agent_manager);
@@ -885,14 +885,9 @@ async fn resource(
                 .unwrap_or("")
                 .to_string();
             let body = request::body(req).await?;
-            let mut opts = query.write_options()?;
             let patch = crate::http::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
             let is_apply = matches!(patch, crate::http::patch::Patch::Apply(..));
-            crate::registry::apply::check_patch_options(
-                is_apply,
-                opts.field_manager.as_deref(),
-                query.force,
-            )?;
+            let mut opts = query.patch_options(is_apply)?;
             if opts.field_manager.is_none() {
                 opts.field_manager = Some(user_agent_manager);
             }

@@ -1,6 +1,6 @@
 //! Reading a request: query options, the `Accept` header, and the body.
 
-use konverge_apimachinery::query::parse_bool;
+use konverge_apimachinery::query::{parse_bool, strconv_parse_int};
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -10,7 +10,7 @@ use konverge_apimachinery::decoding::{self, Decoded};
 use konverge_apimachinery::selector::{FieldSelector, LabelSelector};
 use serde_json::Value;
 
-use crate::error::{ApiError, Result};
+use crate::error::{ApiError, Cause, Result};
 use crate::http::table::IncludeObject;
 use crate::registry::{
     DeleteOptions, FieldValidation, ListOptions, Propagation, ResourceVersionMatch, WatchOptions,
@@ -273,25 +273,20 @@ impl Query {
             }
             None => None,
         };
-        let limit = match self.limit.as_deref().filter(|l| !l.is_empty()) {
-            Some(l) => Some(
-                l.parse::<i64>()
-                    .map_err(|_| ApiError::bad_request(format!("invalid limit: {l:?}")))?,
-            )
-            .filter(|l| *l > 0)
-            .map(|l| l as u64),
+        // A limit of 0 or less is no limit; an empty one does not parse (`strconv.ParseInt`).
+        let limit = match self.limit.as_deref() {
+            Some(l) => Some(int_param(l)?).filter(|l| *l > 0).map(|l| l as u64),
             None => None,
         };
         let resource_version_match = match self.resource_version_match.as_deref() {
             None | Some("") => None,
             Some("NotOlderThan") => Some(ResourceVersionMatch::NotOlderThan),
             Some("Exact") => Some(ResourceVersionMatch::Exact),
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "unsupported resourceVersionMatch {other:?}: supported values are \"Exact\" and \"NotOlderThan\""
-                )));
-            }
+            Some(_) => None,
         };
+        if !self.watch {
+            self.check_list_options()?;
+        }
         let _ = rt;
         Ok(ListOptions {
             label_selector,
@@ -303,12 +298,101 @@ impl Query {
         })
     }
 
+    /// kube's `ValidateListOptions` for a list: every problem, as a 422 `ListOptions`.
+    fn check_list_options(&self) -> Result<()> {
+        let mut causes = Vec::new();
+        let rv = self.resource_version.as_deref().unwrap_or("");
+        if let Some(m) = self
+            .resource_version_match
+            .as_deref()
+            .filter(|m| !m.is_empty())
+        {
+            let field = "resourceVersionMatch";
+            if rv.is_empty() {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if self.continue_token.is_some() {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if m != "Exact" && m != "NotOlderThan" {
+                causes.push(Cause::not_supported(
+                    field,
+                    &Value::from(m),
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if m == "Exact" && rv == "0" {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if self.send_initial_events.is_some() {
+            causes.push(Cause::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", causes))
+        }
+    }
+
+    /// kube's `ValidateListOptions` for a watch (as a 422 `ListOptions`): a
+    /// `resourceVersionMatch` only with `sendInitialEvents`, and only `NotOlderThan`.
+    fn check_watch_options(&self) -> Result<()> {
+        let mut causes = Vec::new();
+        let field = "resourceVersionMatch";
+        let m = self.resource_version_match.as_deref().unwrap_or("");
+        if self.send_initial_events.is_some() && m != "NotOlderThan" {
+            causes.push(Cause::forbidden(
+                field,
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !m.is_empty() {
+            if self.send_initial_events.is_none() {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if m != "NotOlderThan" {
+                causes.push(Cause::not_supported(
+                    field,
+                    &Value::from(m),
+                    &["NotOlderThan"],
+                ));
+            }
+            if self.continue_token.is_some() {
+                causes.push(Cause::forbidden(
+                    field,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", causes))
+        }
+    }
+
     pub(crate) fn watch_options(&self, rt: &ResourceType) -> Result<WatchOptions> {
+        self.check_watch_options()?;
         let list = self.list_options(rt)?;
-        let timeout = match self.timeout_seconds.as_deref().filter(|t| !t.is_empty()) {
-            Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
-                ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}"))
-            })?)),
+        // A negative timeout ends the watch at once, as kube's timer does.
+        let timeout = match self.timeout_seconds.as_deref() {
+            Some(t) => Some(Duration::from_secs(int_param(t)?.max(0).unsigned_abs())),
             None => None,
         };
         Ok(WatchOptions {
@@ -320,70 +404,166 @@ impl Query {
         })
     }
 
-    fn dry_run(&self) -> Result<bool> {
-        match self.dry_run.as_slice() {
-            [] => Ok(false),
-            [v] if v == "All" => Ok(true),
-            other => Err(ApiError::bad_request(format!(
-                "invalid dry run value {other:?}: only \"All\" is supported"
-            ))),
+    /// Whether the request is a dry run (every `dryRun` value `All`), and kube's
+    /// `ValidateDryRun` causes when a value is not.
+    fn dry_run(&self, causes: &mut Vec<Cause>) -> bool {
+        if self.dry_run.iter().any(|v| v != "All") {
+            causes.push(Cause::not_supported(
+                "dryRun",
+                &Value::from(self.dry_run.clone()),
+                &["All"],
+            ));
         }
+        !self.dry_run.is_empty()
     }
 
+    /// The options of a create (`CreateOptions`; also what the subresources that create
+    /// read), validated as kube validates them.
     pub(crate) fn write_options(&self) -> Result<WriteOptions> {
+        self.checked_write_options("CreateOptions", Vec::new())
+    }
+
+    /// The options of an update (`UpdateOptions`).
+    pub(crate) fn update_options(&self) -> Result<WriteOptions> {
+        self.checked_write_options("UpdateOptions", Vec::new())
+    }
+
+    /// The options of a patch (`PatchOptions`): `force` only for apply, which needs a
+    /// `fieldManager`.
+    pub(crate) fn patch_options(&self, apply: bool) -> Result<WriteOptions> {
+        let mut causes = Vec::new();
+        if !apply && self.force.is_some() {
+            causes.push(Cause::forbidden(
+                "force",
+                "may not be specified for non-apply patch",
+            ));
+        }
+        if apply && self.field_manager.as_deref().is_none_or(str::is_empty) {
+            causes.push(Cause::required_because(
+                "fieldManager",
+                "is required for apply patch",
+            ));
+        }
+        self.checked_write_options("PatchOptions", causes)
+    }
+
+    /// kube's validation of a write's options (`fieldManager`, `dryRun`,
+    /// `fieldValidation`, after `first`), every problem at once in a 422 `kind`.
+    fn checked_write_options(&self, kind: &str, mut causes: Vec<Cause>) -> Result<WriteOptions> {
+        let manager = self.field_manager.as_deref().unwrap_or("");
+        if manager.len() > 128 {
+            causes.push(Cause::too_long("fieldManager", 128));
+        }
+        for (i, c) in manager.char_indices() {
+            if !is_go_printable(c) {
+                causes.push(Cause::invalid(
+                    "fieldManager",
+                    &Value::from(manager),
+                    format!("invalid character {} (at position {i})", go_unicode(c)),
+                ));
+            }
+        }
+        let dry_run = self.dry_run(&mut causes);
         let field_validation = match self.field_validation.as_deref() {
             None | Some("") | Some("Warn") => FieldValidation::Warn,
             Some("Strict") => FieldValidation::Strict,
             Some("Ignore") => FieldValidation::Ignore,
             Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {other:?}"
-                )));
+                causes.push(Cause::not_supported(
+                    "fieldValidation",
+                    &Value::from(other),
+                    &["", "Ignore", "Strict", "Warn"],
+                ));
+                FieldValidation::Warn
             }
         };
-        if let Some(manager) = &self.field_manager
-            && manager.chars().count() > 128
-        {
-            return Err(ApiError::bad_request(
-                "fieldManager must be 128 characters or fewer",
-            ));
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(kind, "meta.k8s.io", "", causes));
         }
         Ok(WriteOptions {
-            dry_run: self.dry_run()?,
+            dry_run,
             field_validation,
             field_manager: self.field_manager.clone().filter(|m| !m.is_empty()),
             ..WriteOptions::default()
         })
     }
 
-    /// Delete options from the query and from a `DeleteOptions` body (the body wins).
+    /// Delete options: from a `DeleteOptions` body when there is one (the query is then not
+    /// read, as kube-apiserver's delete handler reads one or the other), else from the
+    /// query; validated as kube validates them (a 422 `DeleteOptions`).
     pub(crate) fn delete_options(&self, body: &Body) -> Result<DeleteOptions> {
-        let mut opts = DeleteOptions {
-            dry_run: self.dry_run()?,
-            propagation: parse_propagation(self.propagation_policy.as_deref())?,
-            grace_period_seconds: match self.grace_period_seconds.as_deref() {
-                None | Some("") => None,
-                Some(text) => Some(text.parse::<i64>().map_err(|_| {
-                    ApiError::bad_request(format!(
-                        "strconv.ParseInt: parsing {text:?}: invalid syntax"
-                    ))
-                })?),
-            },
-            ..DeleteOptions::default()
-        };
-        if body.is_empty() {
+        let mut opts = DeleteOptions::default();
+        if !body.is_empty() {
+            apply_delete_options(&mut opts, &decode_object(body)?)?;
             return Ok(opts);
         }
-        apply_delete_options(&mut opts, &decode_object(body)?)?;
-        Ok(opts)
+        let mut causes = Vec::new();
+        opts.dry_run = self.dry_run(&mut causes);
+        if let Some(text) = self.grace_period_seconds.as_deref() {
+            opts.grace_period_seconds = Some(int_param(text)?);
+        }
+        match parse_propagation(self.propagation_policy.as_deref()) {
+            Ok(policy) => opts.propagation = policy,
+            Err(cause) => causes.insert(0, cause),
+        }
+        if causes.is_empty() {
+            Ok(opts)
+        } else {
+            Err(ApiError::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                causes,
+            ))
+        }
+    }
+}
+
+/// An integer query parameter, read as kube's parameter codec reads it.
+fn int_param(text: &str) -> Result<i64> {
+    strconv_parse_int(text).map_err(ApiError::bad_request)
+}
+
+/// Whether Go's `unicode.IsPrint` holds for `c`: letters, marks, numbers, punctuation,
+/// symbols and the ASCII space (no other space, no control or format character).
+fn is_go_printable(c: char) -> bool {
+    c == ' ' || !(c.is_control() || c.is_whitespace() || is_format(c))
+}
+
+/// Unicode's format characters (category Cf) that can appear in text.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}' | '\u{600}'..='\u{605}' | '\u{61c}' | '\u{6dd}' | '\u{70f}' | '\u{180e}'
+            | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0001}' | '\u{e0020}'..='\u{e007f}'
+    )
+}
+
+/// A character as Go's `%#U` prints it: `U+0009`, or `U+00E9 'é'` when printable.
+fn go_unicode(c: char) -> String {
+    let code = format!("U+{:04X}", u32::from(c));
+    if is_go_printable(c) {
+        format!("{code} '{c}'")
+    } else {
+        code
     }
 }
 
 /// Takes what a `DeleteOptions` object (a DELETE's body, an Eviction's `deleteOptions`) sets
 /// into `opts`.
 pub(crate) fn apply_delete_options(opts: &mut DeleteOptions, body: &Value) -> Result<()> {
+    let invalid = |causes| ApiError::invalid("DeleteOptions", "meta.k8s.io", "", causes);
     if let Some(policy) = body.get("propagationPolicy").and_then(Value::as_str) {
-        opts.propagation = parse_propagation(Some(policy))?;
+        if body.get("orphanDependents").is_some_and(|o| !o.is_null()) {
+            return Err(invalid(vec![Cause::invalid(
+                "propagationPolicy",
+                &Value::from(policy),
+                "orphanDependents and deletionPropagation cannot be both set",
+            )]));
+        }
+        opts.propagation = parse_propagation(Some(policy)).map_err(|c| invalid(vec![c]))?;
     }
     if body.get("orphanDependents") == Some(&Value::Bool(true)) && opts.propagation.is_none() {
         opts.propagation = Some(Propagation::Orphan);
@@ -413,15 +593,17 @@ pub(crate) fn apply_delete_options(opts: &mut DeleteOptions, body: &Value) -> Re
     Ok(())
 }
 
-fn parse_propagation(policy: Option<&str>) -> Result<Option<Propagation>> {
+fn parse_propagation(policy: Option<&str>) -> std::result::Result<Option<Propagation>, Cause> {
     match policy {
-        None | Some("") => Ok(None),
+        None => Ok(None),
         Some("Background") => Ok(Some(Propagation::Background)),
         Some("Foreground") => Ok(Some(Propagation::Foreground)),
         Some("Orphan") => Ok(Some(Propagation::Orphan)),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-        ))),
+        Some(other) => Err(Cause::not_supported(
+            "propagationPolicy",
+            &Value::from(other),
+            &["Foreground", "Background", "Orphan", "nil"],
+        )),
     }
 }
 

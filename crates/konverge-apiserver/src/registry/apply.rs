@@ -16,7 +16,7 @@ use konverge_apimachinery::ssa;
 use serde_json::{Value, json};
 
 use super::managed::{apply_error, request, shape};
-use crate::error::{ApiError, Cause, Reason, Result};
+use crate::error::{ApiError, Reason, Result};
 use crate::registry::{Registry, WriteOptions, Written};
 use crate::resources::ResourceType;
 
@@ -57,29 +57,6 @@ pub fn check_config_duplicates(
         super::FieldValidation::Warn => Ok(super::yaml_warnings(strict_errors.to_vec())),
         super::FieldValidation::Ignore => Ok(Vec::new()),
     }
-}
-
-/// The validation kube-apiserver does of `PatchOptions` before any patch.
-pub fn check_patch_options(
-    is_apply: bool,
-    manager: Option<&str>,
-    force: Option<bool>,
-) -> Result<()> {
-    let invalid = |cause: Cause| ApiError::invalid("PatchOptions", "meta.k8s.io", "", vec![cause]);
-    if is_apply && manager.is_none_or(str::is_empty) {
-        return Err(invalid(Cause {
-            reason: "FieldValueRequired".into(),
-            message: "Required value: is required for apply patch".into(),
-            field: "fieldManager".into(),
-        }));
-    }
-    if !is_apply && force.is_some() {
-        return Err(invalid(Cause::forbidden(
-            "force",
-            "may not be specified for non-apply patch",
-        )));
-    }
-    Ok(())
 }
 
 /// What of an applied configuration a write through `subresource` may change: the status

@@ -93,6 +93,7 @@ async fn start(args: &ClusterArgs) -> anyhow::Result<Cluster> {
     let server = ApiServer::builder(store)
         .bearer_token(credentials.token.clone())
         .root_ca(credentials.ca_pem.clone())
+        .client_ca(credentials.ca_pem.clone())
         .service_account_key(credentials.service_account_key.clone())
         .authorization(AuthorizationMode::Rbac)
         .build()

@@ -539,6 +539,9 @@ async fn run(flags: Flags, settings: Settings) -> anyhow::Result<()> {
     if let Some(audit) = audit {
         builder = builder.audit(audit);
     }
+    if let Some(client_ca) = &client_ca {
+        builder = builder.client_ca(client_ca.clone());
+    }
     let server = builder
         .control_loops(false)
         // kube-apiserver has no admin token: a random one nobody is given leaves requests

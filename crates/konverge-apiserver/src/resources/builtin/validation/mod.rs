@@ -44,23 +44,11 @@ fn required(field: impl Into<String>) -> Cause {
 }
 
 fn required_because(field: impl Into<String>, detail: &str) -> Cause {
-    cause(
-        "FieldValueRequired",
-        field,
-        format!("Required value: {detail}"),
-    )
+    Cause::required_because(field, detail)
 }
 
 fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Cause {
-    let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
-    cause(
-        "FieldValueNotSupported",
-        field,
-        format!(
-            "Unsupported value: {value:?}: supported values: {}",
-            list.join(", ")
-        ),
-    )
+    Cause::not_supported(field, &Value::from(value), supported)
 }
 
 fn duplicate(field: impl Into<String>, value: &Value) -> Cause {
@@ -76,11 +64,7 @@ fn duplicate(field: impl Into<String>, value: &Value) -> Cause {
 }
 
 fn too_long(field: impl Into<String>, max: usize) -> Cause {
-    cause(
-        "FieldValueTooLong",
-        field,
-        format!("Too long: may not be more than {max} bytes"),
-    )
+    Cause::too_long(field, max)
 }
 
 fn not_found(field: impl Into<String>, value: &str) -> Cause {
