@@ -1041,3 +1041,107 @@ async fn kubectl_explain_openapi_v2() {
     })
     .await;
 }
+
+/// A custom resource's schema in v2 is what apiextensions-apiserver publishes there: only
+/// `type: object` when its root keeps unknown fields; otherwise without junctors, without
+/// the types of nullable and open values, and without the properties of open objects.
+/// v3 keeps the schemas as the definitions give them.
+#[test]
+fn custom_resources_in_v2_are_published_as_kube_apiserver_publishes_them() {
+    use konverge_apiserver::resources::crd;
+    let catalog = Catalog::builtin();
+    let definition = |kind: &str, plural: &str, schema: Value| {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.example.com")},
+            "spec": {
+                "group": "example.com",
+                "scope": "Namespaced",
+                "names": {
+                    "plural": plural,
+                    "singular": kind.to_lowercase(),
+                    "kind": kind,
+                    "listKind": format!("{kind}List"),
+                },
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": schema},
+                }],
+            },
+        })
+    };
+    let open = definition(
+        "Open",
+        "opens",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    );
+    let shaped = definition(
+        "Shaped",
+        "shapeds",
+        json!({
+            "type": "object",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "required": ["size", "note"],
+                    "properties": {
+                        "size": {"type": "integer", "minimum": 1},
+                        "note": {"type": "string", "nullable": true},
+                        "free": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {"a": {"type": "string"}},
+                        },
+                        "choice": {"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "^b"}]},
+                        "anything": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "x-kubernetes-preserve-unknown-fields": true,
+                        },
+                    },
+                },
+            },
+        }),
+    );
+    for rt in crd::served_types(&open)
+        .into_iter()
+        .chain(crd::served_types(&shaped))
+    {
+        catalog.insert(rt);
+    }
+    let v2 = openapi::v2_document(&catalog);
+    assert_eq!(
+        v2["definitions"]["com.example.v1.Open"],
+        json!({
+            "type": "object",
+            "x-kubernetes-group-version-kind": [{"group": "example.com", "kind": "Open", "version": "v1"}],
+        })
+    );
+    let doc = openapi::document(&catalog, "apis/example.com/v1").expect("example.com/v1");
+    assert_eq!(
+        doc["components"]["schemas"]["com.example.v1.Open"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    let shaped = &v2["definitions"]["com.example.v1.Shaped"];
+    assert_eq!(
+        shaped["properties"]["metadata"]["$ref"],
+        "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+    );
+    let spec = &shaped["properties"]["spec"];
+    assert_eq!(spec["required"], json!(["size"]));
+    assert_eq!(
+        spec["properties"]["size"],
+        json!({"type": "integer", "minimum": 1})
+    );
+    assert_eq!(spec["properties"]["note"], json!({}));
+    assert_eq!(
+        spec["properties"]["free"],
+        json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+    assert_eq!(spec["properties"]["choice"], json!({"type": "string"}));
+    assert_eq!(
+        spec["properties"]["anything"],
+        json!({"x-kubernetes-preserve-unknown-fields": true})
+    );
+}

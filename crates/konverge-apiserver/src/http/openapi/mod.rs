@@ -82,6 +82,8 @@ pub struct Snapshot {
     index_value: Value,
     index: Served,
     documents: BTreeMap<String, GroupVersionDocument>,
+    /// The definition names of custom resources' kinds (whose v2 schemas differ).
+    custom: std::collections::BTreeSet<String>,
     v2: OnceLock<V2Document>,
 }
 
@@ -112,6 +114,7 @@ impl Snapshot {
             let value = v2::document(
                 self.documents.values().map(|d| &d.value),
                 &kubernetes_version(),
+                &self.custom,
             );
             let json = served(serde_json::to_vec(&value).unwrap_or_default());
             let protobuf = served(proto::encode(&value));
@@ -201,6 +204,11 @@ fn build(resources: Vec<Arc<ResourceType>>) -> Snapshot {
             .push(rt);
     }
     let served_gvs: Vec<(String, String)> = by_gv.keys().cloned().collect();
+    let custom = by_gv
+        .values()
+        .flatten()
+        .filter_map(|rt| schemas::custom_definition_name(rt))
+        .collect();
     let mut documents = BTreeMap::new();
     let mut index = Map::new();
     for ((group, version), rts) in &by_gv {
@@ -219,6 +227,7 @@ fn build(resources: Vec<Arc<ResourceType>>) -> Snapshot {
         index_value,
         index,
         documents,
+        custom,
         v2: OnceLock::new(),
     }
 }

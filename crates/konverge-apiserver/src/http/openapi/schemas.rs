@@ -92,9 +92,16 @@ pub(crate) fn reference(name: &str) -> Value {
     json!({ "$ref": format!("{REF_PREFIX}{name}") })
 }
 
+/// The definition name of a custom resource's kind (one that `k8s-openapi` has no type for
+/// and a definition serves), or `None` for built-in kinds.
+pub(crate) fn custom_definition_name(rt: &ResourceType) -> Option<String> {
+    (rt.custom.is_some() && kinds::lookup(&rt.group, &rt.version, &rt.kind).is_none())
+        .then(|| untyped_definition_name(rt))
+}
+
 /// The definition name of a kind `k8s-openapi` has no type for: Kubernetes names custom
 /// resources' schemas after the reversed group (`com.example.stable.v1.CronTab`).
-fn custom_definition_name(rt: &ResourceType) -> String {
+fn untyped_definition_name(rt: &ResourceType) -> String {
     let mut parts: Vec<&str> = rt.group.split('.').filter(|p| !p.is_empty()).collect();
     parts.reverse();
     parts.push(&rt.version);
@@ -301,7 +308,7 @@ pub(crate) fn build(resources: &[Arc<ResourceType>], served: &[(String, String)]
         let kind = match typed_name {
             Some(name) => name,
             None => {
-                let name = custom_definition_name(rt);
+                let name = untyped_definition_name(rt);
                 let schema = match rt.custom.as_ref().and_then(|c| c.schema.as_ref()) {
                     Some(schema) => custom_kind_schema(schema, &object_meta),
                     None => untyped_kind_schema(&object_meta),

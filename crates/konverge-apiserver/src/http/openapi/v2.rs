@@ -7,6 +7,8 @@
 //! `#/definitions/`, a described reference goes back from `allOf` to a `$ref` with siblings
 //! (how Kubernetes' v2 document writes it, and the only form kube-openapi's v2 parser follows),
 //! request bodies become `body` parameters, and media types become `consumes`/`produces`.
+//! Custom resources' schemas are first made what kube-apiserver publishes in v2 for them
+//! ([`custom_resource`]).
 
 use std::collections::BTreeSet;
 
@@ -192,8 +194,112 @@ fn path_item(item: &Value) -> Value {
     Value::Object(out)
 }
 
-/// The v2 document of the v3 group-version documents `documents`.
-pub(crate) fn document<'a>(documents: impl IntoIterator<Item = &'a Value>, version: &str) -> Value {
+/// A custom resource's v3 schema as apiextensions-apiserver publishes it in v2: a schema
+/// whose root keeps unknown fields is only `type: object` (kubectl would take its properties
+/// for the only ones allowed); otherwise `ToStructuralOpenAPIV2`'s rules hold at every level
+/// (see [`structural_v2`]).
+fn custom_resource(v3: &Value) -> Value {
+    if v3.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+        let mut open = json!({"type": "object"});
+        if let Some(gvk) = v3.get("x-kubernetes-group-version-kind") {
+            open["x-kubernetes-group-version-kind"] = gvk.clone();
+        }
+        return open;
+    }
+    let mut out = v3.clone();
+    structural_v2(&mut out);
+    out
+}
+
+/// apiextensions' `ToStructuralOpenAPIV2` on one level of a schema, then its properties,
+/// items and additional properties: no `allOf`, `oneOf`, `anyOf` or `not` (a described
+/// reference, `allOf` of one `$ref`, is not a value validation and stays); a nullable value
+/// loses its type, items and properties (and is no longer required by its parent); a value
+/// that keeps unknown fields loses its items and properties, and its type if `object`; an
+/// array without items loses its type.
+fn structural_v2(s: &mut Value) {
+    let Some(map) = s.as_object_mut() else {
+        return;
+    };
+    for junctor in ["oneOf", "anyOf", "not"] {
+        map.remove(junctor);
+    }
+    let described_reference = map
+        .get("allOf")
+        .and_then(Value::as_array)
+        .is_some_and(|all| matches!(all.as_slice(), [only] if only.get("$ref").is_some()));
+    if !described_reference {
+        map.remove("allOf");
+    }
+    if map.get("nullable") == Some(&Value::Bool(true)) {
+        for key in ["type", "items", "properties", "nullable"] {
+            map.remove(key);
+        }
+    }
+    if map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+        map.remove("items");
+        map.remove("properties");
+    }
+    if !map.contains_key("items") && map.get("type").and_then(Value::as_str) == Some("array") {
+        map.remove("type");
+    }
+    if map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
+        && map.get("type").and_then(Value::as_str) == Some("object")
+    {
+        map.remove("type");
+    }
+    let nullable_properties: Vec<String> = map
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .filter(|(_, p)| p.get("nullable") == Some(&Value::Bool(true)))
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(Value::Array(required)) = map.get_mut("required") {
+        required.retain(|r| {
+            !r.as_str()
+                .is_some_and(|r| nullable_properties.iter().any(|n| n == r))
+        });
+    }
+    if map
+        .get("additionalProperties")
+        .and_then(|a| a.get("nullable"))
+        == Some(&Value::Bool(true))
+    {
+        map.remove("required");
+    }
+    if map
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        map.remove("required");
+    }
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        props.values_mut().for_each(structural_v2);
+    }
+    if let Some(items) = map.get_mut("items") {
+        structural_v2(items);
+    }
+    if let Some(additional) = map
+        .get_mut("additionalProperties")
+        .filter(|a| a.is_object())
+    {
+        structural_v2(additional);
+    }
+}
+
+/// The v2 document of the v3 group-version documents `documents`, in which the definitions
+/// named in `custom` are custom resources' schemas.
+pub(crate) fn document<'a>(
+    documents: impl IntoIterator<Item = &'a Value>,
+    version: &str,
+    custom: &BTreeSet<String>,
+) -> Value {
     let mut paths = Map::new();
     let mut definitions = Map::new();
     for doc in documents {
@@ -207,9 +313,13 @@ pub(crate) fn document<'a>(documents: impl IntoIterator<Item = &'a Value>, versi
             .and_then(Value::as_object)
         {
             for (name, value) in schemas {
-                definitions
-                    .entry(name.clone())
-                    .or_insert_with(|| schema(value));
+                definitions.entry(name.clone()).or_insert_with(|| {
+                    if custom.contains(name) {
+                        schema(&custom_resource(value))
+                    } else {
+                        schema(value)
+                    }
+                });
             }
         }
     }
