@@ -737,7 +737,7 @@ async fn resource(
                 &rt,
                 kubelet,
                 req.uri().query().unwrap_or(""),
-            );
+            )?;
             crate::registry::subresources::admit_connect(
                 registry,
                 &rt,

@@ -424,22 +424,25 @@ fn still_processing(name: &str) -> ApiError {
 
 /// The options object a connect request (`exec`, `attach`, `portforward`, `proxy`) carries
 /// in its query, as admission sees it: `PodExecOptions`, `PodAttachOptions`,
-/// `PodPortForwardOptions`, or the kind's `…ProxyOptions`.
-pub fn connect_options(rt: &ResourceType, subresource: &str, query: &str) -> Value {
+/// `PodPortForwardOptions`, or the kind's `…ProxyOptions`. Read as kube's parameter codec
+/// reads them: a boolean's first value (only `0` and `false` in any case are false), every
+/// `command`, and `ports` as comma-separated 16-bit numbers (a 400 when one is not).
+pub fn connect_options(rt: &ResourceType, subresource: &str, query: &str) -> Result<Value> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).unwrap_or_default();
-    let flag = |key: &str| {
+    let one = |key: &str| {
         pairs
             .iter()
-            .any(|(k, v)| k == key && matches!(v.as_str(), "true" | "1"))
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     };
-    let all = |key: &str| -> Vec<Value> {
+    let flag = |key: &str| one(key).is_some_and(konverge_apimachinery::query::parse_bool);
+    let all = |key: &str| -> Vec<&str> {
         pairs
             .iter()
             .filter(|(k, _)| k == key)
-            .map(|(_, v)| json!(v))
+            .map(|(_, v)| v.as_str())
             .collect()
     };
-    let one = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| json!(v));
     let mut options = match subresource {
         "exec" | "attach" => {
             let mut o = json!({
@@ -452,7 +455,7 @@ pub fn connect_options(rt: &ResourceType, subresource: &str, query: &str) -> Val
                 }
             }
             if let Some(container) = one("container") {
-                o["container"] = container;
+                o["container"] = json!(container);
             }
             if subresource == "exec" {
                 o["command"] = json!(all("command"));
@@ -460,10 +463,21 @@ pub fn connect_options(rt: &ResourceType, subresource: &str, query: &str) -> Val
             o
         }
         "portforward" => {
-            let ports: Vec<Value> = all("ports")
-                .into_iter()
-                .filter_map(|p| p.as_str()?.parse::<i64>().ok().map(|n| json!(n)))
-                .collect();
+            let mut ports = Vec::new();
+            for port in all("ports").into_iter().flat_map(|p| p.split(',')) {
+                // Go's ParseUint takes no sign; Rust's parse would take a `+`.
+                let digits = if port.starts_with('+') { "" } else { port };
+                let number = digits.parse::<u16>().map_err(|e| {
+                    let reason = match e.kind() {
+                        std::num::IntErrorKind::PosOverflow => "value out of range",
+                        _ => "invalid syntax",
+                    };
+                    ApiError::bad_request(format!(
+                        "cannot convert to []int32: strconv.ParseUint: parsing {port:?}: {reason}"
+                    ))
+                })?;
+                ports.push(json!(number));
+            }
             let mut o = json!({"kind": "PodPortForwardOptions", "apiVersion": "v1"});
             if !ports.is_empty() {
                 o["ports"] = json!(ports);
@@ -482,9 +496,9 @@ pub fn connect_options(rt: &ResourceType, subresource: &str, query: &str) -> Val
     if subresource == "proxy"
         && let Some(path) = one("path")
     {
-        options["path"] = path;
+        options["path"] = json!(path);
     }
-    options
+    Ok(options)
 }
 
 /// Admission of a connect request (kube-apiserver admits it before it connects): mutating,
@@ -714,4 +728,52 @@ pub async fn token_request(
     request["spec"]["expirationSeconds"] = json!(seconds);
     request["status"] = json!({"token": token, "expirationTimestamp": expires});
     Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods() -> std::sync::Arc<ResourceType> {
+        crate::resources::Catalog::builtin()
+            .get("", "v1", "pods")
+            .expect("pods")
+    }
+
+    #[test]
+    fn connect_options_are_read_as_kubes_parameter_codec_reads_them() {
+        // What the Python client's stream() sends: Python's True.
+        let exec = connect_options(
+            &pods(),
+            "exec",
+            "command=sh&command=-c&stdin=True&stdout=false&stderr=yes&tty=0&tty=1&container=c",
+        )
+        .expect("options");
+        assert_eq!(
+            exec,
+            json!({
+                "kind": "PodExecOptions", "apiVersion": "v1",
+                "stdin": true, "stderr": true, "container": "c", "command": ["sh", "-c"],
+            })
+        );
+        let forward =
+            connect_options(&pods(), "portforward", "ports=80,443&ports=8080").expect("options");
+        assert_eq!(forward["ports"], json!([80, 443, 8080]));
+        for (ports, message) in [
+            (
+                "ports=http",
+                r#"cannot convert to []int32: strconv.ParseUint: parsing "http": invalid syntax"#,
+            ),
+            (
+                "ports=70000",
+                r#"cannot convert to []int32: strconv.ParseUint: parsing "70000": value out of range"#,
+            ),
+        ] {
+            let err = connect_options(&pods(), "portforward", ports).expect_err(ports);
+            assert_eq!(
+                (err.reason, err.message.as_str()),
+                (Reason::BadRequest, message)
+            );
+        }
+    }
 }
