@@ -24,7 +24,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, Wat
 
 use super::compare::{Contender, Results, Verb, alternate};
 use super::load::{Stats, ms, phase};
-use super::up::{rss_mib, start_standalone, start_standalone_with};
+use super::up::{cpu_time, rss_mib, start_standalone, start_standalone_with};
 
 #[derive(clap::Args)]
 pub(crate) struct ApiArgs {
@@ -57,7 +57,9 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
         .unwrap_or(if args.quick { 2_000 } else { 10_000 });
     let payload = "x".repeat(1024);
 
-    // In-process readiness: build the server over a memory store, 50 times.
+    // In-process readiness: build the server over a memory store, 50 times. Each is stopped
+    // before the next is built, as a test's server is when the test ends: the loops of
+    // servers still running would compete with the build being timed.
     let mut in_process = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();
@@ -67,6 +69,7 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
                 .await?;
         let _router = server.router();
         in_process.push(t.elapsed());
+        server.stop();
     }
     in_process.sort_unstable();
     let in_process_median = in_process[in_process.len() / 2];
@@ -100,9 +103,12 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
     let server = start_standalone(dir.path()).await?;
     let api: Api<ConfigMap> = Api::namespaced(server.client.clone(), "default");
     let mut rows: Vec<(String, usize, Stats)> = Vec::new();
+    // The server's CPU time per create, at each client count (its controllers included).
+    let mut create_cpu: Vec<(usize, Duration)> = Vec::new();
     for clients in [1usize, 32] {
         let a = api.clone();
         let p = payload.clone();
+        let cpu_before = cpu_time(server.pid);
         let create = phase(clients, seconds, move |c, n| {
             let a = a.clone();
             let obj = cm(&format!("c{clients}-{c}-{n}"), &p);
@@ -112,6 +118,9 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
             }
         })
         .await?;
+        if let (Some(before), Some(after)) = (cpu_before, cpu_time(server.pid)) {
+            create_cpu.push((clients, (after - before) / create.ops.max(1) as u32));
+        }
         // Every client created at least this many: gets and updates stay within them.
         let created_per_client = create.min_per_client.max(1);
         rows.push(("create".into(), clients, create));
@@ -277,6 +286,12 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
             ms(s.p99)
         );
     }
+    for (clients, cpu) in &create_cpu {
+        println!(
+            "server CPU per create at {clients} clients: {:.3} ms (konverge up's user and system time over the phase / creates)",
+            ms(*cpu)
+        );
+    }
     println!("watch: {watchers} watchers x {writes} creates: {watch_rate:.0} events/s delivered");
     println!(
         "list of {list_size} ConfigMaps (1 KiB each): median {:.1} ms, best {:.1} ms",
@@ -329,6 +344,12 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
             for (clients, rate) in &anchor.put_rates {
                 println!("  etcd put 1 KiB at {clients} clients: {rate:.0} ops/s");
             }
+            for (clients, cpu) in &anchor.put_cpu {
+                println!(
+                    "  etcd CPU per put at {clients} clients: {:.3} ms",
+                    ms(*cpu)
+                );
+            }
             println!();
             println!(
                 "konverge up/etcd ready time ratio: {:.2}",
@@ -344,6 +365,14 @@ pub(crate) async fn run(args: ApiArgs) -> anyhow::Result<()> {
                     println!(
                         "konverge create (HTTPS, kube::Client)/etcd put ratio at {clients} clients: {:.2}",
                         s.rate() / rate
+                    );
+                }
+            }
+            for (clients, put) in &anchor.put_cpu {
+                if let Some((_, create)) = create_cpu.iter().find(|(c, _)| c == clients) {
+                    println!(
+                        "konverge CPU per create/etcd CPU per put at {clients} clients: {:.2}",
+                        create.as_secs_f64() / put.as_secs_f64().max(f64::MIN_POSITIVE)
                     );
                 }
             }
@@ -453,6 +482,8 @@ struct Anchor {
     ready: Duration,
     rss: f64,
     put_rates: Vec<(usize, f64)>,
+    /// etcd's CPU time per put, at each client count.
+    put_cpu: Vec<(usize, Duration)>,
 }
 
 #[cfg(feature = "etcd")]
@@ -466,7 +497,7 @@ mod etcd {
     use konverge_store_etcd::testing::EtcdServer;
 
     use super::Anchor;
-    use crate::bench::up::rss_mib;
+    use crate::bench::up::{cpu_time, rss_mib};
 
     pub(super) async fn measure(
         skip: bool,
@@ -490,7 +521,9 @@ mod etcd {
         );
         let value = Bytes::from(payload.to_string());
         let mut put_rates = Vec::new();
+        let mut put_cpu = Vec::new();
         for clients in [1usize, 32] {
+            let cpu_before = server.pid().and_then(cpu_time);
             let stats = super::phase(clients, seconds, {
                 let store = store.clone();
                 let value = value.clone();
@@ -512,6 +545,9 @@ mod etcd {
             })
             .await
             .map_err(|e| e.to_string())?;
+            if let (Some(before), Some(after)) = (cpu_before, server.pid().and_then(cpu_time)) {
+                put_cpu.push((clients, (after - before) / stats.ops.max(1) as u32));
+            }
             put_rates.push((clients, stats.rate()));
         }
         Ok(Anchor {
@@ -522,6 +558,7 @@ mod etcd {
             ready,
             rss,
             put_rates,
+            put_cpu,
         })
     }
 }

@@ -13,6 +13,18 @@ pub(crate) fn rss_mib(pid: u32) -> Option<f64> {
     proc_status_mib(pid, "VmRSS:")
 }
 
+/// The CPU time (user and system, every thread) process `pid` has used so far, from
+/// `/proc/<pid>/stat` (in clock ticks of 10 ms).
+pub(crate) fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces), from the state on.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    // utime and stime are the 14th and 15th fields; the state, the 3rd, is index 0 here.
+    let total = ticks(11)? + ticks(12)?;
+    Some(Duration::from_millis(total * 10))
+}
+
 /// A `kB` line of `/proc/<pid>/status`, in MiB.
 fn proc_status_mib(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
