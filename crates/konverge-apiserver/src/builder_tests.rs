@@ -964,3 +964,82 @@ async fn without_a_client_ca_no_authentication_config_map_is_published() {
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(start_paused = true)]
+async fn custom_groups_get_apiservices_as_kube_apiserver_registers_them() {
+    let server = builder().build().await.expect("server");
+    let definition = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [
+                {"name": "v1", "served": true, "storage": true,
+                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                {"name": "v2alpha1", "served": false, "storage": false,
+                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+            ],
+        },
+    });
+    let definitions = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (status, body) = call(&server, Method::POST, definitions, Some(definition)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let services = "/apis/apiregistration.k8s.io/v1/apiservices";
+    let v1 = format!("{services}/v1.example.com");
+    let (status, service) = settled(&server, &v1).await;
+    assert_eq!(status, StatusCode::OK, "{service}");
+    assert_eq!(
+        service["metadata"]["labels"],
+        json!({"kube-aggregator.kubernetes.io/automanaged": "true"})
+    );
+    assert_eq!(
+        service["spec"],
+        json!({"group": "example.com", "version": "v1", "groupPriorityMinimum": 1000, "versionPriority": 100})
+    );
+    assert_eq!(service["status"]["conditions"][0]["reason"], "Local");
+    // A version not served has none.
+    let (status, _) = settled(&server, &format!("{services}/v2alpha1.example.com")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Changed or deleted by someone else, it is put back.
+    let mut changed = service.clone();
+    changed["spec"]["versionPriority"] = json!(7);
+    let (status, _) = call(&server, Method::PUT, &v1, Some(changed)).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (_, restored) = settled(&server, &v1).await;
+    assert_eq!(restored["spec"]["versionPriority"], 100);
+    let (status, _) = call(&server, Method::DELETE, &v1, None).await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let (status, _) = settled(&server, &v1).await;
+    assert_eq!(status, StatusCode::OK, "recreated");
+    // A built-in group's APIService (registered at start) is left as it is.
+    let (status, apps) = settled(&server, &format!("{services}/v1.apps")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        apps["metadata"]["labels"]["kube-aggregator.kubernetes.io/automanaged"],
+        "onstart"
+    );
+
+    // Once no definition serves the group-version, its APIService goes.
+    let (status, _) = call(
+        &server,
+        Method::DELETE,
+        &format!("{definitions}/widgets.example.com"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut gone = StatusCode::OK;
+    for _ in 0..100 {
+        gone = settled(&server, &v1).await.0;
+        if gone == StatusCode::NOT_FOUND {
+            break;
+        }
+    }
+    assert_eq!(gone, StatusCode::NOT_FOUND);
+}

@@ -1453,7 +1453,7 @@ async fn health_checks_are_named_and_timeouts_checked() {
     assert_eq!(code, 200);
     // kube-apiserver 1.33's checks and post-start hooks, in its order, less those konverge
     // has no counterpart for (flow control, the aggregator's proxy and OpenAPI controllers,
-    // the service IP repair controllers, CRD APIService registration).
+    // the service IP repair controllers).
     let lines: Vec<&str> = verbose.lines().collect();
     assert_eq!(
         lines,
@@ -1478,6 +1478,8 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]poststarthook/bootstrap-controller ok",
             "[+]poststarthook/apiservice-status-local-available-controller ok",
             "[+]poststarthook/apiservice-registration-controller ok",
+            "[+]poststarthook/kube-apiserver-autoregistration ok",
+            "[+]autoregister-completion ok",
             "[+]shutdown ok",
             "readyz check passed",
         ]

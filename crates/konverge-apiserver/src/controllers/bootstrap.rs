@@ -183,6 +183,14 @@ pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Whether `group`/`version` is one of kube-apiserver's own group-versions (served or not),
+/// whose APIService is registered at start, never for a custom resource.
+pub(crate) fn is_builtin_group_version(group: &str, version: &str) -> bool {
+    API_SERVICE_PRIORITIES
+        .iter()
+        .any(|(g, v, _, _)| *g == group && *v == version)
+}
+
 /// The APIService of a group-version served by this server itself.
 fn api_service(group: &str, version: &str, group_priority: i64, version_priority: i64) -> Value {
     json!({

@@ -28,6 +28,9 @@ use crate::resources::crd::{self, CLEANUP_FINALIZER};
 /// have been removed since).
 const RESYNC: Duration = Duration::from_millis(500);
 
+/// How often the custom groups' APIServices are looked at without a definition changing.
+const API_SERVICE_RESYNC: Duration = Duration::from_secs(10);
+
 /// The field manager of the controller's status writes.
 const MANAGER: &str = "kube-apiserver";
 
@@ -98,11 +101,17 @@ async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
     let mut watch = store
         .watch(WatchRequest::new(range).from_revision(listed.revision + 1))
         .await?;
+    super::api_services::sync(registry).await;
     let mut resync = tokio::time::interval(RESYNC);
+    // The first tick is now: the pass above was the first.
+    let mut api_services = tokio::time::interval(API_SERVICE_RESYNC);
+    api_services.tick().await;
     loop {
         tokio::select! {
             message = watch.recv() => match message {
                 Some(Ok(WatchResponse::Events(events))) => {
+                    // The definitions' groups' APIServices follow each batch of changes.
+                    let changed = !events.is_empty();
                     for event in events {
                         match event.kind {
                             EventKind::Put => {
@@ -118,11 +127,16 @@ async fn run_once(registry: &Registry) -> Result<(), konverge_store::Error> {
                             }
                         }
                     }
+                    if changed {
+                        super::api_services::sync(registry).await;
+                    }
                 }
                 Some(Ok(WatchResponse::Progress(_))) => {}
                 Some(Err(konverge_store::Error::Closed)) | None => return Ok(()),
                 Some(Err(err)) => return Err(err),
             },
+            // APIServices changed or deleted by someone else are put back.
+            _ = api_services.tick() => super::api_services::sync(registry).await,
             _ = resync.tick(), if !terminating.is_empty() => {
                 let Some(rt) = definitions(registry) else { continue };
                 for name in terminating.clone() {

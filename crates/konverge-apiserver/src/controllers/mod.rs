@@ -5,7 +5,7 @@
 //! ResourceQuota usage ([`quota`], with its own watch) and the type checking of
 //! ValidatingAdmissionPolicies ([`policy_status`]). And kube-apiserver's own, which always
 //! run: store compaction ([`compaction`]), the definition controller ([`crd`]), which serves
-//! custom resources, the objects a new cluster starts with ([`bootstrap`]) and those the
+//! custom resources and registers their groups' APIServices ([`api_services`]), the objects a new cluster starts with ([`bootstrap`]) and those the
 //! server keeps in `kube-system` ([`kube_system`]: its identity Lease, the authentication
 //! ConfigMap aggregated servers read).
 //!
@@ -15,6 +15,7 @@
 //! writes follow the same rules as any client's.
 
 pub mod aggregation;
+pub mod api_services;
 pub mod bootstrap;
 pub mod compaction;
 pub mod crd;

@@ -8,8 +8,9 @@ use crate::ApiServer;
 use crate::error::{ApiError, Result};
 
 /// The start-up work the server has done once it serves: kube-apiserver's post-start hooks
-/// that have a counterpart here, in the order kube-apiserver 1.33 lists them.
-const POST_START_HOOKS: [&str; 15] = [
+/// that have a counterpart here, and its boot check `autoregister-completion`, in the order
+/// kube-apiserver 1.33 lists them.
+const POST_START_HOOKS: [&str; 17] = [
     "poststarthook/start-kube-apiserver-admission-initializer",
     "poststarthook/storage-object-count-tracker-hook",
     "poststarthook/start-apiextensions-informers",
@@ -25,6 +26,8 @@ const POST_START_HOOKS: [&str; 15] = [
     "poststarthook/bootstrap-controller",
     "poststarthook/apiservice-status-local-available-controller",
     "poststarthook/apiservice-registration-controller",
+    "poststarthook/kube-apiserver-autoregistration",
+    "autoregister-completion",
 ];
 
 /// The checks of an endpoint, in the order kube-apiserver lists them.
