@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::error::Reason;
 use crate::registry::{DeleteOptions, ListOptions, Registry, WriteOptions};
 use crate::resources::crd;
 
@@ -109,7 +108,7 @@ pub async fn sync(registry: &Registry) {
                     .map(|_| ())
             }
         };
-        report(result, name);
+        super::report_write(result, &format!("APIService {name}"));
     }
     for (name, service) in &current {
         if managed(service) && !wanted.contains_key(*name) {
@@ -117,22 +116,7 @@ pub async fn sync(registry: &Registry) {
                 .delete(&services, None, name, &DeleteOptions::default())
                 .await
                 .map(|_| ());
-            report(deleted, name);
-        }
-    }
-}
-
-fn report(result: Result<(), crate::error::ApiError>, name: &str) {
-    match result {
-        Ok(()) => {}
-        // Changed meanwhile: the next pass looks again.
-        Err(e)
-            if matches!(
-                e.reason,
-                Reason::Conflict | Reason::AlreadyExists | Reason::NotFound
-            ) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, apiservice = name, "keeping a custom group's APIService failed")
+            super::report_write(deleted, &format!("APIService {name}"));
         }
     }
 }

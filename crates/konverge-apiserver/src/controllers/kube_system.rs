@@ -408,21 +408,7 @@ async fn sync_authentication(
             .await
             .map(|_| ()),
     };
-    report(written, AUTHENTICATION_CONFIG_MAP);
-}
-
-/// Logs a ConfigMap write that failed for a reason other than a race: one changed, created
-/// or deleted meanwhile has its event bring the next sync.
-fn report(written: Result<(), ApiError>, name: &str) {
-    match written {
-        Ok(()) => {}
-        Err(e)
-            if matches!(
-                e.reason,
-                Reason::Conflict | Reason::AlreadyExists | Reason::NotFound
-            ) => {}
-        Err(e) => tracing::warn!(error = %e, "writing {name} failed"),
-    }
+    super::report_write(written, AUTHENTICATION_CONFIG_MAP);
 }
 
 /// The legacy token tracking ConfigMap's controller: creates it with today's date (at most
@@ -493,7 +479,7 @@ impl TokenTracking {
             }
             Err(e) => Err(e),
         };
-        report(written, TOKEN_TRACKING_CONFIG_MAP);
+        super::report_write(written, TOKEN_TRACKING_CONFIG_MAP);
     }
 }
 

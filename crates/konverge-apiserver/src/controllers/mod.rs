@@ -417,6 +417,21 @@ fn node_of(resolver: &mut Resolver, registry: &Registry, key: &str, value: &[u8]
     })
 }
 
+/// Logs a control loop's write that failed for a reason other than a race: an object
+/// changed, created or deleted meanwhile is looked at again at the loop's next pass.
+fn report_write(result: Result<(), crate::error::ApiError>, what: &str) {
+    use crate::error::Reason;
+    match result {
+        Ok(()) => {}
+        Err(e)
+            if matches!(
+                e.reason,
+                Reason::Conflict | Reason::AlreadyExists | Reason::NotFound
+            ) => {}
+        Err(e) => tracing::warn!(error = %e, "writing {what} failed"),
+    }
+}
+
 /// How long the loops wait after a change before acting, so a burst of changes is one pass.
 const SETTLE: Duration = Duration::from_millis(20);
 /// How often the loops look at everything again, even without changes: an action may have
