@@ -234,15 +234,27 @@ fn everyday_kubectl_commands() {
     assert_eq!(containers, ["sidecar", "nginx"]);
     let mut replaced = d.clone();
     replaced["spec"]["replicas"] = 1.into();
-    // Without a resourceVersion, an unconditional update (the deployment controller writes
-    // the status meanwhile, so the version just read may be stale already).
+    // Without a resourceVersion in the file, kubectl reads the object's current version and
+    // sends that; the deployment controller writes the status meanwhile, so even that version
+    // may be stale by the time the update arrives, as on a cluster. A user tries again.
     let mut unconditional = replaced.clone();
     unconditional["metadata"]
         .as_object_mut()
         .expect("metadata")
         .remove("resourceVersion");
     let unconditional_path = write(dir, "replace.json", &unconditional.to_string());
-    up.ok(&["replace", "-f", &unconditional_path]);
+    let mut attempts = 0;
+    loop {
+        let (code, out, err) = up.run(&["replace", "-f", &unconditional_path], None);
+        if code == Some(0) {
+            break;
+        }
+        attempts += 1;
+        assert!(
+            attempts < 20 && err.contains("the object has been modified"),
+            "kubectl replace failed ({code:?}) after {attempts} attempts:\n{err}\n{out}"
+        );
+    }
     assert_eq!(
         up.json(&["get", "deployment", "web"])["spec"]["replicas"],
         1
