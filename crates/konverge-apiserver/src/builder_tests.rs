@@ -1043,3 +1043,92 @@ async fn custom_groups_get_apiservices_as_kube_apiserver_registers_them() {
     }
     assert_eq!(gone, StatusCode::NOT_FOUND);
 }
+
+// -------------------------------------------------------------------------------------------
+// Bootstrap objects prepared once per process.
+
+/// Every stored bootstrap object of the fixed kinds, by key, without what differs per
+/// server (uid, creation time, managed fields' time).
+async fn fixed_bootstrap_objects(store: &Arc<dyn KvStore>) -> Vec<(String, Value)> {
+    let listed = store
+        .range(konverge_store::RangeRequest::new(
+            konverge_store::KeyRange::prefix(bytes::Bytes::from_static(b"/registry/")),
+        ))
+        .await
+        .expect("range");
+    let mut objects = Vec::new();
+    for kv in listed.kvs {
+        let key = String::from_utf8(kv.key.to_vec()).expect("key");
+        let fixed = [
+            "/registry/rbac.authorization.k8s.io/",
+            "/registry/scheduling.k8s.io/priorityclasses/",
+            "/registry/apiregistration.k8s.io/apiservices/",
+        ];
+        if !fixed.iter().any(|prefix| key.starts_with(prefix)) {
+            continue;
+        }
+        let mut object: Value = serde_json::from_slice(&kv.value).expect("stored JSON");
+        let metadata = object["metadata"].as_object_mut().expect("metadata");
+        let uid = metadata.remove("uid").expect("uid");
+        let uid = uid.as_str().expect("a uid");
+        assert!(uuid::Uuid::parse_str(uid).is_ok(), "{key}: {uid}");
+        let created = metadata.remove("creationTimestamp").expect("creation time");
+        let created = created.as_str().expect("a time");
+        assert!(
+            created.parse::<jiff::Timestamp>().is_ok(),
+            "{key}: {created}"
+        );
+        for entry in metadata["managedFields"]
+            .as_array_mut()
+            .expect("managed fields")
+        {
+            let time = entry.as_object_mut().expect("entry").remove("time");
+            let time = time.as_ref().and_then(Value::as_str).expect("a time");
+            assert!(time.parse::<jiff::Timestamp>().is_ok(), "{key}: {time}");
+        }
+        objects.push((key, object));
+    }
+    objects
+}
+
+#[tokio::test]
+async fn every_new_store_gets_the_bootstrap_objects_the_create_path_makes() {
+    // The first new store of the process may prepare them, the second uses what was
+    // prepared; a store written to before goes the create path, object by object.
+    let stores: Vec<Arc<dyn KvStore>> = vec![
+        Arc::new(MemStore::new()),
+        Arc::new(MemStore::new()),
+        Arc::new(MemStore::new()),
+    ];
+    stores[2]
+        .put(
+            bytes::Bytes::from_static(b"/unrelated"),
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await
+        .expect("put");
+    let mut uids = Vec::new();
+    for store in &stores {
+        let server = ApiServer::builder(store.clone())
+            .control_loops(false)
+            .build()
+            .await
+            .expect("server");
+        let (_, admin) = call(
+            &server,
+            Method::GET,
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin",
+            None,
+        )
+        .await;
+        uids.push(admin["metadata"]["uid"].clone());
+        server.stop();
+    }
+    assert!(uids[0] != uids[1] && uids[1] != uids[2], "{uids:?}");
+    let first = fixed_bootstrap_objects(&stores[0]).await;
+    let prepared = fixed_bootstrap_objects(&stores[1]).await;
+    let created = fixed_bootstrap_objects(&stores[2]).await;
+    assert!(created.len() > 100, "{}", created.len());
+    assert_eq!(first, created);
+    assert_eq!(prepared, created);
+}

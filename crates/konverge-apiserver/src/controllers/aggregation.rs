@@ -2,9 +2,12 @@
 //! `aggregationRule` gets the rules of every ClusterRole its selectors match, selector by
 //! selector, matching roles by name, each rule once (the first time it appears).
 
+use std::collections::{BTreeMap, HashSet};
+
 use serde_json::{Value, json};
 
 use crate::registry::{ListOptions, Registry};
+use crate::resources::meta;
 
 const MANAGER: &str = "clusterrole-aggregation-controller";
 
@@ -56,16 +59,24 @@ pub async fn pass(registry: &Registry) {
 /// written once with their final rules rather than once per level. Gives up after one round
 /// per role: a longer chain than that can only be a cycle, whose rules stop growing anyway.
 fn settle_rules(all: &mut [Value]) {
+    // Names, labels and selectors do not change from round to round: who takes from whom is
+    // worked out once.
+    let labels: Vec<BTreeMap<String, String>> = all.iter().map(meta::labels).collect();
+    let sources: Vec<Option<Vec<usize>>> = (0..all.len())
+        .map(|i| {
+            let selectors = all[i]
+                .pointer("/aggregationRule/clusterRoleSelectors")
+                .and_then(Value::as_array)?;
+            Some(sources_of(i, selectors, all, &labels))
+        })
+        .collect();
     for _ in 0..=all.len() {
         let mut changed = false;
-        for i in 0..all.len() {
-            let Some(selectors) = all[i]
-                .pointer("/aggregationRule/clusterRoleSelectors")
-                .and_then(Value::as_array)
-            else {
+        for (i, sources) in sources.iter().enumerate() {
+            let Some(sources) = sources else {
                 continue;
             };
-            let wanted = aggregate(&all[i], selectors, &all.iter().collect::<Vec<_>>());
+            let wanted = aggregate(sources, all);
             if rules_of(&all[i]) != wanted {
                 all[i]["rules"] = wanted;
                 changed = true;
@@ -75,6 +86,32 @@ fn settle_rules(all: &mut [Value]) {
             return;
         }
     }
+}
+
+/// The roles of `all` (sorted by name) role `i` takes rules from, selector by selector, in
+/// name order, itself excepted.
+fn sources_of(
+    i: usize,
+    selectors: &[Value],
+    all: &[Value],
+    labels: &[BTreeMap<String, String>],
+) -> Vec<usize> {
+    let mut sources = Vec::new();
+    for selector in selectors {
+        let Ok(selector) = konverge_apimachinery::selector::LabelSelector::from_json(selector)
+        else {
+            continue;
+        };
+        if selector.matches_nothing() {
+            continue;
+        }
+        for (j, other) in all.iter().enumerate() {
+            if name_of(other) != name_of(&all[i]) && selector.matches(&labels[j]) {
+                sources.push(j);
+            }
+        }
+    }
+    sources
 }
 
 /// A role's rules, an absent list read as an empty one.
@@ -91,31 +128,20 @@ fn name_of(role: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// The rules `role` aggregates from `all` (sorted by name).
-fn aggregate(role: &Value, selectors: &[Value], all: &[&Value]) -> Value {
+/// The rules of the `sources` of `all`, each once, the first time it appears.
+fn aggregate(sources: &[usize], all: &[Value]) -> Value {
     let mut rules: Vec<Value> = Vec::new();
-    for selector in selectors {
-        let Ok(selector) = konverge_apimachinery::selector::LabelSelector::from_json(selector)
-        else {
-            continue;
-        };
-        for other in all {
-            if name_of(other) == name_of(role) {
-                continue;
-            }
-            let labels = crate::resources::meta::labels(other);
-            if selector.matches_nothing() || !selector.matches(&labels) {
-                continue;
-            }
-            for rule in other
-                .get("rules")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if !rules.contains(rule) {
-                    rules.push(rule.clone());
-                }
+    // Maps are sorted, so equal rules are written alike.
+    let mut seen = HashSet::new();
+    for &j in sources {
+        for rule in all[j]
+            .get("rules")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if seen.insert(rule.to_string()) {
+                rules.push(rule.clone());
             }
         }
     }
@@ -135,14 +161,12 @@ mod tests {
         let b = json!({"metadata": {"name": "b-extra", "labels": {"agg": "edit"}}, "rules": [rule("secrets"), rule("pods")]});
         let edit = json!({"metadata": {"name": "edit"},
             "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg": "edit"}}]}});
-        let all = vec![&b, &edit, &view];
-        let selectors = edit["aggregationRule"]["clusterRoleSelectors"]
-            .as_array()
-            .unwrap();
-        assert_eq!(
-            aggregate(&edit, selectors, &all),
-            json!([rule("secrets"), rule("pods")])
-        );
+        // view takes nothing (nothing is labelled `agg: view`), so edit takes b-extra's
+        // rules and none of view's.
+        let mut all = vec![b, edit, view];
+        settle_rules(&mut all);
+        assert_eq!(rules_of(&all[1]), json!([rule("secrets"), rule("pods")]));
+        assert_eq!(rules_of(&all[2]), json!([]));
     }
 
     #[test]

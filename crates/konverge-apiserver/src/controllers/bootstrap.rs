@@ -12,10 +12,14 @@
 
 use std::net::IpAddr;
 
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, Reason};
-use crate::registry::{Registry, ServiceIpRange, WriteOptions};
+use crate::error::{ApiError, Reason, Target};
+use crate::registry::{Prepared, Registry, ServiceIpRange, WriteOptions};
+use crate::resources::{ResourceType, meta};
 
 /// The namespaces that exist from the start.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
@@ -86,9 +90,25 @@ const API_SERVICE_PRIORITIES: [(&str, &str, i64, i64); 21] = [
 ];
 
 /// The objects Kubernetes 1.33 bootstraps, by list: `clusterRoles`, `clusterRoleBindings`,
-/// `roles`, `roleBindings` (namespaced), `priorityClasses`.
-fn bootstrap_data() -> Value {
-    serde_json::from_str(include_str!("bootstrap.json")).unwrap_or_else(|_| json!({}))
+/// `roles`, `roleBindings` (namespaced), `priorityClasses`; read once per process.
+fn bootstrap_data() -> &'static Value {
+    static DATA: LazyLock<Value> =
+        LazyLock::new(|| serde_json::from_str(include_str!("bootstrap.json")).unwrap_or_default());
+    &DATA
+}
+
+/// Every built-in group-version's APIService, with its group and version.
+fn api_services() -> &'static [(&'static str, &'static str, Value)] {
+    static SERVICES: LazyLock<Vec<(&str, &str, Value)>> = LazyLock::new(|| {
+        API_SERVICE_PRIORITIES
+            .iter()
+            .map(|&(group, version, group_priority, version_priority)| {
+                let service = api_service(group, version, group_priority, version_priority);
+                (group, version, service)
+            })
+            .collect()
+    });
+    &SERVICES
 }
 
 /// Creates `obj` as `resource` unless it exists (a restarted server finds what it made).
@@ -103,30 +123,52 @@ async fn ensure(
     let Some(rt) = registry.catalog().get(group, version, plural) else {
         return Ok(());
     };
+    ensure_as(registry, &rt, namespace, obj).await
+}
+
+/// [`ensure`], for a resource looked up already.
+async fn ensure_as(
+    registry: &Registry,
+    rt: &ResourceType,
+    namespace: Option<&str>,
+    obj: Value,
+) -> Result<(), ApiError> {
     // Looked up first, as kube-apiserver's bootstrap controllers do: creating a Service
     // that exists would first fail to allocate its (taken) cluster IP.
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    match registry.get(&rt, namespace, name, None).await {
+    match registry.get(rt, namespace, name, None).await {
         Ok(_) => return Ok(()),
         Err(e) if e.reason == Reason::NotFound => {}
         Err(e) => return Err(e),
     }
-    let opts = WriteOptions {
-        field_manager: Some(MANAGER.into()),
-        ..WriteOptions::default()
-    };
-    match registry.create(&rt, namespace, obj, &opts).await {
+    match registry.create(rt, namespace, obj, &write_options()).await {
         Ok(_) => Ok(()),
         Err(e) if e.reason == Reason::AlreadyExists => Ok(()),
         Err(e) => Err(e),
     }
 }
 
+/// How the server writes what it bootstraps.
+fn write_options() -> WriteOptions {
+    WriteOptions {
+        field_manager: Some(MANAGER.into()),
+        ..WriteOptions::default()
+    }
+}
+
 /// Creates every bootstrap object that is missing.
 pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
+    // A store never written to (at revision 1, as a new etcd) holds none of them: nothing
+    // to look up first.
+    let fresh = registry
+        .store()
+        .current_revision()
+        .await
+        .map_err(|e| ApiError::from_store(e, Target::default()))?
+        <= 1;
     for name in SYSTEM_NAMESPACES {
         ensure(
             registry,
@@ -140,45 +182,117 @@ pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
     }
     default_service_cidr(registry, &config.service_ip_range).await?;
     kubernetes_service(registry, config).await?;
+    let fixed = fixed_objects(registry);
+    if fresh {
+        return create_fixed(registry, &fixed).await;
+    }
+    for object in fixed {
+        let namespace = meta::meta_str(object.value, "namespace");
+        ensure_as(registry, &object.rt, namespace, object.value.clone()).await?;
+    }
+    Ok(())
+}
+
+/// One of the objects every server bootstraps the same way, whatever its flags.
+struct Fixed {
+    rt: Arc<ResourceType>,
+    value: &'static Value,
+}
+
+/// The objects every server bootstraps the same way, in the order they are created: the
+/// priority classes, the RBAC roles and bindings, and the APIService of every built-in
+/// group-version this server serves.
+fn fixed_objects(registry: &Registry) -> Vec<Fixed> {
     let data = bootstrap_data();
+    let catalog = registry.catalog();
+    let mut fixed = Vec::new();
+    let rbac = "rbac.authorization.k8s.io";
     for (list, group, plural) in [
         ("priorityClasses", "scheduling.k8s.io", "priorityclasses"),
-        ("clusterRoles", "rbac.authorization.k8s.io", "clusterroles"),
-        (
-            "clusterRoleBindings",
-            "rbac.authorization.k8s.io",
-            "clusterrolebindings",
-        ),
+        ("clusterRoles", rbac, "clusterroles"),
+        ("clusterRoleBindings", rbac, "clusterrolebindings"),
+        ("roles", rbac, "roles"),
+        ("roleBindings", rbac, "rolebindings"),
     ] {
-        for obj in data[list].as_array().into_iter().flatten() {
-            ensure(registry, group, "v1", plural, None, obj.clone()).await?;
-        }
-    }
-    for (list, plural) in [("roles", "roles"), ("roleBindings", "rolebindings")] {
-        for obj in data[list].as_array().into_iter().flatten() {
-            let namespace = obj.pointer("/metadata/namespace").and_then(Value::as_str);
-            let rbac = "rbac.authorization.k8s.io";
-            ensure(registry, rbac, "v1", plural, namespace, obj.clone()).await?;
-        }
-    }
-    for (group, version, group_priority, version_priority) in API_SERVICE_PRIORITIES {
-        let served = registry
-            .catalog()
-            .all()
-            .iter()
-            .any(|rt| rt.group == group && rt.version == version);
-        if !served {
+        let Some(rt) = catalog.get(group, "v1", plural) else {
             continue;
+        };
+        for value in data[list].as_array().into_iter().flatten() {
+            fixed.push(Fixed {
+                rt: rt.clone(),
+                value,
+            });
         }
-        ensure(
-            registry,
-            "apiregistration.k8s.io",
-            "v1",
-            "apiservices",
-            None,
-            api_service(group, version, group_priority, version_priority),
-        )
-        .await?;
+    }
+    let Some(api_service_rt) = catalog.get("apiregistration.k8s.io", "v1", "apiservices") else {
+        return fixed;
+    };
+    let all = catalog.all();
+    let served: HashSet<(&str, &str)> = all
+        .iter()
+        .map(|rt| (rt.group.as_str(), rt.version.as_str()))
+        .collect();
+    for (group, version, value) in api_services() {
+        if served.contains(&(group, version)) {
+            fixed.push(Fixed {
+                rt: api_service_rt.clone(),
+                value,
+            });
+        }
+    }
+    fixed
+}
+
+/// The fixed objects as the create path stored them the first time this process
+/// bootstrapped a new store, with the storage keys they were made for.
+type PreparedSet = (Vec<String>, Arc<Vec<Prepared>>);
+
+/// Creates the fixed objects in a new store. The first time in a process, each goes the
+/// create path of any request (defaults, admission, validation, managed fields); what it
+/// stored is kept, and later servers of the same resources store the same bytes with their
+/// own uids and times, as that path would have made them (see [`Prepared`]).
+async fn create_fixed(registry: &Registry, fixed: &[Fixed]) -> Result<(), ApiError> {
+    static PREPARED: Mutex<Option<PreparedSet>> = Mutex::new(None);
+    let keys: Vec<String> = fixed
+        .iter()
+        .map(|object| {
+            let namespace = meta::meta_str(object.value, "namespace");
+            let name = meta::meta_str(object.value, "name").unwrap_or_default();
+            object.rt.key(namespace, name)
+        })
+        .collect();
+    let ready = PREPARED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .filter(|(made_for, _)| *made_for == keys)
+        .map(|(_, prepared)| prepared.clone());
+    if let Some(prepared) = ready {
+        for (object, prepared) in fixed.iter().zip(prepared.iter()) {
+            match registry.create_prepared(&object.rt, prepared).await {
+                Ok(()) => {}
+                Err(e) if e.reason == Reason::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(());
+    }
+    let mut prepared = Vec::with_capacity(fixed.len());
+    let opts = write_options();
+    for object in fixed {
+        let namespace = meta::meta_str(object.value, "namespace");
+        match registry
+            .create(&object.rt, namespace, object.value.clone(), &opts)
+            .await
+        {
+            Ok(written) => prepared.push(Prepared::from_created(&object.rt, &written.object)?),
+            // Made meanwhile by another server of the same store: nothing to keep.
+            Err(e) if e.reason == Reason::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if prepared.len() == fixed.len() {
+        *PREPARED.lock().unwrap_or_else(PoisonError::into_inner) = Some((keys, Arc::new(prepared)));
     }
     Ok(())
 }
@@ -251,7 +365,7 @@ async fn default_service_cidr(registry: &Registry, range: &ServiceIpRange) -> Re
     current["status"] = json!({"conditions": [{
         "type": "Ready",
         "status": "True",
-        "lastTransitionTime": crate::resources::meta::now(),
+        "lastTransitionTime": meta::now(),
         "reason": "",
         "message": "Kubernetes default Service CIDR is ready",
     }]});
@@ -295,12 +409,15 @@ async fn reconcile(
     if updated == current {
         return Ok(());
     }
-    let opts = WriteOptions {
-        field_manager: Some(MANAGER.into()),
-        ..WriteOptions::default()
-    };
     registry
-        .update(&rt, Some("default"), KUBERNETES, updated, None, &opts)
+        .update(
+            &rt,
+            Some("default"),
+            KUBERNETES,
+            updated,
+            None,
+            &write_options(),
+        )
         .await
         .map(|_| ())
 }

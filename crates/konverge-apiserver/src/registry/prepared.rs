@@ -1,0 +1,131 @@
+//! Objects the create path stored once, kept to be stored again as new objects.
+//!
+//! A server bootstraps the same ~150 objects into every new store (kube-apiserver 1.33's
+//! roles, bindings, priority classes, APIServices). Decoding, defaulting, admitting,
+//! validating and encoding them again for every in-process test server costs more than
+//! everything else a build does, and gives the same bytes each time except for three values:
+//! the object's `uid`, its `creationTimestamp` and its managed fields' `time`. A [`Prepared`]
+//! object is the bytes the create path stored, with those values marked by position, so that
+//! storing it again is a copy, a new uid and the current time: what the full path would store
+//! for the same input, byte for byte. Nothing is skipped for objects that vary: a prepared
+//! object can only be made from what a full create returned.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{Registry, encode, target};
+use crate::error::{ApiError, Result};
+use crate::resources::ResourceType;
+use crate::resources::meta;
+
+/// Stands for the uid in a prepared object's bytes: as long as a uid.
+const UID_MARK: &str = "prepared-uid-is-marked-here-36-chars";
+/// Stands for a timestamp: as long as `2006-01-02T15:04:05Z`.
+const TIME_MARK: &str = "prepared-time-mark-z";
+
+/// An object as the create path stored it, with where its uid and times go.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    key: Bytes,
+    name: String,
+    bytes: Vec<u8>,
+    uids: Vec<usize>,
+    times: Vec<usize>,
+}
+
+impl Prepared {
+    /// Prepares `created`, the object a create of `rt` answered (with its uid, creation time
+    /// and managed fields), to be stored again in another store.
+    pub(crate) fn from_created(rt: &ResourceType, created: &Value) -> Result<Prepared> {
+        let name = meta::meta_str(created, "name").unwrap_or("").to_string();
+        let namespace = meta::meta_str(created, "namespace").map(String::from);
+        let mut marked = created.clone();
+        let md = meta::metadata_mut(&mut marked);
+        md.insert("uid".into(), Value::from(UID_MARK));
+        md.insert("creationTimestamp".into(), Value::from(TIME_MARK));
+        if let Some(entries) = md.get_mut("managedFields").and_then(Value::as_array_mut) {
+            for entry in entries {
+                if entry.get("time").is_some() {
+                    entry["time"] = Value::from(TIME_MARK);
+                }
+            }
+        }
+        let bytes = encode(rt, &marked)?.to_vec();
+        let uids = positions(&bytes, UID_MARK);
+        let times = positions(&bytes, TIME_MARK);
+        if uids.len() != 1 {
+            return Err(ApiError::internal(format!(
+                "cannot prepare {}/{name}: its uid is not where it was put",
+                rt.plural
+            )));
+        }
+        Ok(Prepared {
+            key: Bytes::from(rt.key(namespace.as_deref(), &name)),
+            name,
+            bytes,
+            uids,
+            times,
+        })
+    }
+
+    /// The bytes to store: these, with `uid` and `time` in place of the marks.
+    fn stamped(&self, uid: &str, time: &str) -> Option<Bytes> {
+        if uid.len() != UID_MARK.len() || time.len() != TIME_MARK.len() {
+            return None;
+        }
+        let mut bytes = self.bytes.clone();
+        for &at in &self.uids {
+            bytes[at..at + uid.len()].copy_from_slice(uid.as_bytes());
+        }
+        for &at in &self.times {
+            bytes[at..at + time.len()].copy_from_slice(time.as_bytes());
+        }
+        Some(Bytes::from(bytes))
+    }
+}
+
+/// Where `mark` starts in `bytes`, every time.
+fn positions(bytes: &[u8], mark: &str) -> Vec<usize> {
+    let mark = mark.as_bytes();
+    bytes
+        .windows(mark.len())
+        .enumerate()
+        .filter(|(_, window)| *window == mark)
+        .map(|(at, _)| at)
+        .collect()
+}
+
+impl Registry {
+    /// Stores `prepared` as a new object of `rt`, with a new uid and the current time, as a
+    /// create of the object it was prepared from would (store metrics and change counts
+    /// included). Fails with AlreadyExists when it exists.
+    pub(crate) async fn create_prepared(
+        &self,
+        rt: &ResourceType,
+        prepared: &Prepared,
+    ) -> Result<()> {
+        let (uid, now) = (meta::new_uid(), meta::now());
+        let Some(value) = prepared.stamped(&uid, &now) else {
+            return Err(ApiError::internal(format!(
+                "cannot stamp {}/{}: uid {uid:?} or time {now:?} is not of the usual length",
+                rt.plural, prepared.name
+            )));
+        };
+        self.timed("create", rt, self.store.create(prepared.key.clone(), value))
+            .await
+            .map(|_| ())
+            .map_err(|e| ApiError::from_store(e, target(rt, &prepared.name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_are_as_long_as_what_they_stand_for() {
+        assert_eq!(UID_MARK.len(), meta::new_uid().len());
+        assert_eq!(TIME_MARK.len(), "2006-01-02T15:04:05Z".len());
+        assert_eq!(TIME_MARK.len(), meta::now().len());
+    }
+}
