@@ -28,6 +28,7 @@ use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use fjall::{Database, KeyspaceCreateOptions};
 use konverge_store::feed::{ChangeLog, spawn_log_watch};
 use konverge_store::mvcc::shape_range;
@@ -323,6 +324,30 @@ impl KvStore for DiskStore {
     async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
         txn.validate()?;
         self.call(|reply| Command::Txn { txn, reply }).await
+    }
+
+    /// Queues every create before waiting for any: the committer takes them, in order, as
+    /// one group commit (a journal write and one sync per batch, not per key).
+    async fn create_each(&self, items: Vec<(Bytes, Bytes)>) -> Vec<Result<Revision>> {
+        let mut queued = Vec::with_capacity(items.len());
+        for (key, value) in items {
+            let (reply, answer) = oneshot::channel();
+            let txn = konverge_store::create_txn(key.clone(), value);
+            let sent = match self.committer.commands.as_ref() {
+                Some(commands) => commands.send(Command::Txn { txn, reply }).await.is_ok(),
+                None => false,
+            };
+            queued.push((key, sent.then_some(answer)));
+        }
+        let mut answers = Vec::with_capacity(queued.len());
+        for (key, answer) in queued {
+            let answer = match answer {
+                Some(answer) => answer.await.unwrap_or(Err(Error::Closed)),
+                None => Err(Error::Closed),
+            };
+            answers.push(answer.and_then(|resp| konverge_store::created(key, resp)));
+        }
+        answers
     }
 
     async fn watch(&self, req: WatchRequest) -> Result<WatchStream> {

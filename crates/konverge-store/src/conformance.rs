@@ -52,6 +52,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@cases $factory;
             revision_arithmetic,
             key_bookkeeping,
+            create_each_in_order,
             cas_success_and_failure,
             multi_key_atomicity,
             concurrent_cas_counters,
@@ -256,6 +257,45 @@ pub async fn key_bookkeeping(store: Store) {
         (kv.create_revision, kv.mod_revision, kv.version),
         (r1, r3, 3)
     );
+}
+
+/// `create_each` creates in the order given, a revision each, and answers each key: one that
+/// exists fails alone with AlreadyExists, and is left as it was.
+pub async fn create_each_in_order(store: Store) {
+    let before = put(&store, "each/b", "old").await;
+    let answers = store
+        .create_each(vec![
+            (b("each/c"), b("1")),
+            (b("each/b"), b("2")),
+            (b("each/a"), b("3")),
+            (b("each/d"), b("4")),
+        ])
+        .await;
+    assert_eq!(answers.len(), 4);
+    let revisions: Vec<Revision> = [&answers[0], &answers[2], &answers[3]]
+        .iter()
+        .map(|answer| *answer.as_ref().expect("created"))
+        .collect();
+    assert_eq!(
+        revisions,
+        [before + 1, before + 2, before + 3],
+        "{answers:?}"
+    );
+    assert!(
+        matches!(&answers[1], Err(Error::AlreadyExists { key }) if *key == b("each/b")),
+        "{answers:?}"
+    );
+    assert_eq!(
+        keys_at(&store, "each/", None).await,
+        pairs(&[
+            ("each/a", "3"),
+            ("each/b", "old"),
+            ("each/c", "1"),
+            ("each/d", "4")
+        ])
+    );
+    assert_eq!(current(&store).await, before + 3);
+    assert!(store.create_each(Vec::new()).await.is_empty());
 }
 
 /// Conditional writes succeed on a matching revision and fail with typed errors otherwise.

@@ -100,15 +100,19 @@ pub trait KvStore: Send + Sync + 'static {
 
     /// Creates a key that must not exist yet; [`Error::AlreadyExists`] otherwise.
     async fn create(&self, key: Bytes, value: Bytes) -> Result<Revision> {
-        let txn = Txn::new()
-            .when([Compare::absent(key.clone())])
-            .and_then([TxnOp::put(key.clone(), value)]);
-        let resp = self.txn(txn).await?;
-        if resp.succeeded {
-            Ok(resp.revision)
-        } else {
-            Err(Error::AlreadyExists { key })
+        let resp = self.txn(create_txn(key.clone(), value)).await?;
+        created(key, resp)
+    }
+
+    /// Creates each key as [`KvStore::create`] would, one transaction (and revision) each,
+    /// in the order given, and answers for each. A store may make them durable together,
+    /// as one commit: a caller learns nothing about any of them before every answer is in.
+    async fn create_each(&self, items: Vec<(Bytes, Bytes)>) -> Vec<Result<Revision>> {
+        let mut answers = Vec::with_capacity(items.len());
+        for (key, value) in items {
+            answers.push(self.create(key, value).await);
         }
+        answers
     }
 
     /// Replaces a key whose mod_revision must be `expected`. Fails with [`Error::NotFound`]
@@ -151,6 +155,22 @@ pub trait KvStore: Send + Sync + 'static {
             return deleted_kv(resp).ok_or(Error::NotFound { key });
         }
         Err(guard_failure(key, expected, resp))
+    }
+}
+
+/// The transaction of [`KvStore::create`]: `key` is written if it is absent.
+pub fn create_txn(key: Bytes, value: Bytes) -> Txn {
+    Txn::new()
+        .when([Compare::absent(key.clone())])
+        .and_then([TxnOp::put(key, value)])
+}
+
+/// The answer of [`KvStore::create`] to the response of its [`create_txn`].
+pub fn created(key: Bytes, resp: TxnResponse) -> Result<Revision> {
+    if resp.succeeded {
+        Ok(resp.revision)
+    } else {
+        Err(Error::AlreadyExists { key })
     }
 }
 

@@ -243,14 +243,15 @@ fn fixed_objects(registry: &Registry) -> Vec<Fixed> {
     fixed
 }
 
-/// The fixed objects as the create path stored them the first time this process
+/// The fixed objects as the create path makes them, prepared the first time this process
 /// bootstrapped a new store, with the storage keys they were made for.
 type PreparedSet = (Vec<String>, Arc<Vec<Prepared>>);
 
 /// Creates the fixed objects in a new store. The first time in a process, each goes the
-/// create path of any request (defaults, admission, validation, managed fields); what it
-/// stored is kept, and later servers of the same resources store the same bytes with their
-/// own uids and times, as that path would have made them (see [`Prepared`]).
+/// create path of any request (defaults, admission, validation, managed fields) as a dry
+/// run, and what it would store is kept; then they are stored, in order, with their own
+/// uids and times (see [`Prepared`]), which a disk store makes durable in one commit rather
+/// than one per object. Later servers of the same resources skip the dry runs.
 async fn create_fixed(registry: &Registry, fixed: &[Fixed]) -> Result<(), ApiError> {
     static PREPARED: Mutex<Option<PreparedSet>> = Mutex::new(None);
     let keys: Vec<String> = fixed
@@ -267,32 +268,38 @@ async fn create_fixed(registry: &Registry, fixed: &[Fixed]) -> Result<(), ApiErr
         .as_ref()
         .filter(|(made_for, _)| *made_for == keys)
         .map(|(_, prepared)| prepared.clone());
-    if let Some(prepared) = ready {
-        for (object, prepared) in fixed.iter().zip(prepared.iter()) {
-            match registry.create_prepared(&object.rt, prepared).await {
-                Ok(()) => {}
-                Err(e) if e.reason == Reason::AlreadyExists => {}
-                Err(e) => return Err(e),
+    let prepared = match ready {
+        Some(prepared) => prepared,
+        None => {
+            let opts = WriteOptions {
+                dry_run: true,
+                ..write_options()
+            };
+            let mut prepared = Vec::with_capacity(fixed.len());
+            for object in fixed {
+                let namespace = meta::meta_str(object.value, "namespace");
+                let written = registry
+                    .create(&object.rt, namespace, object.value.clone(), &opts)
+                    .await?;
+                prepared.push(Prepared::from_created(&object.rt, &written.object)?);
             }
+            let prepared = Arc::new(prepared);
+            *PREPARED.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((keys, prepared.clone()));
+            prepared
         }
-        return Ok(());
-    }
-    let mut prepared = Vec::with_capacity(fixed.len());
-    let opts = write_options();
-    for object in fixed {
-        let namespace = meta::meta_str(object.value, "namespace");
-        match registry
-            .create(&object.rt, namespace, object.value.clone(), &opts)
-            .await
-        {
-            Ok(written) => prepared.push(Prepared::from_created(&object.rt, &written.object)?),
-            // Made meanwhile by another server of the same store: nothing to keep.
+    };
+    let objects: Vec<(&ResourceType, &Prepared)> = fixed
+        .iter()
+        .zip(prepared.iter())
+        .map(|(object, prepared)| (&*object.rt, prepared))
+        .collect();
+    for created in registry.create_prepared(&objects).await {
+        match created {
+            // Made meanwhile by another server of the same store.
             Err(e) if e.reason == Reason::AlreadyExists => {}
-            Err(e) => return Err(e),
+            other => other?,
         }
-    }
-    if prepared.len() == fixed.len() {
-        *PREPARED.lock().unwrap_or_else(PoisonError::into_inner) = Some((keys, Arc::new(prepared)));
     }
     Ok(())
 }

@@ -378,6 +378,19 @@ impl Registry {
     ) -> konverge_store::Result<T> {
         let started = std::time::Instant::now();
         let result = call.await;
+        self.count_store_call(operation, rt, started.elapsed(), &result);
+        result
+    }
+
+    /// Records a store call of `operation` on `rt` that took `elapsed`: its metrics, and the
+    /// change it made when it wrote.
+    fn count_store_call<T>(
+        &self,
+        operation: &'static str,
+        rt: &ResourceType,
+        elapsed: std::time::Duration,
+        result: &konverge_store::Result<T>,
+    ) {
         if matches!(operation, "create" | "update" | "delete")
             && result.is_ok()
             && let Some(changes) = changes_of(rt)
@@ -387,10 +400,9 @@ impl Registry {
         self.metrics.record_store_call(
             operation,
             &crate::metrics::group_resource(rt),
-            started.elapsed(),
+            elapsed,
             result.as_ref().err(),
         );
-        result
     }
 
     /// Brings `apiserver_storage_objects` up to date: from the watch cache where one runs (it

@@ -96,25 +96,45 @@ fn positions(bytes: &[u8], mark: &str) -> Vec<usize> {
 }
 
 impl Registry {
-    /// Stores `prepared` as a new object of `rt`, with a new uid and the current time, as a
-    /// create of the object it was prepared from would (store metrics and change counts
-    /// included). Fails with AlreadyExists when it exists.
+    /// Stores each prepared object as a new object of its resource, in order, each with a
+    /// new uid and the current time, as creates of the objects they were prepared from would
+    /// (store metrics and change counts included); the store may make them durable together.
+    /// Answers for each: AlreadyExists when it exists.
     pub(crate) async fn create_prepared(
         &self,
-        rt: &ResourceType,
-        prepared: &Prepared,
-    ) -> Result<()> {
-        let (uid, now) = (meta::new_uid(), meta::now());
-        let Some(value) = prepared.stamped(&uid, &now) else {
-            return Err(ApiError::internal(format!(
-                "cannot stamp {}/{}: uid {uid:?} or time {now:?} is not of the usual length",
-                rt.plural, prepared.name
-            )));
-        };
-        self.timed("create", rt, self.store.create(prepared.key.clone(), value))
-            .await
-            .map(|_| ())
-            .map_err(|e| ApiError::from_store(e, target(rt, &prepared.name)))
+        objects: &[(&ResourceType, &Prepared)],
+    ) -> Vec<Result<()>> {
+        let now = meta::now();
+        let mut items = Vec::with_capacity(objects.len());
+        let mut stamped = Vec::with_capacity(objects.len());
+        for (rt, prepared) in objects {
+            let uid = meta::new_uid();
+            match prepared.stamped(&uid, &now) {
+                Some(value) => {
+                    items.push((prepared.key.clone(), value));
+                    stamped.push(Ok(()));
+                }
+                None => stamped.push(Err(ApiError::internal(format!(
+                    "cannot stamp {}/{}: uid {uid:?} or time {now:?} is not of the usual length",
+                    rt.plural, prepared.name
+                )))),
+            }
+        }
+        let started = std::time::Instant::now();
+        let mut created = self.store.create_each(items).await.into_iter();
+        let elapsed = started.elapsed();
+        objects
+            .iter()
+            .zip(stamped)
+            .map(|((rt, prepared), stamped)| {
+                stamped?;
+                let result = created.next().unwrap_or(Err(konverge_store::Error::Closed));
+                self.count_store_call("create", rt, elapsed, &result);
+                result
+                    .map(|_| ())
+                    .map_err(|e| ApiError::from_store(e, target(rt, &prepared.name)))
+            })
+            .collect()
     }
 }
 
