@@ -9,10 +9,14 @@
 //! APIService for every built-in group-version.
 //!
 //! The objects themselves are data, in `bootstrap.json`, as Kubernetes 1.33 creates them.
-
-use std::net::IpAddr;
+//! In a store never written to, the ones that are the same for every server (all but the
+//! namespaces, the ServiceCIDR and the `kubernetes` Service and its endpoints) are made by
+//! the create path once per process, as dry runs, and stored from what it would store
+//! ([`Prepared`]); a server that finds a store written to before creates what is missing
+//! one by one.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use serde_json::{Value, json};

@@ -1,14 +1,18 @@
-//! Objects the create path stored once, kept to be stored again as new objects.
+//! Objects the create path made once, kept to be stored as new objects in any store.
 //!
 //! A server bootstraps the same ~150 objects into every new store (kube-apiserver 1.33's
 //! roles, bindings, priority classes, APIServices). Decoding, defaulting, admitting,
 //! validating and encoding them again for every in-process test server costs more than
 //! everything else a build does, and gives the same bytes each time except for three values:
 //! the object's `uid`, its `creationTimestamp` and its managed fields' `time`. A [`Prepared`]
-//! object is the bytes the create path stored, with those values marked by position, so that
-//! storing it again is a copy, a new uid and the current time: what the full path would store
-//! for the same input, byte for byte. Nothing is skipped for objects that vary: a prepared
-//! object can only be made from what a full create returned.
+//! object is the bytes the create path would store (its answer to a dry run), with those
+//! values marked by position, so that storing it is a copy, a new uid and the current time:
+//! what the full path would store for the same input, byte for byte. Nothing is skipped for
+//! objects that vary: a prepared object can only be made from what a create answered.
+//! [`Registry::create_prepared`] stores many with one [`KvStore::create_each`], which a disk
+//! store makes durable in one commit.
+//!
+//! [`KvStore::create_each`]: konverge_store::KvStore::create_each
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -23,7 +27,7 @@ const UID_MARK: &str = "prepared-uid-is-marked-here-36-chars";
 /// Stands for a timestamp: as long as `2006-01-02T15:04:05Z`.
 const TIME_MARK: &str = "prepared-time-mark-z";
 
-/// An object as the create path stored it, with where its uid and times go.
+/// An object as the create path stores it, with where its uid and times go.
 #[derive(Debug, Clone)]
 pub(crate) struct Prepared {
     key: Bytes,
@@ -35,7 +39,7 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Prepares `created`, the object a create of `rt` answered (with its uid, creation time
-    /// and managed fields), to be stored again in another store.
+    /// and managed fields; a dry run's answer will do), to be stored in any store.
     pub(crate) fn from_created(rt: &ResourceType, created: &Value) -> Result<Prepared> {
         let name = meta::meta_str(created, "name").unwrap_or("").to_string();
         let namespace = meta::meta_str(created, "namespace").map(String::from);
