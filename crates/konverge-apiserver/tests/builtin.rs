@@ -2253,6 +2253,84 @@ async fn protobuf_is_answered_to_clients_that_prefer_it() {
     assert_eq!((code, content_type.as_str()), (200, "application/json"));
 }
 
+/// A protobuf list is the list kube-apiserver writes for the objects the JSON list holds,
+/// whether its items come from the watch cache (their messages kept for the next list) or
+/// from the store (an exact resourceVersion), and it follows each change.
+#[tokio::test]
+async fn protobuf_lists_are_the_json_lists_objects_encoded() {
+    let t = TestServer::start(Backend::Memory).await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    for n in 0..3 {
+        let (code, _) = send(
+            &t,
+            "POST",
+            path,
+            json!({"metadata": {"name": format!("pb-{n}"), "labels": {"n": n.to_string()}}, "data": {"k": "v".repeat(n * 100)}}),
+        )
+        .await;
+        assert_eq!(code, 200, "created");
+    }
+    let protobuf = "application/vnd.kubernetes.protobuf";
+    // What the protobuf list must be: the JSON list's items and metadata, encoded.
+    let expected = |list: &Value| {
+        konverge_protobuf::encode_list(
+            "v1",
+            "ConfigMapList",
+            &list["metadata"],
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|item| {
+                    let mut item = item.clone();
+                    item["apiVersion"] = json!("v1");
+                    item["kind"] = json!("ConfigMap");
+                    item
+                })
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+        .unwrap()
+    };
+    let json_list = get(&t, path).await;
+    assert_eq!(
+        json_list["items"].as_array().unwrap().len(),
+        3,
+        "{json_list}"
+    );
+    for _ in 0..2 {
+        let (code, content_type, body) = get_as(&t, path, protobuf).await;
+        assert_eq!((code, content_type.as_str()), (200, protobuf));
+        assert_eq!(body, expected(&json_list));
+    }
+
+    // A change is a new object in the cache, with its own message.
+    let (code, _) = send(
+        &t,
+        "PUT",
+        &format!("{path}/pb-1"),
+        json!({"metadata": {"name": "pb-1"}, "data": {"k": "changed"}}),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let json_list = get(&t, path).await;
+    let (_, _, body) = get_as(&t, path, protobuf).await;
+    assert_eq!(body, expected(&json_list));
+    assert!(body.windows(7).any(|w| w == b"changed"));
+
+    // Read from the store at an exact revision, and a page with a continue token.
+    let rv = json_list["metadata"]["resourceVersion"].as_str().unwrap();
+    let exact = format!("{path}?resourceVersion={rv}&resourceVersionMatch=Exact");
+    let (code, _, body) = get_as(&t, &exact, protobuf).await;
+    assert_eq!(code, 200);
+    assert_eq!(body, expected(&get(&t, &exact).await));
+    let page = format!("{path}?limit=2");
+    let (_, _, body) = get_as(&t, &page, protobuf).await;
+    let json_page = get(&t, &page).await;
+    assert!(json_page["metadata"]["continue"].is_string());
+    assert_eq!(body, expected(&json_page));
+}
+
 /// A custom resource's embedded objects (`x-kubernetes-embedded-resource`, such as a pod
 /// template) have ObjectMeta as their metadata: a field it does not have is an unknown field
 /// there, reported, dropped or refused as `fieldValidation` says, for creates and applies.

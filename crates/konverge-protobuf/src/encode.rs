@@ -18,6 +18,20 @@ const LEN: u64 = 2;
 /// How deep messages may nest (a bound on recursion; Kubernetes objects nest far less).
 const MAX_DEPTH: usize = 100;
 
+/// Appends `value` as a base-128 varint.
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// How many bytes [`put_varint`] writes for `value`.
+pub(crate) fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
 /// A protobuf message being written.
 #[derive(Default)]
 pub(crate) struct Writer {
@@ -29,12 +43,8 @@ impl Writer {
         self.buf
     }
 
-    fn varint(&mut self, mut value: u64) {
-        while value >= 0x80 {
-            self.buf.push((value as u8) | 0x80);
-            value >>= 7;
-        }
-        self.buf.push(value as u8);
+    fn varint(&mut self, value: u64) {
+        put_varint(&mut self.buf, value);
     }
 
     fn tag(&mut self, number: u32, wire_type: u64) {
@@ -385,6 +395,30 @@ pub(crate) fn quantities<'a>(
                     visit(item, format!("{at}[{key}]"));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{put_varint, varint_len};
+
+    #[test]
+    fn varint_len_is_what_put_varint_writes() {
+        for value in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            2_097_151,
+            2_097_152,
+            u64::MAX,
+        ] {
+            let mut out = Vec::new();
+            put_varint(&mut out, value);
+            assert_eq!(varint_len(value), out.len(), "{value}");
         }
     }
 }

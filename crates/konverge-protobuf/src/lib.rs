@@ -11,6 +11,8 @@
 //! - [`encode()`], [`encode_list`], [`encode_status`], [`watch_frame`]: answers (the `k8s\0`
 //!   prefix and `runtime.Unknown` envelope included); [`can_encode`]: whether a kind has an
 //!   encoding. `src/encode.rs` walks the same table as the decoder, the other way.
+//!   [`encode_item`], [`list_head`], [`list_item_prefix`], [`LIST_TAIL`]: the same list in
+//!   pieces, for a server that keeps each object's message and writes a list as it is sent.
 //! - [`decode()`] / [`decode_with_defaults`]: a whole body (the `k8s\0` prefix, the
 //!   `runtime.Unknown` envelope and the object) → [`TypeMeta`] and the object's JSON,
 //!   `apiVersion` and `kind` included. [`decode_object`]: the object's message alone.
@@ -191,19 +193,68 @@ pub fn encode_list<'a>(
         list_kind.strip_suffix("List").unwrap_or_default(),
     );
     let entry = encodable(&item)?;
-    let mut out = encode::Writer::default();
-    out.bytes(1, &list_meta(metadata));
-    for (i, object) in items.into_iter().enumerate() {
-        out.bytes(
-            2,
-            &encode::encode_message(entry.message, object, &format!("items[{i}]"))?,
-        );
+    let messages = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, object)| encode::encode_message(entry.message, object, &format!("items[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = list_head(
+        api_version,
+        list_kind,
+        metadata,
+        messages.iter().map(Vec::len),
+    );
+    for message in &messages {
+        list_item_prefix(message.len(), &mut out);
+        out.extend_from_slice(message);
     }
-    Ok(envelope_bytes(
-        &TypeMeta::new(api_version, list_kind),
-        &out.into_bytes(),
-    ))
+    out.extend_from_slice(&LIST_TAIL);
+    Ok(out)
 }
+
+/// The message of one object of a built-in kind (its JSON, with `apiVersion` and `kind`) as
+/// a list holds it among its `items`: no envelope, no type.
+pub fn encode_item(object: &Value) -> Result<Vec<u8>, EncodeError> {
+    let entry = encodable(&type_meta_of(object))?;
+    encode::encode_message(entry.message, object, "")
+}
+
+/// The start of a list body whose items' messages ([`encode_item`]) have the lengths
+/// `item_lengths`: the `k8s\0` prefix, the envelope, and the list's `metadata`. Then come
+/// each item's [`list_item_prefix`] and message, then [`LIST_TAIL`]; together, byte for
+/// byte what [`encode_list`] writes, for a body written as it is sent.
+pub fn list_head(
+    api_version: &str,
+    list_kind: &str,
+    metadata: &Value,
+    item_lengths: impl IntoIterator<Item = usize>,
+) -> Vec<u8> {
+    let mut list = encode::Writer::default();
+    list.bytes(1, &list_meta(metadata));
+    let list = list.into_bytes();
+    let raw_len = list.len()
+        + item_lengths
+            .into_iter()
+            .map(|len| 1 + encode::varint_len(len as u64) + len)
+            .sum::<usize>();
+    let mut out = envelope_head(&TypeMeta::new(api_version, list_kind), raw_len);
+    out.extend_from_slice(&list);
+    out
+}
+
+/// What goes before an item's message of `len` bytes in a list body: field 2's tag and the
+/// length.
+pub fn list_item_prefix(len: usize, out: &mut Vec<u8>) {
+    out.push(ITEMS_TAG);
+    encode::put_varint(out, len as u64);
+}
+
+/// The end of a list body, after the last item: the envelope's empty `contentEncoding` and
+/// `contentType`.
+pub const LIST_TAIL: [u8; 4] = [0x1a, 0x00, 0x22, 0x00];
+
+/// Field 2 (a list's `items`), length-delimited.
+const ITEMS_TAG: u8 = (2 << 3) | 2;
 
 /// Encodes a `meta/v1` `Status` (an error, or a delete's success) as a protobuf body.
 pub fn encode_status(status: &Value) -> Vec<u8> {
@@ -294,18 +345,30 @@ fn list_meta(meta: &Value) -> Vec<u8> {
 /// The `k8s\0` prefix and the `runtime.Unknown` envelope around a message: `{1: typeMeta
 /// {1: apiVersion, 2: kind}, 2: raw, 3: contentEncoding, 4: contentType}`.
 fn envelope_bytes(type_meta: &TypeMeta, raw: &[u8]) -> Vec<u8> {
+    let mut out = envelope_head(type_meta, raw.len());
+    out.reserve(raw.len() + LIST_TAIL.len());
+    out.extend_from_slice(raw);
+    out.extend_from_slice(&LIST_TAIL);
+    out
+}
+
+/// The `k8s\0` prefix and the envelope up to the first byte of a `raw` of `raw_len` bytes;
+/// [`LIST_TAIL`] follows `raw`.
+fn envelope_head(type_meta: &TypeMeta, raw_len: usize) -> Vec<u8> {
     let mut tm = encode::Writer::default();
     tm.bytes(1, type_meta.api_version.as_bytes());
     tm.bytes(2, type_meta.kind.as_bytes());
+    let mut out = MAGIC.to_vec();
     let mut unknown = encode::Writer::default();
     unknown.bytes(1, &tm.into_bytes());
-    unknown.bytes(2, raw);
-    unknown.bytes(3, b"");
-    unknown.bytes(4, b"");
-    let mut out = MAGIC.to_vec();
     out.extend_from_slice(&unknown.into_bytes());
+    out.push(RAW_TAG);
+    encode::put_varint(&mut out, raw_len as u64);
     out
 }
+
+/// Field 2 of `runtime.Unknown` (`raw`), length-delimited.
+const RAW_TAG: u8 = (2 << 3) | 2;
 
 /// Whether there is a table for this kind (`DeleteOptions` is accepted in every group
 /// version, as Kubernetes registers it in each).

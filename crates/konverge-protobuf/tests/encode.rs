@@ -58,6 +58,55 @@ fn lists_read_back_as_their_list_message() {
 }
 
 #[test]
+fn a_list_written_in_pieces_is_the_list_written_whole() {
+    // Item sizes around the varint boundaries of their lengths (127/128 bytes, 16 KiB), and
+    // a list long enough that the envelope's own length takes three bytes.
+    let items: Vec<_> = [0usize, 40, 60, 61, 62, 100, 16_300, 16_400, 20_000]
+        .iter()
+        .enumerate()
+        .map(|(i, size)| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}")}, "data": {"k": "x".repeat(*size)}})
+        })
+        .collect();
+    let metadata = json!({"resourceVersion": "9"});
+    let whole = konverge_protobuf::encode_list("v1", "ConfigMapList", &metadata, items.iter())
+        .expect("encodes");
+    let messages: Vec<Vec<u8>> = items
+        .iter()
+        .map(|item| konverge_protobuf::encode_item(item).expect("encodes"))
+        .collect();
+    let mut pieces = konverge_protobuf::list_head(
+        "v1",
+        "ConfigMapList",
+        &metadata,
+        messages.iter().map(Vec::len),
+    );
+    for message in &messages {
+        konverge_protobuf::list_item_prefix(message.len(), &mut pieces);
+        pieces.extend_from_slice(message);
+    }
+    pieces.extend_from_slice(&konverge_protobuf::LIST_TAIL);
+    assert_eq!(pieces, whole);
+    let list =
+        core::ConfigMapList::decode(&*unwrap(&pieces, "v1", "ConfigMapList")).expect("decodes");
+    assert_eq!(list.items.len(), items.len());
+    assert_eq!(list.items[7].data["k"].len(), 16_400);
+
+    // An empty list too.
+    let empty = konverge_protobuf::list_head("v1", "ConfigMapList", &metadata, [])
+        .into_iter()
+        .chain(konverge_protobuf::LIST_TAIL)
+        .collect::<Vec<u8>>();
+    let none: [serde_json::Value; 0] = [];
+    assert_eq!(
+        empty,
+        konverge_protobuf::encode_list("v1", "ConfigMapList", &metadata, none.iter())
+            .expect("encodes")
+    );
+}
+
+#[test]
 fn statuses_read_back_with_their_details_and_causes() {
     let status = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

@@ -7,6 +7,7 @@
 mod audited;
 pub mod discovery;
 mod health;
+mod list_body;
 pub mod openapi;
 pub mod patch;
 mod request;
@@ -28,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::ApiServer;
 use crate::error::{ApiError, Result};
-use crate::json::{GoOrder, encode_watch_line, write_object_json};
+use crate::json::{GoOrder, encode_watch_line};
 use crate::registry::{Deleted, Sent, WatchEvent, Written};
 use request::{Accept, Query};
 use route::{ResourceRoute, Route};
@@ -67,6 +68,15 @@ fn bytes_response(code: StatusCode, bytes: Vec<u8>, content_type: Option<&str>) 
         HeaderValue::from_str(content_type.unwrap_or("application/json"))
             .unwrap_or(HeaderValue::from_static("application/json")),
     );
+    response
+}
+
+/// A list's answer, sent as the connection takes it.
+fn body_response(body: list_body::ListBody, content_type: &'static str) -> Response {
+    let mut response = Response::new(Body::new(body));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 
@@ -791,7 +801,7 @@ async fn resource(
             let opts = query.list_options(&rt)?;
             let page = registry.list_page(&rt, ns, &opts).await?;
             let meta = list_meta(page.resource_version, page.continue_token, page.remaining);
-            if accept.table || accept.metadata || protobuf {
+            if accept.table || accept.metadata {
                 let items = page
                     .items
                     .iter()
@@ -805,29 +815,21 @@ async fn resource(
                         Some(&accept.meta_type(Accept::TABLE)),
                     ));
                 }
-                if accept.metadata {
-                    let list = table::partial_metadata_list(&items, meta);
-                    return Ok(json_response(
-                        StatusCode::OK,
-                        &accept.meta_body(list),
-                        Some(&accept.meta_type(Accept::METADATA_LIST)),
-                    ));
-                }
-                if let Ok(bytes) = konverge_protobuf::encode_list(
-                    &rt.api_version(),
-                    &rt.list_kind(),
-                    &meta,
-                    items.iter(),
-                ) {
-                    return Ok(bytes_response(
-                        StatusCode::OK,
-                        bytes,
-                        Some(konverge_protobuf::CONTENT_TYPE),
-                    ));
-                }
+                let list = table::partial_metadata_list(&items, meta);
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &accept.meta_body(list),
+                    Some(&accept.meta_type(Accept::METADATA_LIST)),
+                ));
             }
-            let bytes = list_json(&rt.list_kind(), &rt.api_version(), &meta, &page.items)?;
-            Ok(bytes_response(StatusCode::OK, bytes, None))
+            if protobuf
+                && let Ok(body) =
+                    list_body::protobuf(&rt.api_version(), &rt.list_kind(), &meta, &page.items)
+            {
+                return Ok(body_response(body, konverge_protobuf::CONTENT_TYPE));
+            }
+            let body = list_body::json(&rt.list_kind(), &rt.api_version(), &meta, &page.items)?;
+            Ok(body_response(body, "application/json"))
         }
         ("GET", Some(name)) => {
             let obj = registry
@@ -1045,42 +1047,6 @@ fn written_response(
     )
 }
 
-/// A list as JSON: `kind`, `apiVersion`, `metadata`, then the items, each written as the
-/// watch cache keeps it (shared with every list and watch) or encoded now.
-fn list_json(
-    kind: &str,
-    api_version: &str,
-    metadata: &Value,
-    items: &[crate::registry::Item],
-) -> Result<Vec<u8>> {
-    let failed = |e: serde_json::Error| ApiError::internal(format!("encoding a list: {e}"));
-    let size: usize = items
-        .iter()
-        .map(|i| i.json().map_or(0, <[u8]>::len) + 1)
-        .sum();
-    let mut out = Vec::with_capacity(size + 128);
-    out.extend_from_slice(b"{\"kind\":");
-    serde_json::to_writer(&mut out, kind).map_err(failed)?;
-    out.extend_from_slice(b",\"apiVersion\":");
-    serde_json::to_writer(&mut out, api_version).map_err(failed)?;
-    out.extend_from_slice(b",\"metadata\":");
-    write_object_json(&mut out, metadata).map_err(failed)?;
-    out.extend_from_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        match item {
-            crate::registry::Item::Cached(cached) => out.extend_from_slice(cached.json()),
-            crate::registry::Item::Decoded(value) => {
-                write_object_json(&mut out, value).map_err(failed)?;
-            }
-        }
-    }
-    out.extend_from_slice(b"]}\n");
-    Ok(out)
-}
-
 /// One watch event as a line of JSON: `type`, then the object in kube-apiserver's order.
 fn watch_line(event: &WatchEvent) -> Bytes {
     let (kind, object) = event.parts();
@@ -1288,7 +1254,9 @@ mod tests {
             Some(serde_json::to_vec(&GoOrder(&expected)).expect("json"))
         );
         let meta = json!({"resourceVersion": page.resource_version.to_string()});
-        let list = list_json("PodList", "v1", &meta, &page.items).expect("list json");
+        let list = list_body::json("PodList", "v1", &meta, &page.items)
+            .expect("list json")
+            .concat();
         let old_list =
             json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": [expected]});
         assert_eq!(

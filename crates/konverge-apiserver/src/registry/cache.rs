@@ -249,6 +249,9 @@ pub(crate) struct CachedObject {
     computed: Arc<[ComputedField]>,
     /// The value of each of `computed`, in its order.
     fields: Box<[Box<str>]>,
+    /// The object's protobuf message as a list holds it, written by the first protobuf
+    /// list that sends it and kept for the next ones (objects of built-in kinds only).
+    protobuf: std::sync::OnceLock<Bytes>,
 }
 
 impl std::fmt::Debug for CachedObject {
@@ -275,7 +278,19 @@ impl CachedObject {
                 .iter()
                 .map(|field| Box::from((field.value)(object)))
                 .collect(),
+            protobuf: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The object's protobuf message as a list holds it among its items, encoded the first
+    /// time it is asked for.
+    pub(crate) fn protobuf_item(&self) -> Result<&Bytes> {
+        if let Some(message) = self.protobuf.get() {
+            return Ok(message);
+        }
+        let message = konverge_protobuf::encode_item(&self.decode()?)
+            .map_err(|e| ApiError::internal(format!("encoding as protobuf: {e}")))?;
+        Ok(self.protobuf.get_or_init(|| Bytes::from(message)))
     }
 
     /// The object's JSON, exactly as lists and watches send it.

@@ -81,6 +81,7 @@ impl Item {
     }
 
     /// The object's JSON, if it is already written (cached objects).
+    #[cfg(test)]
     pub(crate) fn json(&self) -> Option<&[u8]> {
         match self {
             Item::Cached(cached) => Some(cached.json()),

@@ -8,6 +8,7 @@ mod compare;
 mod controller;
 mod doctor;
 mod envtest;
+mod lists;
 mod load;
 mod store;
 mod up;
@@ -38,6 +39,9 @@ pub(crate) enum Target {
     /// controller-runtime envtest's Start() (with CRDs) and Stop() on konverge's assets, vs
     /// a real etcd's part of it (and real kube-apiserver + etcd when given).
     Envtest(envtest::EnvtestArgs),
+    /// Full lists of 50,000 ConfigMaps as JSON and protobuf: time, size, and the server's
+    /// memory during and after, vs a real etcd holding the same objects.
+    Lists(lists::ListsArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
@@ -50,5 +54,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Workloads(args) => workloads::run(args).await,
         Target::Cluster(args) => cluster::run(args).await,
         Target::Envtest(args) => envtest::run(args).await,
+        Target::Lists(args) => lists::run(args).await,
     }
 }
