@@ -2331,6 +2331,107 @@ async fn protobuf_lists_are_the_json_lists_objects_encoded() {
     assert_eq!(body, expected(&json_page));
 }
 
+/// kube-apiserver writes the items of a built-in kind's list without `kind` and
+/// `apiVersion` (it decodes them into internal types, which carry none; kubernetes#3030),
+/// from the watch cache or the store, and the items a deletecollection answers with too;
+/// a single object has both, and so do a custom resource's list items.
+#[tokio::test]
+async fn list_items_of_built_in_kinds_carry_no_type() {
+    let t = TestServer::start(Backend::Memory).await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    for name in ["a", "b"] {
+        let (code, _) = send(
+            &t,
+            "POST",
+            path,
+            json!({"metadata": {"name": name, "labels": {"app": "x"}}}),
+        )
+        .await;
+        assert_eq!(code, 200, "created");
+    }
+    let one = get(&t, &format!("{path}/a")).await;
+    assert_eq!(
+        (&one["kind"], &one["apiVersion"]),
+        (&json!("ConfigMap"), &json!("v1"))
+    );
+    let list = get(&t, path).await;
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for query in [
+        String::new(),
+        "?labelSelector=app%3Dx".into(),
+        "?limit=1".into(),
+        format!("?resourceVersion={rv}&resourceVersionMatch=Exact"),
+    ] {
+        let list = get(&t, &format!("{path}{query}")).await;
+        assert_eq!(list["kind"], "ConfigMapList", "{query}");
+        assert_eq!(list["apiVersion"], "v1", "{query}");
+        let items = list["items"].as_array().unwrap();
+        assert!(!items.is_empty(), "{query}");
+        for item in items {
+            assert_eq!(item.get("kind"), None, "{query}: {item}");
+            assert_eq!(item.get("apiVersion"), None, "{query}: {item}");
+            assert!(item["metadata"]["name"].is_string(), "{query}: {item}");
+        }
+    }
+    let (code, deleted) = t
+        .raw(
+            "DELETE",
+            &format!("{path}?labelSelector=app%3Dx"),
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(code, 200, "{deleted}");
+    assert_eq!(deleted["kind"], "ConfigMapList");
+    let items = deleted["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{deleted}");
+    assert!(
+        items
+            .iter()
+            .all(|i| i.get("kind").is_none() && i.get("apiVersion").is_none())
+    );
+
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    });
+    let (code, body) = send(
+        &t,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        crd,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let gadgets = "/apis/example.com/v1/namespaces/default/gadgets";
+    eventually("the gadgets to be served", || async {
+        t.raw("GET", gadgets, None, Vec::new()).await.0 == 200
+    })
+    .await;
+    let (code, body) = send(
+        &t,
+        "POST",
+        gadgets,
+        json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let list = get(&t, gadgets).await;
+    assert_eq!(list["items"][0]["kind"], "Gadget", "{list}");
+    assert_eq!(list["items"][0]["apiVersion"], "example.com/v1", "{list}");
+}
+
 /// A custom resource's embedded objects (`x-kubernetes-embedded-resource`, such as a pod
 /// template) have ObjectMeta as their metadata: a field it does not have is an unknown field
 /// there, reported, dropped or refused as `fieldValidation` says, for creates and applies.

@@ -86,11 +86,17 @@ impl Body for ListBody {
 
 /// A list as JSON: `kind`, `apiVersion`, `metadata`, then the items, each as the watch
 /// cache keeps it (shared with every list and watch) or encoded now.
+///
+/// Items of built-in kinds (`typed` false) go without their `kind` and `apiVersion`, as
+/// kube-apiserver writes them: it decodes stored objects into its internal types, which
+/// carry no type, and only the list's own type is set when it is encoded (kubernetes#3030).
+/// Custom resources (`typed`) keep theirs, as unstructured objects do there.
 pub(super) fn json(
     kind: &str,
     api_version: &str,
     metadata: &Value,
     items: &[Item],
+    typed: bool,
 ) -> Result<ListBody> {
     let failed = |e: serde_json::Error| ApiError::internal(format!("encoding a list: {e}"));
     let mut head = Vec::with_capacity(128);
@@ -101,23 +107,56 @@ pub(super) fn json(
     head.extend_from_slice(b",\"metadata\":");
     write_object_json(&mut head, metadata).map_err(failed)?;
     head.extend_from_slice(b",\"items\":[");
-    let mut pieces = Vec::with_capacity(items.len() * 2 + 2);
+    // What a cached item of this list starts with, up to its metadata: its type, written as
+    // the cache writes objects.
+    let type_prefix = if typed {
+        None
+    } else {
+        let mut prefix = b"{\"kind\":".to_vec();
+        let item_kind = kind.strip_suffix("List").unwrap_or(kind);
+        serde_json::to_writer(&mut prefix, item_kind).map_err(failed)?;
+        prefix.extend_from_slice(b",\"apiVersion\":");
+        serde_json::to_writer(&mut prefix, api_version).map_err(failed)?;
+        prefix.push(b',');
+        Some(prefix)
+    };
+    let mut pieces = Vec::with_capacity(items.len() * 3 + 2);
     pieces.push(Bytes::from(head));
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             pieces.push(Bytes::from_static(b","));
         }
-        pieces.push(match item {
-            Item::Cached(cached) => cached.json().clone(),
-            Item::Decoded(value) => {
+        match (item, &type_prefix) {
+            (Item::Cached(cached), None) => pieces.push(cached.json().clone()),
+            (Item::Cached(cached), Some(prefix)) if cached.json().starts_with(prefix) => {
+                pieces.push(Bytes::from_static(b"{"));
+                pieces.push(cached.json().slice(prefix.len()..));
+            }
+            (Item::Cached(cached), Some(_)) => {
+                pieces.push(untyped(&cached.decode()?).map_err(failed)?);
+            }
+            (Item::Decoded(value), None) => {
                 let mut out = Vec::new();
                 write_object_json(&mut out, value).map_err(failed)?;
-                Bytes::from(out)
+                pieces.push(Bytes::from(out));
             }
-        });
+            (Item::Decoded(value), Some(_)) => pieces.push(untyped(value).map_err(failed)?),
+        }
     }
     pieces.push(Bytes::from_static(b"]}\n"));
     Ok(ListBody::new(pieces))
+}
+
+/// `object`'s JSON without its `kind` and `apiVersion`.
+fn untyped(object: &Value) -> serde_json::Result<Bytes> {
+    let mut object = object.clone();
+    if let Some(fields) = object.as_object_mut() {
+        fields.remove("kind");
+        fields.remove("apiVersion");
+    }
+    let mut out = Vec::new();
+    write_object_json(&mut out, &object)?;
+    Ok(Bytes::from(out))
 }
 
 /// A list as Kubernetes protobuf, each cached item's message encoded once and kept by the

@@ -828,7 +828,13 @@ async fn resource(
             {
                 return Ok(body_response(body, konverge_protobuf::CONTENT_TYPE));
             }
-            let body = list_body::json(&rt.list_kind(), &rt.api_version(), &meta, &page.items)?;
+            let body = list_body::json(
+                &rt.list_kind(),
+                &rt.api_version(),
+                &meta,
+                &page.items,
+                rt.custom.is_some(),
+            )?;
             Ok(body_response(body, "application/json"))
         }
         ("GET", Some(name)) => {
@@ -991,7 +997,16 @@ async fn resource(
             let mut opts = query.delete_options(&body)?;
             opts.user = Some(user.clone());
             let list = query.list_options(&rt)?;
-            let deleted = registry.delete_collection(&rt, ns, &list, &opts).await?;
+            let mut deleted = registry.delete_collection(&rt, ns, &list, &opts).await?;
+            // Built-in kinds' items go without their type, as in a list (`list_body::json`).
+            if rt.custom.is_none() {
+                for item in &mut deleted {
+                    if let Some(fields) = item.as_object_mut() {
+                        fields.remove("kind");
+                        fields.remove("apiVersion");
+                    }
+                }
+            }
             let list = json!({
                 "kind": rt.list_kind(),
                 "apiVersion": rt.api_version(),
@@ -1254,7 +1269,7 @@ mod tests {
             Some(serde_json::to_vec(&GoOrder(&expected)).expect("json"))
         );
         let meta = json!({"resourceVersion": page.resource_version.to_string()});
-        let list = list_body::json("PodList", "v1", &meta, &page.items)
+        let list = list_body::json("PodList", "v1", &meta, &page.items, true)
             .expect("list json")
             .concat();
         let old_list =
@@ -1262,6 +1277,19 @@ mod tests {
         assert_eq!(
             String::from_utf8(list).expect("utf-8"),
             serde_json::to_string(&GoOrder(&old_list)).expect("json") + "\n"
+        );
+        // A built-in kind's items go without their type, as kube-apiserver writes them.
+        let untyped = list_body::json("PodList", "v1", &meta, &page.items, false)
+            .expect("list json")
+            .concat();
+        let mut item = expected.clone();
+        item.as_object_mut().expect("object").remove("kind");
+        item.as_object_mut().expect("object").remove("apiVersion");
+        let untyped_list =
+            json!({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": [item]});
+        assert_eq!(
+            String::from_utf8(untyped).expect("utf-8"),
+            serde_json::to_string(&GoOrder(&untyped_list)).expect("json") + "\n"
         );
 
         // Watch lines: initial ADDED, MODIFIED shared from the ring, DELETED at the
