@@ -1451,9 +1451,10 @@ async fn health_checks_are_named_and_timeouts_checked() {
     assert_eq!(text("/readyz").await, (200, "ok".to_string()));
     let (code, verbose) = text("/readyz?verbose").await;
     assert_eq!(code, 200);
-    // kube-apiserver 1.33's checks and post-start hooks, in its order, less those konverge
-    // has no counterpart for (flow control, the aggregator's proxy and OpenAPI controllers,
-    // the service IP repair controllers).
+    // kube-apiserver 1.33's checks and post-start hooks, in its order (as a v1.33.1 cluster
+    // lists them), less those konverge has no counterpart for (flow control, the
+    // aggregator's proxy, remote availability, discovery and OpenAPI controllers, the
+    // service IP repair controllers).
     let lines: Vec<&str> = verbose.lines().collect();
     assert_eq!(
         lines,
@@ -1463,7 +1464,8 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]etcd ok",
             "[+]etcd-readiness ok",
             "[+]informer-sync ok",
-            "[+]poststarthook/start-kube-apiserver-admission-initializer ok",
+            "[+]poststarthook/start-apiserver-admission-initializer ok",
+            "[+]poststarthook/generic-apiserver-start-informers ok",
             "[+]poststarthook/storage-object-count-tracker-hook ok",
             "[+]poststarthook/start-apiextensions-informers ok",
             "[+]poststarthook/start-apiextensions-controllers ok",
@@ -1476,6 +1478,8 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]poststarthook/rbac/bootstrap-roles ok",
             "[+]poststarthook/scheduling/bootstrap-system-priority-classes ok",
             "[+]poststarthook/bootstrap-controller ok",
+            "[+]poststarthook/start-kubernetes-service-cidr-controller ok",
+            "[+]poststarthook/start-kube-aggregator-informers ok",
             "[+]poststarthook/apiservice-status-local-available-controller ok",
             "[+]poststarthook/apiservice-registration-controller ok",
             "[+]poststarthook/kube-apiserver-autoregistration ok",

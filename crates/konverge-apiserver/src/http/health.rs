@@ -8,10 +8,16 @@ use crate::ApiServer;
 use crate::error::{ApiError, Result};
 
 /// The start-up work the server has done once it serves: kube-apiserver's post-start hooks
-/// that have a counterpart here, and its boot check `autoregister-completion`, in the order
-/// kube-apiserver 1.33 lists them.
-const POST_START_HOOKS: [&str; 17] = [
-    "poststarthook/start-kube-apiserver-admission-initializer",
+/// that have a counterpart here, and its boot check `autoregister-completion`, named and
+/// ordered as a kube-apiserver 1.33.1 lists them in `/readyz?verbose`. Left out: flow control
+/// (`priority-and-fairness-*`), `start-service-ip-repair-controllers`,
+/// `aggregator-reload-proxy-client-cert`, and the aggregator's remote availability,
+/// discovery and OpenAPI controllers (`apiservice-status-remote-available-controller`,
+/// `apiservice-discovery-controller`, `apiservice-openapi-controller`,
+/// `apiservice-openapiv3-controller`), which konverge does not run.
+const POST_START_HOOKS: [&str; 20] = [
+    "poststarthook/start-apiserver-admission-initializer",
+    "poststarthook/generic-apiserver-start-informers",
     "poststarthook/storage-object-count-tracker-hook",
     "poststarthook/start-apiextensions-informers",
     "poststarthook/start-apiextensions-controllers",
@@ -24,6 +30,8 @@ const POST_START_HOOKS: [&str; 17] = [
     "poststarthook/rbac/bootstrap-roles",
     "poststarthook/scheduling/bootstrap-system-priority-classes",
     "poststarthook/bootstrap-controller",
+    "poststarthook/start-kubernetes-service-cidr-controller",
+    "poststarthook/start-kube-aggregator-informers",
     "poststarthook/apiservice-status-local-available-controller",
     "poststarthook/apiservice-registration-controller",
     "poststarthook/kube-apiserver-autoregistration",
