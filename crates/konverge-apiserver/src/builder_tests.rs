@@ -1132,3 +1132,67 @@ async fn every_new_store_gets_the_bootstrap_objects_the_create_path_makes() {
     assert_eq!(first, created);
     assert_eq!(prepared, created);
 }
+
+#[tokio::test]
+async fn new_stores_get_the_aggregated_roles_the_first_pass_writes() {
+    // Servers with control loops: the first new store of the process is aggregated by the
+    // loops' first pass, which is remembered; later new stores are given the aggregated
+    // roles as that pass wrote them, in one write each. A store written to before is
+    // looked up object by object and aggregated by its own first pass. All end alike.
+    let written_before: Arc<dyn KvStore> = Arc::new(MemStore::new());
+    written_before
+        .put(
+            bytes::Bytes::from_static(b"/unrelated"),
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await
+        .expect("put");
+    let mut stores: Vec<Arc<dyn KvStore>> = vec![written_before];
+    for _ in 0..4 {
+        stores.push(Arc::new(MemStore::new()));
+    }
+    for store in &stores {
+        let server = ApiServer::builder(store.clone())
+            .build()
+            .await
+            .expect("server");
+        server.stop();
+    }
+    let admin =
+        bytes::Bytes::from_static(b"/registry/rbac.authorization.k8s.io/clusterroles/admin");
+    let mut written_once = Vec::new();
+    for store in &stores {
+        let kv = store.get(admin.clone()).await.expect("get").expect("admin");
+        written_once.push(kv.create_revision == kv.mod_revision);
+    }
+    // The store written to before, and the first new one, aggregate for themselves (unless
+    // an earlier test of this process already left what a first pass writes).
+    assert!(!written_once[0], "{written_once:?}");
+    assert!(
+        written_once[2..].iter().any(|once| *once),
+        "no later new store was given the aggregated roles: {written_once:?}"
+    );
+    let expected = fixed_bootstrap_objects(&stores[0]).await;
+    let (_, admin_role) = expected
+        .iter()
+        .find(|(key, _)| key.ends_with("/clusterroles/admin"))
+        .expect("admin");
+    assert!(
+        admin_role["rules"].as_array().is_some_and(|r| r.len() > 10),
+        "{admin_role}"
+    );
+    let mut managers: Vec<&str> = admin_role["metadata"]["managedFields"]
+        .as_array()
+        .expect("managed fields")
+        .iter()
+        .filter_map(|entry| entry["manager"].as_str())
+        .collect();
+    managers.sort_unstable();
+    assert_eq!(
+        managers,
+        ["clusterrole-aggregation-controller", "kube-apiserver"]
+    );
+    for store in &stores[1..] {
+        assert_eq!(fixed_bootstrap_objects(store).await, expected);
+    }
+}

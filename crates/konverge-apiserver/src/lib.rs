@@ -394,7 +394,9 @@ impl ApiServerBuilder {
             audit: self.audit.clone(),
         });
         server.metrics.set_build_info(&server.version_info());
-        controllers::bootstrap::run(&server.registry, &self.bootstrap).await?;
+        let bootstrapped =
+            controllers::bootstrap::run(&server.registry, &self.bootstrap, self.control_loops)
+                .await?;
         controllers::crd::install_existing(&server.registry)
             .await
             .map_err(|e| {
@@ -420,10 +422,14 @@ impl ApiServerBuilder {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
             };
-            controllers::settle(&server.registry, &settings)
+            let settled = controllers::settle(&server.registry, &settings, bootstrapped)
                 .await
                 .map_err(|e| ApiError::from_store(e, error::Target::default()))?;
-            server.background(controllers::run(server.registry.clone(), settings));
+            server.background(controllers::run(
+                server.registry.clone(),
+                settings,
+                Some(settled),
+            ));
         }
         Ok(server)
     }

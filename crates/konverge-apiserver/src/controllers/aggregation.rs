@@ -3,33 +3,37 @@
 //! selector, matching roles by name, each rule once (the first time it appears).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use crate::registry::{ListOptions, Registry};
-use crate::resources::meta;
+use crate::resources::{ResourceType, meta};
 
 const MANAGER: &str = "clusterrole-aggregation-controller";
 
 /// One pass over every aggregated ClusterRole.
-pub async fn pass(registry: &Registry) {
-    let Some(roles) = registry
+pub(crate) async fn pass(registry: &Registry) -> Option<Pass> {
+    let roles = registry
         .catalog()
-        .get("rbac.authorization.k8s.io", "v1", "clusterroles")
-    else {
-        return;
-    };
+        .get("rbac.authorization.k8s.io", "v1", "clusterroles")?;
     let listed = match registry.list(&roles, None, &ListOptions::default()).await {
         Ok(listed) => listed,
         Err(e) => {
             tracing::warn!(error = %e, "listing ClusterRoles for aggregation failed");
-            return;
+            return None;
         }
     };
     let mut all: Vec<Value> = listed.items.iter().map(|r| (**r).clone()).collect();
     all.sort_by_key(|r| name_of(r).to_string());
     let before: Vec<Value> = all.iter().map(rules_of).collect();
     settle_rules(&mut all);
+    let mut pass = Pass {
+        listed: all.iter().map(|r| name_of(r).to_string()).collect(),
+        written: Vec::new(),
+        failed: false,
+        roles: roles.clone(),
+    };
     for (role, old) in all.iter().zip(before) {
         let wanted = rules_of(role);
         if wanted == old {
@@ -45,13 +49,30 @@ pub async fn pass(registry: &Registry) {
             field_manager: Some(MANAGER.into()),
             ..Default::default()
         };
-        if let Err(e) = registry
+        match registry
             .patch(&roles, None, &name, None, &opts, &set_rules)
             .await
         {
-            tracing::warn!(error = %e, role = %name, "aggregating a ClusterRole failed");
+            Ok(written) => pass.written.push(written.object),
+            Err(e) => {
+                pass.failed = true;
+                tracing::warn!(error = %e, role = %name, "aggregating a ClusterRole failed");
+            }
         }
     }
+    Some(pass)
+}
+
+/// What one aggregation pass saw and wrote.
+pub(crate) struct Pass {
+    /// The ClusterRoles' resource.
+    pub(crate) roles: Arc<ResourceType>,
+    /// The names of every ClusterRole it looked at.
+    pub(crate) listed: Vec<String>,
+    /// The roles it wrote, as written.
+    pub(crate) written: Vec<Value>,
+    /// Whether a write failed.
+    pub(crate) failed: bool,
 }
 
 /// Aggregates every role of `all` (sorted by name) until nothing changes, so that roles

@@ -163,8 +163,28 @@ fn write_options() -> WriteOptions {
     }
 }
 
-/// Creates every bootstrap object that is missing.
-pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
+/// How a server's bootstrap found its store, for the control loops' first pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bootstrapped {
+    /// The store had been written to: each object was looked up, and made if missing.
+    Existing,
+    /// A new store, given the fixed objects as the create path makes them.
+    Created,
+    /// A new store, given the fixed objects as they stood after the first pass of the
+    /// control loops over a store like it: the aggregated ClusterRoles (`admin`, `edit`,
+    /// `view`, ...) already hold the rules they aggregate, written by the aggregation
+    /// controller, so that pass has nothing left to do.
+    CreatedSettled,
+}
+
+/// Creates every bootstrap object that is missing. `settled` asks for the fixed objects as
+/// the control loops' first pass leaves them, when this process has seen one (a server
+/// whose control loops run).
+pub async fn run(
+    registry: &Registry,
+    config: &Config,
+    settled: bool,
+) -> Result<Bootstrapped, ApiError> {
     // A store never written to (at revision 1, as a new etcd) holds none of them: nothing
     // to look up first.
     let fresh = registry
@@ -188,13 +208,13 @@ pub async fn run(registry: &Registry, config: &Config) -> Result<(), ApiError> {
     kubernetes_service(registry, config).await?;
     let fixed = fixed_objects(registry);
     if fresh {
-        return create_fixed(registry, &fixed).await;
+        return create_fixed(registry, &fixed, settled).await;
     }
     for object in fixed {
         let namespace = meta::meta_str(object.value, "namespace");
         ensure_as(registry, &object.rt, namespace, object.value.clone()).await?;
     }
-    Ok(())
+    Ok(Bootstrapped::Existing)
 }
 
 /// One of the objects every server bootstraps the same way, whatever its flags.
@@ -248,32 +268,53 @@ fn fixed_objects(registry: &Registry) -> Vec<Fixed> {
 }
 
 /// The fixed objects as the create path makes them, prepared the first time this process
-/// bootstrapped a new store, with the storage keys they were made for.
-type PreparedSet = (Vec<String>, Arc<Vec<Prepared>>);
+/// bootstrapped a new store, with the storage keys they were made for; and, once a first
+/// pass of the control loops has aggregated the ClusterRoles of such a store, the same
+/// objects with those roles as that pass left them.
+struct PreparedSet {
+    keys: Vec<String>,
+    created: Arc<Vec<Prepared>>,
+    settled: Option<Arc<Vec<Prepared>>>,
+}
 
-/// Creates the fixed objects in a new store. The first time in a process, each goes the
-/// create path of any request (defaults, admission, validation, managed fields) as a dry
-/// run, and what it would store is kept; then they are stored, in order, with their own
-/// uids and times (see [`Prepared`]), which a disk store makes durable in one commit rather
-/// than one per object. Later servers of the same resources skip the dry runs.
-async fn create_fixed(registry: &Registry, fixed: &[Fixed]) -> Result<(), ApiError> {
-    static PREPARED: Mutex<Option<PreparedSet>> = Mutex::new(None);
-    let keys: Vec<String> = fixed
+static PREPARED: Mutex<Option<PreparedSet>> = Mutex::new(None);
+
+/// The storage keys of `fixed`, in order.
+fn keys_of(fixed: &[Fixed]) -> Vec<String> {
+    fixed
         .iter()
         .map(|object| {
             let namespace = meta::meta_str(object.value, "namespace");
             let name = meta::meta_str(object.value, "name").unwrap_or_default();
             object.rt.key(namespace, name)
         })
-        .collect();
+        .collect()
+}
+
+/// Creates the fixed objects in a new store. The first time in a process, each goes the
+/// create path of any request (defaults, admission, validation, managed fields) as a dry
+/// run, and what it would store is kept; then they are stored, in order, with their own
+/// uids and times (see [`Prepared`]), which a disk store makes durable in one commit rather
+/// than one per object. Later servers of the same resources skip the dry runs, and those
+/// asking for `settled` objects get the aggregated ClusterRoles as the first aggregation
+/// pass wrote them ([`remember_settled`]), if there has been one.
+async fn create_fixed(
+    registry: &Registry,
+    fixed: &[Fixed],
+    settled: bool,
+) -> Result<Bootstrapped, ApiError> {
+    let keys = keys_of(fixed);
     let ready = PREPARED
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .as_ref()
-        .filter(|(made_for, _)| *made_for == keys)
-        .map(|(_, prepared)| prepared.clone());
-    let prepared = match ready {
-        Some(prepared) => prepared,
+        .filter(|set| set.keys == keys)
+        .map(|set| match &set.settled {
+            Some(objects) if settled => (objects.clone(), Bootstrapped::CreatedSettled),
+            _ => (set.created.clone(), Bootstrapped::Created),
+        });
+    let (prepared, bootstrapped) = match ready {
+        Some(ready) => ready,
         None => {
             let opts = WriteOptions {
                 dry_run: true,
@@ -288,9 +329,12 @@ async fn create_fixed(registry: &Registry, fixed: &[Fixed]) -> Result<(), ApiErr
                 prepared.push(Prepared::from_created(&object.rt, &written.object)?);
             }
             let prepared = Arc::new(prepared);
-            *PREPARED.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some((keys, prepared.clone()));
-            prepared
+            *PREPARED.lock().unwrap_or_else(PoisonError::into_inner) = Some(PreparedSet {
+                keys,
+                created: prepared.clone(),
+                settled: None,
+            });
+            (prepared, Bootstrapped::Created)
         }
     };
     let objects: Vec<(&ResourceType, &Prepared)> = fixed
@@ -305,7 +349,44 @@ async fn create_fixed(registry: &Registry, fixed: &[Fixed]) -> Result<(), ApiErr
             other => other?,
         }
     }
-    Ok(())
+    Ok(bootstrapped)
+}
+
+/// Keeps what the first aggregation pass over a store [`Bootstrapped::Created`] wrote, for
+/// later new stores to be given the aggregated roles as they stand after it. Kept only when
+/// that pass saw exactly the fixed ClusterRoles (nothing else could have changed its
+/// outcome), wrote nothing but fixed objects, and nothing failed; otherwise later stores go
+/// on aggregating for themselves.
+pub(crate) fn remember_settled(registry: &Registry, pass: &super::aggregation::Pass) {
+    let fixed = fixed_objects(registry);
+    let fixed_roles: HashSet<&str> = fixed
+        .iter()
+        .filter(|object| Arc::ptr_eq(&object.rt, &pass.roles))
+        .filter_map(|object| meta::meta_str(object.value, "name"))
+        .collect();
+    let listed: HashSet<&str> = pass.listed.iter().map(String::as_str).collect();
+    if pass.failed || listed != fixed_roles {
+        return;
+    }
+    let keys = keys_of(&fixed);
+    let mut guard = PREPARED.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(set) = guard.as_mut().filter(|set| set.keys == keys) else {
+        return;
+    };
+    if set.settled.is_some() {
+        return;
+    }
+    let mut settled = (*set.created).clone();
+    for object in &pass.written {
+        let Ok(prepared) = Prepared::from_created(&pass.roles, object) else {
+            return;
+        };
+        match keys.iter().position(|key| key.as_bytes() == prepared.key()) {
+            Some(at) => settled[at] = prepared,
+            None => return,
+        }
+    }
+    set.settled = Some(Arc::new(settled));
 }
 
 /// Whether `group`/`version` is one of kube-apiserver's own group-versions (served or not),

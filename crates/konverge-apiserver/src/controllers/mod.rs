@@ -462,17 +462,25 @@ pub struct Settings {
 
 /// Runs the garbage collector, the namespace controllers, ClusterRole aggregation and the
 /// resource quota controller ([`quota`]) until the store closes.
-pub async fn run(registry: Registry, settings: Settings) {
+///
+/// Given what [`settle`] left, the loops start from its index and watch from the revision
+/// it was read at, rather than indexing the store again and repeating its pass at once.
+pub async fn run(registry: Registry, settings: Settings, settled: Option<Settled>) {
     tokio::join!(
-        run_shared(registry.clone(), settings, TIMING),
+        run_shared(registry.clone(), settings, TIMING, settled),
         quota::run(registry)
     );
 }
 
 /// The loops that share the [`ClusterIndex`], restarted after a failure.
-async fn run_shared(registry: Registry, settings: Settings, timing: Timing) {
+async fn run_shared(
+    registry: Registry,
+    settings: Settings,
+    timing: Timing,
+    mut settled: Option<Settled>,
+) {
     loop {
-        if let Err(err) = run_once(&registry, &settings, timing).await {
+        if let Err(err) = run_once(&registry, &settings, timing, settled.take()).await {
             tracing::warn!(error = %err, "control loops restarting");
             tokio::time::sleep(Duration::from_secs(1)).await;
         } else {
@@ -486,10 +494,48 @@ async fn run_shared(registry: Registry, settings: Settings, timing: Timing) {
 /// ServiceAccounts, aggregated ClusterRoles) and its first client does not race them.
 ///
 /// [`ApiServerBuilder::build`]: crate::ApiServerBuilder::build
-pub async fn settle(registry: &Registry, settings: &Settings) -> Result<(), konverge_store::Error> {
-    let (index, _) = index_now(registry, &mut Resolver::default()).await?;
-    pass(registry, &index, settings, &Scope::Everything).await;
-    Ok(())
+pub async fn settle(
+    registry: &Registry,
+    settings: &Settings,
+    bootstrapped: bootstrap::Bootstrapped,
+) -> Result<Settled, konverge_store::Error> {
+    let mut resolver = Resolver::default();
+    let (index, revision) = index_now(registry, &mut resolver).await?;
+    let scope = Scope::Everything;
+    objects_pass(registry, &index, settings, &scope).await;
+    match bootstrapped {
+        // The aggregated roles were stored as a pass like this one left them.
+        bootstrap::Bootstrapped::CreatedSettled => {}
+        bootstrap::Bootstrapped::Created => {
+            if let Some(aggregated) = aggregation::pass(registry).await {
+                bootstrap::remember_settled(registry, &aggregated);
+            }
+        }
+        bootstrap::Bootstrapped::Existing => {
+            aggregation::pass(registry).await;
+        }
+    }
+    policy_status::pass(registry).await;
+    Ok(Settled {
+        index,
+        revision,
+        resolver,
+    })
+}
+
+/// What [`settle`] indexed, and the revision it read the store at: where [`run`] starts.
+pub struct Settled {
+    index: ClusterIndex,
+    revision: i64,
+    resolver: Resolver,
+}
+
+impl std::fmt::Debug for Settled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settled")
+            .field("revision", &self.revision)
+            .finish_non_exhaustive()
+    }
 }
 
 async fn index_now(
@@ -512,15 +558,26 @@ async fn index_now(
     Ok((index, listed.revision))
 }
 
+/// The loops that look at objects through the index: garbage collection, namespaces and
+/// what every namespace holds.
+async fn objects_pass(
+    registry: &Registry,
+    index: &ClusterIndex,
+    settings: &Settings,
+    scope: &Scope,
+) {
+    gc::pass(registry, index, scope).await;
+    let namespaces = scope.namespaces(index);
+    namespaces::pass(registry, index, &namespaces).await;
+    namespace_defaults::pass(registry, index, &namespaces, settings.root_ca.as_deref()).await;
+}
+
 fn whole_registry() -> KeyRange {
     KeyRange::prefix(Bytes::from_static(b"/registry/"))
 }
 
 async fn pass(registry: &Registry, index: &ClusterIndex, settings: &Settings, scope: &Scope) {
-    gc::pass(registry, index, scope).await;
-    let namespaces = scope.namespaces(index);
-    namespaces::pass(registry, index, &namespaces).await;
-    namespace_defaults::pass(registry, index, &namespaces, settings.root_ca.as_deref()).await;
+    objects_pass(registry, index, settings, scope).await;
     if scope.cluster_roles() {
         aggregation::pass(registry).await;
     }
@@ -533,15 +590,28 @@ async fn run_once(
     registry: &Registry,
     settings: &Settings,
     timing: Timing,
+    settled: Option<Settled>,
 ) -> Result<(), konverge_store::Error> {
-    let mut resolver = Resolver::default();
-    let (mut index, revision) = index_now(registry, &mut resolver).await?;
+    let (mut index, revision, mut resolver, first_resync) = match settled {
+        // Settle's pass looked at everything: the first resync is a period away.
+        Some(settled) => (
+            settled.index,
+            settled.revision,
+            settled.resolver,
+            tokio::time::Instant::now() + timing.resync,
+        ),
+        None => {
+            let mut resolver = Resolver::default();
+            let (index, revision) = index_now(registry, &mut resolver).await?;
+            // The first tick is now: the first pass looks at everything.
+            (index, revision, resolver, tokio::time::Instant::now())
+        }
+    };
     let mut watch = registry
         .store()
         .watch(WatchRequest::new(whole_registry()).from_revision(revision + 1))
         .await?;
-    // The first tick is now: the first pass looks at everything.
-    let mut resync = tokio::time::interval(timing.resync);
+    let mut resync = tokio::time::interval_at(first_resync, timing.resync);
     let mut everything = false;
     loop {
         tokio::select! {

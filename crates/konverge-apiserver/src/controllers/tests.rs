@@ -33,7 +33,7 @@ impl Cluster {
             .await
             .expect("server");
         let registry = server.registry().clone();
-        let loops = tokio::spawn(run_shared(registry.clone(), settings, NO_RESYNC));
+        let loops = tokio::spawn(run_shared(registry.clone(), settings, NO_RESYNC, None));
         // The first pass (over everything) is done, and some time passes.
         tokio::time::sleep(Duration::from_secs(10)).await;
         Cluster {

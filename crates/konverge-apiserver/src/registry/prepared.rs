@@ -72,6 +72,11 @@ impl Prepared {
         })
     }
 
+    /// The object's storage key.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
     /// The bytes to store: these, with `uid` and `time` in place of the marks.
     fn stamped(&self, uid: &str, time: &str) -> Option<Bytes> {
         if uid.len() != UID_MARK.len() || time.len() != TIME_MARK.len() {
