@@ -19,6 +19,8 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
+use bytes::Bytes;
+use konverge_store::{KeyRange, RangeRequest};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, Reason, Target};
@@ -210,11 +212,32 @@ pub async fn run(
     if fresh {
         return create_fixed(registry, &fixed, settled).await;
     }
-    for object in fixed {
+    // Looked up together: one read of the keys under each resource's prefix.
+    let present = stored_keys(registry, &fixed).await?;
+    for (object, key) in fixed.iter().zip(keys_of(&fixed)) {
+        if present.contains(key.as_bytes()) {
+            continue;
+        }
         let namespace = meta::meta_str(object.value, "namespace");
         ensure_as(registry, &object.rt, namespace, object.value.clone()).await?;
     }
     Ok(Bootstrapped::Existing)
+}
+
+/// The keys stored under the prefixes of `fixed`'s resources.
+async fn stored_keys(registry: &Registry, fixed: &[Fixed]) -> Result<HashSet<Bytes>, ApiError> {
+    let mut prefixes: Vec<String> = fixed.iter().map(|o| o.rt.storage_prefix()).collect();
+    prefixes.dedup();
+    let mut keys = HashSet::new();
+    for prefix in prefixes {
+        let listed = registry
+            .store()
+            .range(RangeRequest::new(KeyRange::prefix(Bytes::from(prefix))).keys_only())
+            .await
+            .map_err(|e| ApiError::from_store(e, Target::default()))?;
+        keys.extend(listed.kvs.into_iter().map(|kv| kv.key));
+    }
+    Ok(keys)
 }
 
 /// One of the objects every server bootstraps the same way, whatever its flags.

@@ -491,7 +491,9 @@ async fn run_shared(
 
 /// One pass of every loop over the store as it is now: what [`ApiServerBuilder::build`]
 /// does before it returns, so a new server already has what these loops create (the default
-/// ServiceAccounts, aggregated ClusterRoles) and its first client does not race them.
+/// ServiceAccounts, aggregated ClusterRoles) and its first client does not race them. Over a
+/// store written to before, ClusterRole aggregation is left to the loops' first pass: the
+/// roles are as the last server aggregated them.
 ///
 /// [`ApiServerBuilder::build`]: crate::ApiServerBuilder::build
 pub async fn settle(
@@ -511,15 +513,18 @@ pub async fn settle(
                 bootstrap::remember_settled(registry, &aggregated);
             }
         }
-        bootstrap::Bootstrapped::Existing => {
-            aggregation::pass(registry).await;
-        }
+        // A store written to before holds the roles as the last server's loops aggregated
+        // them; whatever changed since is aggregated by the loops' first pass, after the
+        // server is up (kube-controller-manager's aggregation never holds kube-apiserver
+        // back either).
+        bootstrap::Bootstrapped::Existing => {}
     }
     policy_status::pass(registry).await;
     Ok(Settled {
         index,
         revision,
         resolver,
+        aggregate: bootstrapped == bootstrap::Bootstrapped::Existing,
     })
 }
 
@@ -528,6 +533,8 @@ pub struct Settled {
     index: ClusterIndex,
     revision: i64,
     resolver: Resolver,
+    /// Whether ClusterRole aggregation is still to be done.
+    aggregate: bool,
 }
 
 impl std::fmt::Debug for Settled {
@@ -594,12 +601,17 @@ async fn run_once(
 ) -> Result<(), konverge_store::Error> {
     let (mut index, revision, mut resolver, first_resync) = match settled {
         // Settle's pass looked at everything: the first resync is a period away.
-        Some(settled) => (
-            settled.index,
-            settled.revision,
-            settled.resolver,
-            tokio::time::Instant::now() + timing.resync,
-        ),
+        Some(settled) => {
+            if settled.aggregate {
+                aggregation::pass(registry).await;
+            }
+            (
+                settled.index,
+                settled.revision,
+                settled.resolver,
+                tokio::time::Instant::now() + timing.resync,
+            )
+        }
         None => {
             let mut resolver = Resolver::default();
             let (index, revision) = index_now(registry, &mut resolver).await?;
