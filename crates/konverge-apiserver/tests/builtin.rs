@@ -2150,6 +2150,23 @@ async fn duplicate_fields_and_yaml_are_read_as_kube_apiserver_reads_them() {
     );
 }
 
+/// Creates the CustomResourceDefinition `crd` and waits until `path`, a list of its
+/// resources, is served.
+async fn define(t: &TestServer, crd: Value, path: &str) {
+    let (code, body) = send(
+        t,
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        crd,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    eventually(&format!("{path} to be served"), || async {
+        t.raw("GET", path, None, Vec::new()).await.0 == 200
+    })
+    .await;
+}
+
 /// A GET to the router in-process with an `Accept` header: status, content type and body.
 async fn get_as(t: &TestServer, path: &str, accept: &str) -> (u16, String, Vec<u8>) {
     use tower::ServiceExt;
@@ -2410,19 +2427,8 @@ async fn list_items_of_built_in_kinds_carry_no_type() {
                 "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
         },
     });
-    let (code, body) = send(
-        &t,
-        "POST",
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        crd,
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
     let gadgets = "/apis/example.com/v1/namespaces/default/gadgets";
-    eventually("the gadgets to be served", || async {
-        t.raw("GET", gadgets, None, Vec::new()).await.0 == 200
-    })
-    .await;
+    define(&t, crd, gadgets).await;
     let (code, body) = send(
         &t,
         "POST",
@@ -2465,19 +2471,8 @@ async fn unknown_fields_in_embedded_metadata_are_strict_decoding_errors() {
             }}],
         },
     });
-    let (code, body) = send(
-        &t,
-        "POST",
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        crd,
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
     let path = "/apis/example.com/v1/namespaces/default/runners";
-    eventually("the runners to be served", || async {
-        t.raw("GET", path, None, Vec::new()).await.0 == 200
-    })
-    .await;
+    define(&t, crd, path).await;
     let runner = |name: &str| {
         format!(
             r#"{{"apiVersion": "example.com/v1", "kind": "Runner", "metadata": {{"name": "{name}"}},
