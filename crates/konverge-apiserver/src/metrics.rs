@@ -67,9 +67,6 @@ const LATENCY_BUCKETS: [f64; 23] = [
 /// `--etcd-count-metric-poll-period` default).
 const COUNT_PERIOD: Duration = Duration::from_secs(60);
 
-/// Subresources whose requests kube reports as `CONNECT` and holds open.
-const CONNECT_SUBRESOURCES: [&str; 5] = ["log", "exec", "portforward", "attach", "proxy"];
-
 fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
@@ -675,7 +672,9 @@ impl RequestInfo {
         if rt.namespaced && namespace.is_none() {
             scope = "cluster";
         }
-        let connect = subresource.is_some_and(|s| CONNECT_SUBRESOURCES.contains(&s));
+        let connect = subresource
+            .and_then(|s| rt.subresource(s))
+            .is_some_and(|s| s.storage.connects());
         let verb = if watch_path && !connect {
             "WATCH"
         } else {

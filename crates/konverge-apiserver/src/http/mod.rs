@@ -496,7 +496,7 @@ async fn handle(
     let query = Query::parse(req.uri().query())?;
     let long_running = query.watch
         || matches!(&route, Route::Resource(r) if r.watch_path
-            || matches!(r.subresource.as_deref(), Some("log" | "exec" | "attach" | "portforward" | "proxy")));
+            || r.subresource.as_deref().and_then(|s| r.rt.subresource(s)).is_some_and(|s| s.storage.connects()));
     if !long_running {
         query.request_timeout()?;
     }
@@ -593,13 +593,17 @@ async fn resource(
     // requests, evictions) cannot be answered as a Table: another acceptable type is
     // answered, or 406 when the client takes nothing else.
     let mut accept = accept;
+    let subresource = match route.subresource.as_deref() {
+        Some(sub) => Some(
+            rt.subresource(sub)
+                .ok_or_else(|| ApiError::method_not_allowed(&method, &rt.plural))?,
+        ),
+        None => None,
+    };
     let tableless = matches!(
         rt.serving,
         crate::resources::Serving::Review(_) | crate::resources::Serving::Binding
-    ) || matches!(
-        route.subresource.as_deref(),
-        Some("token" | "eviction" | "binding")
-    );
+    ) || subresource.is_some_and(|s| s.storage.tableless());
     if accept.table && tableless {
         if !accept.plain_acceptable {
             return Err(ApiError::not_acceptable(
@@ -635,16 +639,17 @@ async fn resource(
         ("DELETE", None) => "deletecollection",
         _ => return Err(ApiError::method_not_allowed(&method, &rt.plural)),
     };
-    let served = match sub {
-        Some(sub) => rt.subresource(sub).is_some_and(|s| s.verbs.contains(&verb)),
+    let served = match &subresource {
+        Some(sub) => sub.verbs.contains(&verb),
         None => rt.serves(verb),
     };
     if !served {
         return Err(ApiError::method_not_allowed(&method, &rt.plural));
     }
-    match (rt.serving, sub) {
-        (crate::resources::Serving::Stored, None) => {}
-        (crate::resources::Serving::Review(review), _) => {
+    use crate::resources::{Action, Serving, Storage};
+    match (rt.serving, subresource.map(|s| s.storage)) {
+        (Serving::Stored, None) => {}
+        (Serving::Review(review), _) => {
             let body = request::body(req).await?;
             let decoded = request::decode_object_strict(&body)?;
             let mut opts = query.write_options()?;
@@ -654,7 +659,7 @@ async fn resource(
             let answer = crate::resources::reviews::answer(server, user, review, ns, obj).await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
-        (crate::resources::Serving::ComponentStatus, _) => {
+        (Serving::ComponentStatus, _) => {
             let statuses = crate::registry::subresources::component_statuses(server).await;
             return match name {
                 Some(name) => statuses
@@ -683,7 +688,7 @@ async fn resource(
                 )),
             };
         }
-        (crate::resources::Serving::Binding, _) | (_, Some("binding")) => {
+        (Serving::Binding, _) | (_, Some(Storage::Action(Action::Binding))) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
             let answer = crate::registry::subresources::bind(
@@ -696,7 +701,7 @@ async fn resource(
             .await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
-        (_, Some("token")) => {
+        (_, Some(Storage::Action(Action::Token))) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
             let answer = crate::registry::subresources::token_request(
@@ -709,7 +714,7 @@ async fn resource(
             .await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
-        (_, Some("eviction")) => {
+        (_, Some(Storage::Action(Action::Eviction))) => {
             let body = request::body(req).await?;
             let obj = request::decode_object(&body)?;
             let mut opts = crate::registry::DeleteOptions {
@@ -724,7 +729,7 @@ async fn resource(
                     .await?;
             return Ok(respond(StatusCode::CREATED, &answer, protobuf));
         }
-        (_, Some("log")) => {
+        (_, Some(Storage::Log)) => {
             let name = name.unwrap_or("");
             let opts = crate::logs::LogOptions::parse(req.uri().query())?;
             opts.validate(name)?;
@@ -742,7 +747,8 @@ async fn resource(
                 ),
             };
         }
-        (_, Some(kubelet @ ("exec" | "attach" | "portforward" | "proxy"))) => {
+        (_, Some(Storage::Connect)) => {
+            let kubelet = sub.unwrap_or("");
             let options = crate::registry::subresources::connect_options(
                 &rt,
                 kubelet,
@@ -769,6 +775,7 @@ async fn resource(
         }
         _ => {}
     }
+    let scale = subresource.is_some_and(|s| matches!(s.storage, Storage::Scale));
     let user_agent_manager = crate::registry::manager_from_user_agent(
         req.headers()
             .get(header::USER_AGENT)
@@ -841,7 +848,7 @@ async fn resource(
             let obj = registry
                 .get(&rt, ns, name, query.resource_version.as_deref())
                 .await?;
-            if sub == Some("scale") {
+            if scale {
                 return Ok(json_response(
                     StatusCode::OK,
                     &crate::http::scale::to_scale(&rt, &obj)?,
@@ -877,7 +884,7 @@ async fn resource(
             opts.body_field_order = decoded.order;
             opts.field_manager.get_or_insert(user_agent_manager);
             opts.user = Some(user.clone());
-            if sub == Some("scale") {
+            if scale {
                 let written =
                     crate::http::scale::update_scale(registry, &rt, ns, name, obj, &opts).await?;
                 return Ok(respond(StatusCode::OK, &written, protobuf));
@@ -901,7 +908,7 @@ async fn resource(
             }
             opts.user = Some(user.clone());
             if let crate::http::patch::Patch::Apply(config, duplicates) = &patch
-                && sub != Some("scale")
+                && !scale
             {
                 let duplicate_warnings = crate::registry::apply::check_config_duplicates(
                     duplicates,
@@ -953,7 +960,7 @@ async fn resource(
                 written.warnings.splice(0..0, duplicate_warnings);
                 return Ok(written_response(&rt, written, &accept, &query));
             }
-            if sub == Some("scale") {
+            if scale {
                 let written =
                     crate::http::scale::patch_scale(registry, &rt, ns, name, &patch, &opts).await?;
                 return Ok(respond(StatusCode::OK, &written, protobuf));

@@ -1023,121 +1023,18 @@ impl Registry {
     ) -> Result<Value> {
         let name = meta::meta_str(current, "name").unwrap_or("");
         let mut merged = match subresource {
-            Some("status") if rt.custom.is_some() => {
-                // A custom resource's status subresource changes status and nothing else (but
-                // who manages what, which the write records).
-                let mut merged = current.clone();
-                match new.get("status") {
-                    Some(status) => merged["status"] = status.clone(),
-                    None => {
-                        if let Some(o) = merged.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
+            Some(sub) => match rt.subresource(sub).map(|s| s.storage) {
+                // The subresource's strategy says which part of the object it writes.
+                Some(crate::resources::Storage::Part(part)) => {
+                    (part.merge)(rt, current, new).map_err(ApiError::bad_request)?
                 }
-                keep_managed_fields(&mut merged, &new);
-                merged
-            }
-            Some("status") => {
-                // Built-in status strategies keep everything but the status from the current
-                // object, except metadata: changes to it are kept, but for the fields the
-                // resource's strategy resets.
-                let mut merged = new;
-                let (Some(into), Some(from)) = (merged.as_object_mut(), current.as_object()) else {
-                    return Err(ApiError::bad_request("the object must be a JSON object"));
-                };
-                into.retain(|k, _| {
-                    matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
-                });
-                for (k, v) in from {
-                    if !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
-                        into.insert(k.clone(), v.clone());
-                    }
+                _ => {
+                    return Err(ApiError::no_route().with_message(format!(
+                        "the server does not support the {sub} subresource of {}",
+                        rt.plural
+                    )));
                 }
-                reset_metadata(&mut merged, current, rt.status_resets);
-                merged
-            }
-            Some("ephemeralcontainers") => {
-                // Only the pod's ephemeral containers change.
-                current_with(current, &new, "spec", "ephemeralContainers", json!([]))
-            }
-            Some("resize") => {
-                // Only the containers' resources and resize policies change.
-                let mut merged = current.clone();
-                for list in ["containers", "initContainers"] {
-                    let wanted = new
-                        .pointer(&format!("/spec/{list}"))
-                        .and_then(Value::as_array);
-                    let (Some(wanted), Some(have)) = (
-                        wanted,
-                        merged
-                            .pointer_mut(&format!("/spec/{list}"))
-                            .and_then(Value::as_array_mut),
-                    ) else {
-                        continue;
-                    };
-                    for container in have.iter_mut() {
-                        let Some(update) = wanted.iter().find(|c| c["name"] == container["name"])
-                        else {
-                            continue;
-                        };
-                        for field in ["resources", "resizePolicy"] {
-                            match update.get(field) {
-                                Some(v) => container[field] = v.clone(),
-                                None => {
-                                    if let Some(c) = container.as_object_mut() {
-                                        c.remove(field);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                keep_managed_fields(&mut merged, &new);
-                merged
-            }
-            Some("approval") => {
-                // A signing request's approval changes its conditions, not its spec or the
-                // rest of its status; the metadata is the request's, as kube's approval
-                // strategy keeps it.
-                let mut merged = new.clone();
-                let conditions = new.pointer("/status/conditions").cloned();
-                match current.get("spec") {
-                    Some(spec) => merged["spec"] = spec.clone(),
-                    None => {
-                        if let Some(o) = merged.as_object_mut() {
-                            o.remove("spec");
-                        }
-                    }
-                }
-                merged["status"] = current.get("status").cloned().unwrap_or_else(|| json!({}));
-                match conditions {
-                    Some(conditions) if !conditions.is_null() => {
-                        merged["status"]["conditions"] = conditions;
-                    }
-                    _ => {
-                        if let Some(status) = merged["status"].as_object_mut() {
-                            status.remove("conditions");
-                        }
-                    }
-                }
-                merged
-            }
-            Some("finalize") if held_by_spec_finalizers(rt) => {
-                // `/finalize` changes the namespace's spec.finalizers and nothing else.
-                let mut merged = current.clone();
-                merged["spec"]["finalizers"] = new
-                    .pointer("/spec/finalizers")
-                    .cloned()
-                    .unwrap_or_else(|| json!([]));
-                merged
-            }
-            Some(other) => {
-                return Err(ApiError::no_route().with_message(format!(
-                    "the server does not support the {other} subresource of {}",
-                    rt.plural
-                )));
-            }
+            },
             None => {
                 let mut merged = new;
                 if rt.allocates_addresses {
@@ -1247,8 +1144,10 @@ impl Registry {
         // Binding, resizing a pod and adding ephemeral containers change what the kind's
         // update rules keep; kube-apiserver checks those writes with their own rules, so
         // the object is checked against itself here.
-        let own_rules =
-            opts.not_an_update || matches!(subresource, Some("resize" | "ephemeralcontainers"));
+        let own_rules = opts.not_an_update
+            || subresource
+                .and_then(|s| rt.subresource(s))
+                .is_some_and(|s| s.storage.own_rules());
         self.validate(rt, &merged, Some(if own_rules { &merged } else { current }))?;
         let mut merged = merged;
         crate::resources::builtin::fill_zero_values(rt, &mut merged);
@@ -1509,42 +1408,6 @@ fn generation_part(rt: &ResourceType, obj: &Value) -> Value {
         map.insert("status".into(), status.clone());
     }
     part
-}
-
-/// `current` with one field (`parent.field`) taken from `new` (`absent` when `new` lacks
-/// it), and the managed fields the write recorded: what a subresource that changes one
-/// field stores.
-fn current_with(current: &Value, new: &Value, parent: &str, field: &str, absent: Value) -> Value {
-    let mut merged = current.clone();
-    merged[parent][field] = new
-        .get(parent)
-        .and_then(|p| p.get(field))
-        .cloned()
-        .unwrap_or(absent);
-    keep_managed_fields(&mut merged, new);
-    merged
-}
-
-/// Keeps the managed fields the write recorded on `new`.
-fn keep_managed_fields(merged: &mut Value, new: &Value) {
-    if let Some(managed) = new.pointer("/metadata/managedFields") {
-        meta::metadata_mut(merged).insert("managedFields".into(), managed.clone());
-    }
-}
-
-/// Takes the metadata fields a status strategy resets from `current`.
-fn reset_metadata(merged: &mut Value, current: &Value, fields: &[&str]) {
-    let old = current
-        .get("metadata")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let md = meta::metadata_mut(merged);
-    for field in fields {
-        match old.get(*field) {
-            Some(v) => md.insert((*field).into(), v.clone()),
-            None => md.remove(*field),
-        };
-    }
 }
 
 /// Whether `spec.finalizers` hold the resource's objects too (namespaces).

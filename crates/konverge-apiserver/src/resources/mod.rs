@@ -12,6 +12,7 @@ pub mod jsonpath;
 pub mod meta;
 pub(crate) mod reviews;
 pub mod runtime_config;
+pub mod subresource;
 pub mod webhook_config;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use serde_json::Value;
 use crate::error::{ApiError, Cause};
 
 pub use meta::NameRule;
+pub use subresource::{Action, Part, Storage, Subresource};
 
 /// The fields the scale subresource reads and writes, as dotted paths (`spec.replicas`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,18 +105,6 @@ pub const ALL_VERBS: Verbs = &[
 
 /// The verbs of `status`, `scale` and the other subresources that read and write the object.
 pub const SUBRESOURCE_VERBS: Verbs = &["get", "patch", "update"];
-
-/// A subresource as discovery lists it (`pods/eviction`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subresource {
-    /// The name after the object's name: `eviction`.
-    pub name: &'static str,
-    /// The group, version and kind it takes and answers with, when they are not the parent's
-    /// (`policy/v1` `Eviction`).
-    pub kind: Option<(&'static str, &'static str, &'static str)>,
-    /// Its verbs.
-    pub verbs: Verbs,
-}
 
 /// An answer computed from a request body instead of stored: the review resources, each
 /// answered by the server's authenticator or authorizer (`reviews.rs`).
@@ -385,18 +375,10 @@ impl ResourceType {
     pub fn all_subresources(&self) -> Vec<Subresource> {
         let mut all = self.subresources.clone();
         if self.status {
-            all.push(Subresource {
-                name: "status",
-                kind: None,
-                verbs: SUBRESOURCE_VERBS,
-            });
+            all.push(Subresource::status(self));
         }
         if self.scale.is_some() {
-            all.push(Subresource {
-                name: "scale",
-                kind: Some(("autoscaling", "v1", "Scale")),
-                verbs: SUBRESOURCE_VERBS,
-            });
+            all.push(Subresource::scale());
         }
         all.sort_by_key(|s| s.name);
         all
@@ -404,7 +386,11 @@ impl ResourceType {
 
     /// The subresource `name`, if served.
     pub fn subresource(&self, name: &str) -> Option<Subresource> {
-        self.all_subresources().into_iter().find(|s| s.name == name)
+        match name {
+            "status" if self.status => Some(Subresource::status(self)),
+            "scale" if self.scale.is_some() => Some(Subresource::scale()),
+            _ => self.subresources.iter().find(|s| s.name == name).copied(),
+        }
     }
 
     /// Whether the resource serves `verb`.

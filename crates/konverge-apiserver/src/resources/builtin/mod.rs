@@ -33,9 +33,9 @@ pub(crate) use validation::refuse_privileged;
 pub(crate) use zero_values::fill as fill_zero_values;
 
 use super::{
-    ALL_VERBS, Catalog, Column, Conversion, Deletion, FieldLabels, NameRule, ResourceType, Review,
-    STATUS_RESETS_ALL, SUBRESOURCE_VERBS, ScalePaths, SelectableField, Serving, Subresource, Verbs,
-    storage_version_hash,
+    ALL_VERBS, Action, Catalog, Column, Conversion, Deletion, FieldLabels, NameRule, Part,
+    ResourceType, Review, STATUS_RESETS_ALL, SUBRESOURCE_VERBS, ScalePaths, SelectableField,
+    Serving, Storage, Subresource, Verbs, storage_version_hash,
 };
 use crate::error::Cause;
 
@@ -258,29 +258,38 @@ impl ResourceType {
         self.verbs = verbs;
         self
     }
-    fn sub(mut self, name: &'static str, verbs: Verbs) -> Self {
+    fn sub(mut self, name: &'static str, verbs: Verbs, storage: Storage) -> Self {
         self.subresources.push(Subresource {
             name,
             kind: None,
             verbs,
+            storage,
         });
         self
     }
-    fn sub_of<S: k8s_openapi::Resource>(mut self, verbs: Verbs) -> Self {
+    fn sub_of<S: k8s_openapi::Resource>(mut self, verbs: Verbs, storage: Storage) -> Self {
         self.subresources.push(Subresource {
             name: S::URL_PATH_SEGMENT,
             kind: Some((S::GROUP, S::VERSION, S::KIND)),
             verbs,
+            storage,
         });
         self
     }
     /// A subresource whose kind is named by Kubernetes but has no `Resource` type of its own
     /// (`PodExecOptions`).
-    fn sub_kind(mut self, name: &'static str, kind: &'static str, verbs: Verbs) -> Self {
+    fn sub_kind(
+        mut self,
+        name: &'static str,
+        kind: &'static str,
+        verbs: Verbs,
+        storage: Storage,
+    ) -> Self {
         self.subresources.push(Subresource {
             name,
             kind: Some(("", "v1", kind)),
             verbs,
+            storage,
         });
         self
     }
@@ -444,7 +453,11 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .names(Label)
             .verbs(NAMESPACE_VERBS)
-            .sub("finalize", &["update"])
+            .sub(
+                "finalize",
+                &["update"],
+                Storage::Part(Part::new(strategy::namespace_finalize)),
+            )
             .defaults(strategy::default_namespace)
             .on_create(strategy::prepare_namespace)
             .columns(columns::namespaces())
@@ -452,7 +465,7 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<core::v1::Node>()
             .short(&["no"])
             .with_status()
-            .sub_kind("proxy", "NodeProxyOptions", PROXY)
+            .sub_kind("proxy", "NodeProxyOptions", PROXY, Storage::Connect)
             .columns(columns::nodes())
             .fields(FieldLabels::Converted, node_fields()),
         declare::<core::v1::PersistentVolumeClaim>()
@@ -476,15 +489,33 @@ pub fn catalog() -> Vec<ResourceType> {
             .in_all()
             .with_status()
             .with_generation()
-            .sub_kind("attach", "PodAttachOptions", CREATE_GET)
-            .sub_kind("binding", "Binding", CREATE)
-            .sub("ephemeralcontainers", SUBRESOURCE_VERBS)
-            .sub_of::<policy::v1::Eviction>(CREATE)
-            .sub_kind("exec", "PodExecOptions", CREATE_GET)
-            .sub("log", &["get"])
-            .sub_kind("portforward", "PodPortForwardOptions", CREATE_GET)
-            .sub_kind("proxy", "PodProxyOptions", PROXY)
-            .sub("resize", SUBRESOURCE_VERBS)
+            .sub_kind("attach", "PodAttachOptions", CREATE_GET, Storage::Connect)
+            .sub_kind(
+                "binding",
+                "Binding",
+                CREATE,
+                Storage::Action(Action::Binding),
+            )
+            .sub(
+                "ephemeralcontainers",
+                SUBRESOURCE_VERBS,
+                Storage::Part(Part::with_own_rules(strategy::pod_ephemeral_containers)),
+            )
+            .sub_of::<policy::v1::Eviction>(CREATE, Storage::Action(Action::Eviction))
+            .sub_kind("exec", "PodExecOptions", CREATE_GET, Storage::Connect)
+            .sub("log", &["get"], Storage::Log)
+            .sub_kind(
+                "portforward",
+                "PodPortForwardOptions",
+                CREATE_GET,
+                Storage::Connect,
+            )
+            .sub_kind("proxy", "PodProxyOptions", PROXY, Storage::Connect)
+            .sub(
+                "resize",
+                SUBRESOURCE_VERBS,
+                Storage::Part(Part::with_own_rules(strategy::pod_resize)),
+            )
             .defaults(defaults::pod)
             .on_create(defaults::prepare_pod)
             .validate(validation::pod)
@@ -517,7 +548,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .fields(FieldLabels::Converted, secret_fields()),
         declare::<core::v1::ServiceAccount>()
             .short(&["sa"])
-            .sub_of::<authentication::v1::TokenRequest>(CREATE)
+            .sub_of::<authentication::v1::TokenRequest>(CREATE, Storage::Action(Action::Token))
             .columns(columns::service_accounts()),
         declare::<core::v1::Service>()
             .short(&["svc"])
@@ -525,7 +556,7 @@ pub fn catalog() -> Vec<ResourceType> {
             .with_status()
             .names(Rfc1035Label)
             .create_on_update()
-            .sub_kind("proxy", "ServiceProxyOptions", PROXY)
+            .sub_kind("proxy", "ServiceProxyOptions", PROXY, Storage::Connect)
             .allocates_addresses()
             .defaults(strategy::default_service)
             .columns(columns::services())
@@ -654,7 +685,11 @@ pub fn catalog() -> Vec<ResourceType> {
         declare::<certificates::v1::CertificateSigningRequest>()
             .short(&["csr"])
             .with_status()
-            .sub("approval", SUBRESOURCE_VERBS)
+            .sub(
+                "approval",
+                SUBRESOURCE_VERBS,
+                Storage::Part(Part::new(strategy::certificate_approval)),
+            )
             .on_create(strategy::prepare_certificate_signing_request)
             .columns(columns::certificate_signing_requests())
             .fields(FieldLabels::Converted, csr_fields()),

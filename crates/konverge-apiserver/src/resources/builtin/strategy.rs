@@ -3,6 +3,9 @@
 
 use serde_json::{Value, json};
 
+use crate::resources::ResourceType;
+use crate::resources::subresource::{current_with, keep_managed_fields};
+
 /// The label kube-apiserver puts on every Namespace: its own name, so that namespace
 /// selectors can match one namespace by name.
 pub(crate) const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -164,4 +167,100 @@ pub(super) fn prepare_api_service(obj: &mut Value) {
             "message": "Local APIServices are always available",
         }]});
     }
+}
+
+/// `namespaces/finalize` changes the namespace's `spec.finalizers` and nothing else.
+pub(super) fn namespace_finalize(
+    _: &ResourceType,
+    current: &Value,
+    new: Value,
+) -> Result<Value, String> {
+    let mut merged = current.clone();
+    merged["spec"]["finalizers"] = new
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
+    Ok(merged)
+}
+
+/// `pods/ephemeralcontainers` changes the pod's ephemeral containers only.
+pub(super) fn pod_ephemeral_containers(
+    _: &ResourceType,
+    current: &Value,
+    new: Value,
+) -> Result<Value, String> {
+    Ok(current_with(
+        current,
+        &new,
+        "spec",
+        "ephemeralContainers",
+        json!([]),
+    ))
+}
+
+/// `pods/resize` changes the containers' resources and resize policies only.
+pub(super) fn pod_resize(_: &ResourceType, current: &Value, new: Value) -> Result<Value, String> {
+    let mut merged = current.clone();
+    for list in ["containers", "initContainers"] {
+        let wanted = new
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array);
+        let (Some(wanted), Some(have)) = (
+            wanted,
+            merged
+                .pointer_mut(&format!("/spec/{list}"))
+                .and_then(Value::as_array_mut),
+        ) else {
+            continue;
+        };
+        for container in have.iter_mut() {
+            let Some(update) = wanted.iter().find(|c| c["name"] == container["name"]) else {
+                continue;
+            };
+            for field in ["resources", "resizePolicy"] {
+                match update.get(field) {
+                    Some(v) => container[field] = v.clone(),
+                    None => {
+                        if let Some(c) = container.as_object_mut() {
+                            c.remove(field);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    keep_managed_fields(&mut merged, &new);
+    Ok(merged)
+}
+
+/// `certificatesigningrequests/approval` changes the request's conditions, not its spec or
+/// the rest of its status; the metadata is the request's, as kube's approval strategy keeps
+/// it.
+pub(super) fn certificate_approval(
+    _: &ResourceType,
+    current: &Value,
+    new: Value,
+) -> Result<Value, String> {
+    let conditions = new.pointer("/status/conditions").cloned();
+    let mut merged = new;
+    match current.get("spec") {
+        Some(spec) => merged["spec"] = spec.clone(),
+        None => {
+            if let Some(o) = merged.as_object_mut() {
+                o.remove("spec");
+            }
+        }
+    }
+    merged["status"] = current.get("status").cloned().unwrap_or_else(|| json!({}));
+    match conditions {
+        Some(conditions) if !conditions.is_null() => {
+            merged["status"]["conditions"] = conditions;
+        }
+        _ => {
+            if let Some(status) = merged["status"].as_object_mut() {
+                status.remove("conditions");
+            }
+        }
+    }
+    Ok(merged)
 }
