@@ -54,9 +54,11 @@ pub trait Lister: Send + Sync + std::fmt::Debug {
         labels: Option<&LabelSelector>,
     ) -> Result<Vec<Arc<Value>>>;
 
-    /// How many writes of `of` have been committed. It moves before such a write is answered,
-    /// so a reader that rebuilds its view whenever it moves never judges a request by
-    /// configuration older than what a client has been told is written.
+    /// How many changes of `of` there have been. It moves before a write through this
+    /// server is answered, so a reader that rebuilds its view whenever it moves never judges
+    /// a request by configuration older than what a client has been told is written; and it
+    /// moves when the watch cache of such a kind applies a change, so a write through another
+    /// server over the same store reaches the reader too, as soon as the cache has it.
     fn changes(&self, of: Changes) -> u64;
 
     /// Stores `object` as the new status of `name`, if nothing changed it since it was read

@@ -44,6 +44,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -109,6 +110,9 @@ pub(crate) struct Caches {
     /// store, so its lists count as `list` store calls).
     metrics: Arc<crate::metrics::Metrics>,
     caches: Mutex<HashMap<String, Arc<Cache>>>,
+    /// The registry's counters of [`Changes`](crate::lister::Changes), which the caches of
+    /// the counted kinds move for every change they apply.
+    changes: Arc<[AtomicU64; 3]>,
     /// Dropped with the registry, or sent on by [`Caches::stop`]: the feeders stop.
     shutdown: watch::Sender<()>,
     shutdown_rx: watch::Receiver<()>,
@@ -119,6 +123,7 @@ impl Caches {
         store: Arc<dyn KvStore>,
         config: WatchCacheConfig,
         metrics: Arc<crate::metrics::Metrics>,
+        changes: Arc<[AtomicU64; 3]>,
     ) -> Self {
         let (shutdown, shutdown_rx) = watch::channel(());
         Caches {
@@ -126,6 +131,7 @@ impl Caches {
             config,
             metrics,
             caches: Mutex::new(HashMap::new()),
+            changes,
             shutdown,
             shutdown_rx,
         }
@@ -156,6 +162,10 @@ impl Caches {
                 resource: crate::metrics::group_resource(rt),
             },
             computed_fields(rt),
+            super::changes_of(rt).map(|of| Counter {
+                all: self.changes.clone(),
+                index: of as usize,
+            }),
         ));
         tokio::spawn(cache.clone().run(self.shutdown_rx.clone()));
         caches.insert(prefix, cache.clone());
@@ -458,6 +468,18 @@ struct StoreTimer {
     resource: String,
 }
 
+/// The counter of [`Changes`](crate::lister::Changes) a cache moves.
+struct Counter {
+    all: Arc<[AtomicU64; 3]>,
+    index: usize,
+}
+
+impl Counter {
+    fn bump(&self) {
+        self.all[self.index].fetch_add(1, Ordering::AcqRel);
+    }
+}
+
 /// The cache of one resource.
 pub(crate) struct Cache {
     prefix: Bytes,
@@ -469,6 +491,10 @@ pub(crate) struct Cache {
     state: RwLock<State>,
     applied: watch::Sender<Applied>,
     progress_wanted: Notify,
+    /// Moved after every change applied, for readers that keep a view of the resource
+    /// (RBAC, admission configuration, quotas): a change another server wrote reaches them
+    /// this way.
+    changed: Option<Counter>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -496,6 +522,7 @@ impl Cache {
         capacity: usize,
         timer: StoreTimer,
         computed: Arc<[ComputedField]>,
+        changed: Option<Counter>,
     ) -> Self {
         let (applied, _) = watch::channel(Applied {
             revision: 0,
@@ -511,6 +538,7 @@ impl Cache {
             state: RwLock::new(State::default()),
             applied,
             progress_wanted: Notify::new(),
+            changed,
         }
     }
 
@@ -721,6 +749,10 @@ impl Cache {
         let applied = state.applied();
         drop(state);
         self.publish(applied);
+        // What was missed between two lists is a change too.
+        if let Some(counter) = &self.changed {
+            counter.bump();
+        }
         Ok(())
     }
 
@@ -910,6 +942,9 @@ impl Cache {
         let applied = state.applied();
         drop(state);
         self.publish(applied);
+        if let Some(counter) = &self.changed {
+            counter.bump();
+        }
     }
 
     /// A written object's event of type `kind`.
@@ -988,6 +1023,7 @@ mod tests {
                 resource: "configmaps".into(),
             },
             Arc::from(Vec::new()),
+            None,
         );
         {
             let mut state = cache.write_state();

@@ -161,7 +161,9 @@ pub struct Registry {
     caches: Arc<cache::Caches>,
     generate_name: fn(&str) -> String,
     metrics: Arc<crate::metrics::Metrics>,
-    /// Counts committed writes of each kind of [`Changes`], in its order.
+    /// Counts changes of each kind of [`Changes`], in its order: moved by this registry's
+    /// own writes before they are answered, and by the watch caches of those kinds for every
+    /// change they see in the store, whichever server made it.
     changes: Arc<[AtomicU64; 3]>,
     /// Checks clients' writes before they are stored.
     write_check: Option<Arc<dyn WriteCheck>>,
@@ -268,7 +270,7 @@ fn same_metadata(new: &Value, current: &Value) -> bool {
 }
 
 /// Which kind of counted configuration objects of `rt` are, if any.
-fn changes_of(rt: &ResourceType) -> Option<Changes> {
+pub(crate) fn changes_of(rt: &ResourceType) -> Option<Changes> {
     match (rt.group.as_str(), rt.plural.as_str()) {
         (crate::auth::rbac::GROUP, _) => Some(Changes::Policy),
         ("admissionregistration.k8s.io", _) => Some(Changes::Admission),
@@ -285,10 +287,12 @@ impl Registry {
     /// A registry serving `catalog` from `store`.
     pub fn new(store: Arc<dyn KvStore>, catalog: Arc<Catalog>) -> Self {
         let metrics = Arc::new(crate::metrics::Metrics::new());
+        let changes: Arc<[AtomicU64; 3]> = Arc::default();
         let caches = Arc::new(cache::Caches::new(
             store.clone(),
             WatchCacheConfig::default(),
             metrics.clone(),
+            changes.clone(),
         ));
         Registry {
             store,
@@ -296,7 +300,7 @@ impl Registry {
             caches,
             generate_name: meta::generate_name,
             metrics,
-            changes: Arc::default(),
+            changes,
             write_check: None,
             admission: Arc::new(crate::admission::Chain::builtin()),
             webhooks: crate::webhook::Webhooks::default(),
@@ -363,6 +367,7 @@ impl Registry {
             self.store.clone(),
             self.caches.config().clone(),
             metrics.clone(),
+            self.changes.clone(),
         ));
         self.metrics = metrics;
         self
@@ -426,6 +431,7 @@ impl Registry {
             self.store.clone(),
             config,
             self.metrics.clone(),
+            self.changes.clone(),
         ));
         self
     }

@@ -1,0 +1,165 @@
+//! Two servers over one store, as two `konverge up` over one etcd: what one server writes
+//! of the configuration the other judges requests by (RBAC, admission policies) reaches the
+//! other through its watch caches, not only through its own writes.
+
+#[path = "common/eventually.rs"]
+mod eventually;
+
+use std::sync::Arc;
+
+use eventually::eventually;
+use konverge_apiserver::{ApiServer, AuthorizationMode};
+use konverge_store::{KvStore, MemStore};
+use serde_json::{Value, json};
+
+async fn servers() -> (Arc<ApiServer>, Arc<ApiServer>) {
+    let store: Arc<dyn KvStore> = Arc::new(MemStore::new());
+    let first = ApiServer::builder(store.clone())
+        .authorization(AuthorizationMode::Rbac)
+        .build()
+        .await
+        .expect("first server");
+    // The second runs no control loops: the first's act for both.
+    let second = ApiServer::builder(store)
+        .authorization(AuthorizationMode::Rbac)
+        .control_loops(false)
+        .build()
+        .await
+        .expect("second server");
+    (first, second)
+}
+
+/// A request to `server`'s router, as `user` when given (impersonated by the admin): status
+/// and body.
+async fn send(
+    server: &Arc<ApiServer>,
+    method: &str,
+    path: &str,
+    user: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    use tower::ServiceExt;
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json");
+    if let Some(user) = user {
+        request = request.header("impersonate-user", user);
+    }
+    let body = if body.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(&body).expect("json")
+    };
+    let request = request.body(axum::body::Body::from(body)).expect("request");
+    let response = server.router().oneshot(request).await.expect("infallible");
+    let code = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+#[tokio::test]
+async fn a_role_bound_through_one_server_is_honoured_by_the_other() {
+    let (first, second) = servers().await;
+    // The second server has judged alice already, so its view of the policy is built.
+    let (code, body) = send(&second, "GET", CONFIGMAPS, Some("alice"), Value::Null).await;
+    assert_eq!(code, 403, "{body}");
+
+    let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
+    let role = json!({"metadata": {"name": "reader"}, "rules": [{"apiGroups": [""],
+        "resources": ["configmaps"], "verbs": ["list"]}]});
+    let (code, body) = send(&first, "POST", &format!("{rbac}/roles"), None, role).await;
+    assert_eq!(code, 201, "{body}");
+    let binding = json!({"metadata": {"name": "alice-reads"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]});
+    let (code, body) = send(
+        &first,
+        "POST",
+        &format!("{rbac}/rolebindings"),
+        None,
+        binding,
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    eventually("the second server lets alice list", || async {
+        send(&second, "GET", CONFIGMAPS, Some("alice"), Value::Null)
+            .await
+            .0
+            == 200
+    })
+    .await;
+
+    // And takes it back the same way.
+    let (code, body) = send(
+        &first,
+        "DELETE",
+        &format!("{rbac}/rolebindings/alice-reads"),
+        None,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    eventually("the second server refuses alice again", || async {
+        send(&second, "GET", CONFIGMAPS, Some("alice"), Value::Null)
+            .await
+            .0
+            == 403
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_admission_policy_written_through_one_server_is_enforced_by_the_other() {
+    let (first, second) = servers().await;
+    let configmap = |name: &str| json!({"metadata": {"name": name}, "data": {"x": "no"}});
+    // The second server has admitted a write already, so its view of the policies is built.
+    let (code, body) = send(&second, "POST", CONFIGMAPS, None, configmap("before")).await;
+    assert_eq!(code, 201, "{body}");
+
+    let admission = "/apis/admissionregistration.k8s.io/v1";
+    let policy = json!({"metadata": {"name": "x-is-ok"}, "spec": {
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+            "operations": ["CREATE"], "resources": ["configmaps"]}]},
+        "validations": [{"expression": "object.data.x == 'ok'", "message": "x must be ok"}]}});
+    let (code, body) = send(
+        &first,
+        "POST",
+        &format!("{admission}/validatingadmissionpolicies"),
+        None,
+        policy,
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let binding = json!({"metadata": {"name": "x-is-ok"},
+        "spec": {"policyName": "x-is-ok", "validationActions": ["Deny"]}});
+    let (code, body) = send(
+        &first,
+        "POST",
+        &format!("{admission}/validatingadmissionpolicybindings"),
+        None,
+        binding,
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    let mut tries = 0;
+    eventually("the second server enforces the policy", || {
+        tries += 1;
+        let second = second.clone();
+        let name = format!("after-{tries}");
+        async move {
+            let (code, body) = send(&second, "POST", CONFIGMAPS, None, configmap(&name)).await;
+            code == 422
+                && body["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("x must be ok"))
+        }
+    })
+    .await;
+}
