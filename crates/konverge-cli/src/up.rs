@@ -5,6 +5,7 @@
 //! restarts), starts the API server on loopback, writes `DATA_DIR/kubeconfig`, says so, and
 //! serves until Ctrl-C or SIGTERM.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,11 +27,29 @@ pub(crate) struct UpArgs {
     /// Where the store, the credentials and the kubeconfig live (default: $HOME/.konverge).
     #[arg(long, env = "KONVERGE_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// The loopback port to serve on (0 picks a free one).
+    /// The port to serve on (0 picks a free one).
     #[arg(long, default_value_t = 6443)]
     port: u16,
+    /// The address to serve on, as kube-apiserver's `--bind-address` (`0.0.0.0`: every
+    /// IPv4 address). Default: loopback only.
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    bind_address: IpAddr,
+    /// The address the other servers of the cluster and the `kubernetes` Service's
+    /// endpoints name this server by, as kube-apiserver's `--advertise-address`. Default: the
+    /// bind address, or 127.0.0.1 when that is every address.
+    #[arg(long, value_name = "IP")]
+    advertise_address: Option<IpAddr>,
+    /// The credentials the servers of one cluster share: its CA and CA key, the
+    /// ServiceAccount signing key and the admin token (`pki/ca.crt`, `pki/ca.key`,
+    /// `pki/sa.key`, `token`, laid out as in a data directory, so a first server's data
+    /// directory serves). The first server to find it empty creates them; copy it to every
+    /// server of the cluster. Each server's serving certificate is issued from this CA at
+    /// start, for its own addresses. Default: the data directory (one server alone).
+    #[arg(long, value_name = "DIR")]
+    credentials_dir: Option<PathBuf>,
     /// `disk` (durable, in the data directory), `memory` (gone on exit), or
-    /// `etcd://HOST:PORT` (an etcd cluster; needs the `etcd` build feature).
+    /// `etcd://HOST:PORT[,HOST:PORT...]` (an etcd cluster, by its members' client addresses;
+    /// needs the `etcd` build feature).
     #[arg(long, default_value = "disk")]
     store: String,
     /// How requests are authorized: `RBAC` (Roles, ClusterRoles and their bindings decide, as
@@ -237,16 +256,20 @@ async fn open_store(
     if let Some(endpoint) = spec.strip_prefix("etcd://") {
         return open_etcd(endpoint).await;
     }
-    bail!("unknown --store {spec:?}: use disk, memory or etcd://HOST:PORT")
+    bail!("unknown --store {spec:?}: use disk, memory or etcd://HOST:PORT[,HOST:PORT...]")
 }
 
 #[cfg(feature = "etcd")]
-async fn open_etcd(endpoint: &str) -> anyhow::Result<(Arc<dyn KvStore>, String)> {
-    let url = format!("http://{endpoint}");
-    let store = konverge_store_etcd::EtcdStore::connect(std::slice::from_ref(&url))
+async fn open_etcd(endpoints: &str) -> anyhow::Result<(Arc<dyn KvStore>, String)> {
+    let urls: Vec<String> = endpoints
+        .split(',')
+        .map(|endpoint| format!("http://{}", endpoint.trim()))
+        .collect();
+    let listed = urls.join(",");
+    let store = konverge_store_etcd::EtcdStore::connect(&urls)
         .await
-        .with_context(|| format!("connecting to etcd at {url}"))?;
-    Ok((Arc::new(store), format!("etcd at {url}")))
+        .with_context(|| format!("connecting to etcd at {listed}"))?;
+    Ok((Arc::new(store), format!("etcd at {listed}")))
 }
 
 #[cfg(not(feature = "etcd"))]
@@ -317,6 +340,36 @@ async fn start_controllers(
     Ok(running)
 }
 
+/// This server's credentials: a single server's, kept in its data directory, or, when it
+/// serves on an address of its own or shares `credentials_dir` with the other servers of a
+/// cluster, the cluster's, with a serving certificate issued now for its addresses.
+fn credentials(
+    credentials_dir: Option<&std::path::Path>,
+    data_dir: &std::path::Path,
+    bind: IpAddr,
+    advertise: IpAddr,
+) -> anyhow::Result<Credentials> {
+    let loopback_names = [
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    ];
+    let mut names = Vec::new();
+    for ip in [bind, advertise] {
+        if !ip.is_unspecified() && !loopback_names.contains(&ip) && !names.contains(&ip.to_string())
+        {
+            names.push(ip.to_string());
+        }
+    }
+    Ok(match credentials_dir {
+        None if names.is_empty() => Credentials::load_or_create(data_dir)?,
+        dir => {
+            let dir = dir.unwrap_or(data_dir);
+            Credentials::for_cluster(dir, &names)
+                .with_context(|| format!("the cluster's credentials in {}", dir.display()))?
+        }
+    })
+}
+
 pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let selection: Selection = args
@@ -342,7 +395,28 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
-    let credentials = Credentials::load_or_create(&data_dir)?;
+    let advertise = args
+        .advertise_address
+        .unwrap_or(if args.bind_address.is_unspecified() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            args.bind_address
+        });
+    let credentials = credentials(
+        args.credentials_dir.as_deref(),
+        &data_dir,
+        args.bind_address,
+        advertise,
+    )?;
+    let listener = tokio::net::TcpListener::bind((args.bind_address, args.port))
+        .await
+        .with_context(|| {
+            format!(
+                "listening on {}",
+                SocketAddr::new(args.bind_address, args.port)
+            )
+        })?;
+    let port = listener.local_addr()?.port();
     let (store, described) = open_store(&args.store, &data_dir).await?;
     let webhooks = konverge_apiserver::webhook::Webhooks::default();
     for service in &args.webhook_services {
@@ -365,14 +439,13 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
             Authorization::AlwaysAllow => AuthorizationMode::AlwaysAllow,
         })
         .runtime_config(runtime_config)
+        .advertise(advertise, port)
         .build()
         .await
         .context("starting the API server")?;
     let serving = Serve::new(server.router())
         .tls(&credentials)?
-        .bind(("127.0.0.1", args.port))
-        .await
-        .with_context(|| format!("listening on 127.0.0.1:{}", args.port))?;
+        .listen(listener)?;
     server.set_address(serving.local_addr().to_string());
     let url = serving.url();
     let kubeconfig = write_kubeconfig(&data_dir, &credentials, &url)?;
@@ -405,6 +478,31 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_on_an_address_of_its_own_gets_a_certificate_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let own: IpAddr = "127.0.0.2".parse().unwrap();
+        // Alone on loopback: the data directory's credentials, serving certificate on disk.
+        let single = credentials(None, &data, lo, lo).unwrap();
+        assert!(data.join("pki/apiserver.crt").exists());
+        // On an address of its own: the same CA and token, a certificate issued now.
+        let own_address = credentials(None, &data, own, own).unwrap();
+        assert_eq!(own_address.ca_pem, single.ca_pem);
+        assert_eq!(own_address.token, single.token);
+        assert_ne!(own_address.cert_pem, single.cert_pem);
+        // A credentials directory that cannot be one is named in the error.
+        let file = tmp.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let error = credentials(Some(&file), &data, lo, lo).unwrap_err();
+        assert!(
+            format!("{error:#}")
+                .contains(&format!("the cluster's credentials in {}", file.display())),
+            "{error:#}"
+        );
+    }
 
     #[test]
     fn webhook_services_parse_or_say_what_is_wrong() {

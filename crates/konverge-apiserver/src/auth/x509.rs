@@ -1,6 +1,6 @@
 //! X.509 client certificates: what a certificate's subject says about its holder, read as
 //! kube-apiserver reads it, and issuing one signed by a CA (what `konverge kubeconfig --user`
-//! hands out).
+//! hands out); and serving certificates signed by the same CA, one per server of a cluster.
 //!
 //! kube-apiserver's mapping: the subject's common name is the user (the last CN when there are
 //! several; a certificate without one authenticates nobody), every organization (O) is a group,
@@ -42,6 +42,8 @@ const OID_AUTHORITY_KEY_ID: &[u64] = &[2, 5, 29, 35];
 const OID_EXT_KEY_USAGE: &[u64] = &[2, 5, 29, 37];
 /// `id-kp-clientAuth`.
 const OID_CLIENT_AUTH: &[u64] = &[1, 3, 6, 1, 5, 5, 7, 3, 2];
+/// `subjectAltName`.
+const OID_SUBJECT_ALT_NAME: &[u64] = &[2, 5, 29, 17];
 
 /// Why a certificate could not be read or issued.
 #[derive(Debug, thiserror::Error)]
@@ -373,11 +375,82 @@ pub fn issue_client_certificate(
     ca_key_pem: &str,
     request: &CertificateRequest,
 ) -> Result<IssuedCertificate, X509Error> {
-    use rcgen::{PublicKeyData as _, SigningKey as _};
-
     if request.user.is_empty() {
         return Err(X509Error::EmptyUser);
     }
+    let mut subject: Vec<(&[u64], &str)> = request
+        .groups
+        .iter()
+        .map(|group| (OID_ORGANIZATION, group.as_str()))
+        .collect();
+    subject.push((OID_COMMON_NAME, &request.user));
+    issue(
+        ca_cert_pem,
+        ca_key_pem,
+        &Leaf {
+            subject: &subject,
+            not_before: request.not_before,
+            not_after: request.not_after,
+            purpose: OID_CLIENT_AUTH,
+            names: &[],
+        },
+    )
+}
+
+/// What a serving certificate is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingRequest {
+    /// The subject's common name.
+    pub common_name: String,
+    /// The host names and IP addresses clients reach the server by (its subject alternative
+    /// names); an entry that parses as an IP address is one.
+    pub names: Vec<String>,
+    /// The start of validity, in seconds since the Unix epoch.
+    pub not_before: i64,
+    /// The end of validity, in seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+/// A new key pair and a serving certificate for it, signed by the CA as
+/// [`issue_client_certificate`] signs, for server authentication only, naming
+/// `request.names`.
+pub fn issue_serving_certificate(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    request: &ServingRequest,
+) -> Result<IssuedCertificate, X509Error> {
+    issue(
+        ca_cert_pem,
+        ca_key_pem,
+        &Leaf {
+            subject: &[(OID_COMMON_NAME, &request.common_name)],
+            not_before: request.not_before,
+            not_after: request.not_after,
+            purpose: OID_SERVER_AUTH,
+            names: &request.names,
+        },
+    )
+}
+
+/// A certificate [`issue`] writes.
+struct Leaf<'a> {
+    /// The subject's attributes, in order.
+    subject: &'a [(&'a [u64], &'a str)],
+    not_before: i64,
+    not_after: i64,
+    /// The one extended key usage.
+    purpose: &'a [u64],
+    /// Subject alternative names (none: no extension).
+    names: &'a [String],
+}
+
+fn issue(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    leaf: &Leaf<'_>,
+) -> Result<IssuedCertificate, X509Error> {
+    use rcgen::{PublicKeyData as _, SigningKey as _};
+
     let ca_der = CertificateDer::from_pem_slice(ca_cert_pem.as_bytes())
         .map_err(|e| X509Error::CaCertificate(e.to_string()))?;
     let ca = parse(&ca_der)?;
@@ -401,14 +474,13 @@ pub fn issue_client_certificate(
             signature_algorithm(w.next());
             w.next().write_der(&ca.subject_der);
             w.next().write_sequence(|w| {
-                write_time(w.next(), request.not_before);
-                write_time(w.next(), request.not_after);
+                write_time(w.next(), leaf.not_before);
+                write_time(w.next(), leaf.not_after);
             });
             w.next().write_sequence(|w| {
-                for group in &request.groups {
-                    write_attribute(w, OID_ORGANIZATION, group);
+                for (kind, value) in leaf.subject {
+                    write_attribute(w, kind, value);
                 }
-                write_attribute(w, OID_COMMON_NAME, &request.user);
             });
             w.next().write_der(&key.subject_public_key_info());
             w.next().write_tagged(Tag::context(3), |w| {
@@ -419,10 +491,19 @@ pub fn issue_client_certificate(
                     write_extension(w, OID_EXT_KEY_USAGE, false, |w| {
                         w.write_sequence(|w| {
                             w.next()
-                                .write_oid(&ObjectIdentifier::from_slice(OID_CLIENT_AUTH))
+                                .write_oid(&ObjectIdentifier::from_slice(leaf.purpose))
                         })
                     });
                     write_extension(w, OID_BASIC_CONSTRAINTS, true, |w| w.write_sequence(|_| {}));
+                    if !leaf.names.is_empty() {
+                        write_extension(w, OID_SUBJECT_ALT_NAME, false, |w| {
+                            w.write_sequence(|w| {
+                                for name in leaf.names {
+                                    write_general_name(w.next(), name);
+                                }
+                            })
+                        });
+                    }
                     if let Some(id) = &ca.subject_key_id {
                         write_extension(w, OID_AUTHORITY_KEY_ID, false, |w| {
                             w.write_sequence(|w| {
@@ -449,6 +530,20 @@ pub fn issue_client_certificate(
         cert_pem: pem("CERTIFICATE", &certificate),
         key_pem: key.serialize_pem(),
     })
+}
+
+/// A subject alternative name: an `iPAddress` when `name` parses as one, a `dNSName`
+/// otherwise.
+fn write_general_name(w: DERWriter<'_>, name: &str) {
+    match name.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            w.write_tagged_implicit(Tag::context(7), |w| w.write_bytes(&ip.octets()))
+        }
+        Ok(std::net::IpAddr::V6(ip)) => {
+            w.write_tagged_implicit(Tag::context(7), |w| w.write_bytes(&ip.octets()))
+        }
+        Err(_) => w.write_tagged_implicit(Tag::context(2), |w| w.write_ia5_string(name)),
+    }
 }
 
 /// One relative distinguished name with a single UTF8String attribute.

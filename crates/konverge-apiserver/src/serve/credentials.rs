@@ -165,9 +165,18 @@ pub enum CredentialsError {
     /// Key or certificate generation failed.
     #[error("cannot generate credentials")]
     Generate(#[source] rcgen::Error),
-    /// A client certificate could not be issued.
-    #[error("cannot issue a client certificate")]
+    /// A client or serving certificate could not be issued.
+    #[error("cannot issue a certificate")]
     Issue(#[source] X509Error),
+    /// The shared credentials directory could not be locked.
+    #[error("cannot lock {}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 fn list(paths: &[PathBuf]) -> String {
@@ -248,6 +257,11 @@ impl Credentials {
         if present.is_empty() {
             Self::create(&files)
         } else if missing.is_empty() {
+            Self::load_files(&files)
+        } else if missing == [files.cert.clone(), files.key.clone()] {
+            // A cluster's credentials ([`for_cluster`](Self::for_cluster)) made here: the
+            // shared ones are all there, and this server's serving certificate is issued.
+            Self::issue_serving_files(&files)?;
             Self::load_files(&files)
         } else {
             Err(CredentialsError::Incomplete {
@@ -351,18 +365,7 @@ impl Credentials {
         let key_pem = read_text(&files.key)?;
         check_key(&provider, &files.key, &key_pem, &chain[0], &files.cert)?;
 
-        let token = read_text(&files.token)?.trim().to_owned();
-        if token.is_empty() {
-            return Err(invalid(&files.token, "the token is empty"));
-        }
-        if let Some(bad) = token.chars().find(|c| !is_token_char(*c)) {
-            return Err(invalid(
-                &files.token,
-                format!(
-                    "the token contains {bad:?}; allowed are ASCII letters, digits and - . _ ~ + / ="
-                ),
-            ));
-        }
+        let token = read_token(&files.token)?;
 
         let service_account_key = load_or_create_service_account_key(&files.service_account_key)?;
 
@@ -389,6 +392,148 @@ impl Credentials {
             generated: false,
         })
     }
+}
+
+impl Credentials {
+    /// Issues and writes a serving certificate for the loopback names, signed by the CA in
+    /// `files`.
+    fn issue_serving_files(files: &Files) -> Result<(), CredentialsError> {
+        let ca_pem = read_text(&files.ca_cert)?;
+        let ca_key_pem = read_text(&files.ca_key)?;
+        let serving = issue_serving(&ca_pem, &ca_key_pem, &[])?;
+        for (path, contents) in [
+            (&files.key, serving.key_pem),
+            (&files.cert, serving.cert_pem),
+        ] {
+            fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
+                CredentialsError::Write {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The credentials of one server of a cluster whose servers share `shared_dir`: the CA
+    /// and its key, the ServiceAccount signing key and the admin token, laid out as a data
+    /// directory's (`pki/ca.crt`, `pki/ca.key`, `pki/sa.key`, `token`: a single server's data
+    /// directory can be shared as it is). The first server to find the directory empty
+    /// creates them, under a lock (`pki/.lock`) so that servers started at once agree; the
+    /// others load them, with the checks [`load_or_create`](Self::load_or_create) applies.
+    ///
+    /// The serving certificate is this server's own: issued now by the shared CA for
+    /// `localhost`, `127.0.0.1`, `::1` and `names` (the addresses clients reach this server
+    /// by), and never written to disk.
+    pub fn for_cluster(shared_dir: &Path, names: &[String]) -> Result<Self, CredentialsError> {
+        let files = Files::new(shared_dir);
+        for dir in [&files.data_dir, &files.pki_dir] {
+            fsutil::create_private_dir_all(dir).map_err(|source| CredentialsError::CreateDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let lock_path = files.pki_dir.join(".lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .and_then(|file| file.lock().map(|()| file))
+            .map_err(|source| CredentialsError::Lock {
+                path: lock_path.clone(),
+                source,
+            })?;
+        let shared = [&files.ca_cert, &files.ca_key, &files.token];
+        let mut missing = Vec::new();
+        let mut present = Vec::new();
+        for path in shared {
+            match path.try_exists() {
+                Ok(true) => present.push(path.clone()),
+                Ok(false) => missing.push(path.clone()),
+                Err(source) => {
+                    return Err(CredentialsError::Read {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        let generated = present.is_empty();
+        if generated {
+            let (ca_pem, ca_key_pem) = generate_ca().map_err(CredentialsError::Generate)?;
+            for (path, contents) in [
+                (&files.ca_key, ca_key_pem),
+                (&files.ca_cert, ca_pem),
+                (&files.token, format!("{}\n", generate_token())),
+            ] {
+                fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
+                    CredentialsError::Write {
+                        path: path.clone(),
+                        source,
+                    }
+                })?;
+            }
+            tracing::info!(dir = %files.data_dir.display(), "generated the cluster's CA and token");
+        } else if !missing.is_empty() {
+            return Err(CredentialsError::Incomplete {
+                data_dir: files.data_dir,
+                missing,
+                present,
+            });
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ca_pem = read_text(&files.ca_cert)?;
+        let ca_chain = parse_certs(&files.ca_cert, &ca_pem)?;
+        let ca_key_pem = read_text(&files.ca_key)?;
+        check_key(
+            &provider,
+            &files.ca_key,
+            &ca_key_pem,
+            &ca_chain[0],
+            &files.ca_cert,
+        )?;
+        let token = read_token(&files.token)?;
+        let service_account_key = load_or_create_service_account_key(&files.service_account_key)?;
+        drop(lock);
+
+        let serving = issue_serving(&ca_pem, &ca_key_pem, names)?;
+        Ok(Self {
+            ca_pem,
+            cert_pem: serving.cert_pem,
+            key_pem: serving.key_pem,
+            token,
+            service_account_key,
+            generated,
+        })
+    }
+}
+
+/// A serving certificate signed by the CA, for the loopback names and `names`, valid from
+/// now (backdated an hour, for clock skew) for about ten years.
+fn issue_serving(
+    ca_pem: &str,
+    ca_key_pem: &str,
+    names: &[String],
+) -> Result<IssuedCertificate, CredentialsError> {
+    let mut all: Vec<String> = SERVING_NAMES.map(str::to_owned).to_vec();
+    for name in names {
+        if !all.contains(name) {
+            all.push(name.clone());
+        }
+    }
+    let now = jiff::Timestamp::now().as_second();
+    crate::auth::x509::issue_serving_certificate(
+        ca_pem,
+        ca_key_pem,
+        &crate::auth::x509::ServingRequest {
+            common_name: SERVING_COMMON_NAME.into(),
+            names: all,
+            not_before: now - BACKDATE.as_secs() as i64,
+            not_after: now + VALIDITY.as_secs() as i64,
+        },
+    )
+    .map_err(CredentialsError::Issue)
 }
 
 /// The ServiceAccount signing key in `path` (PKCS#8 DER), written first if missing.
@@ -438,6 +583,23 @@ pub fn issue_client_certificate(
     };
     crate::auth::x509::issue_client_certificate(&ca_pem, &ca_key_pem, &request)
         .map_err(CredentialsError::Issue)
+}
+
+/// The bearer token in `path`: one line of token characters.
+fn read_token(path: &Path) -> Result<String, CredentialsError> {
+    let token = read_text(path)?.trim().to_owned();
+    if token.is_empty() {
+        return Err(invalid(path, "the token is empty"));
+    }
+    if let Some(bad) = token.chars().find(|c| !is_token_char(*c)) {
+        return Err(invalid(
+            path,
+            format!(
+                "the token contains {bad:?}; allowed are ASCII letters, digits and - . _ ~ + / ="
+            ),
+        ));
+    }
+    Ok(token)
 }
 
 /// Characters allowed in a bearer token (RFC 6750 `b64token`).
@@ -504,16 +666,24 @@ struct Generated {
     token: String,
 }
 
-fn generate() -> Result<Generated, rcgen::Error> {
+/// Makes `params` valid from now (backdated an hour, for clock skew) for about ten years.
+fn valid_from_now(params: &mut CertificateParams) {
     let since_epoch = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let now = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(since_epoch.as_secs());
-    let not_before = now - BACKDATE;
-    let not_after = now + VALIDITY;
+    params.not_before = now - BACKDATE;
+    params.not_after = now + VALIDITY;
+}
 
+/// A new CA: its certificate and key, PEM.
+fn generate_ca() -> Result<(String, String), rcgen::Error> {
+    let ca = new_ca()?;
+    Ok((ca.pem(), ca.key().serialize_pem()))
+}
+
+fn new_ca() -> Result<CertifiedIssuer<'static, KeyPair>, rcgen::Error> {
     let ca_key = KeyPair::generate()?;
-    let ca_key_pem = ca_key.serialize_pem();
     let mut ca_params = CertificateParams::default();
     ca_params.distinguished_name = name(CA_COMMON_NAME);
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -522,10 +692,14 @@ fn generate() -> Result<Generated, rcgen::Error> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    ca_params.not_before = not_before;
-    ca_params.not_after = not_after;
+    valid_from_now(&mut ca_params);
     ca_params.serial_number = Some(random_serial());
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
+    CertifiedIssuer::self_signed(ca_params, ca_key)
+}
+
+fn generate() -> Result<Generated, rcgen::Error> {
+    let ca = new_ca()?;
+    let ca_key_pem = ca.key().serialize_pem();
 
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(SERVING_NAMES.map(str::to_owned).to_vec())?;
@@ -535,8 +709,7 @@ fn generate() -> Result<Generated, rcgen::Error> {
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     // Python 3.13+ (VERIFY_X509_STRICT) requires the authority key identifier.
     params.use_authority_key_identifier_extension = true;
-    params.not_before = not_before;
-    params.not_after = not_after;
+    valid_from_now(&mut params);
     params.serial_number = Some(random_serial());
     let cert = params.signed_by(&key, &ca)?;
 

@@ -50,13 +50,14 @@ pub enum KubeconfigError {
 
 /// The `https://` URL clients should use for a server listening on `addr`.
 ///
-/// The serving certificate covers `localhost`, `127.0.0.1` and `::1`: an IPv6 loopback
-/// address gives `https://[::1]:PORT`, anything else (in particular `0.0.0.0`, `::` and
-/// `127.0.0.1`) gives `https://127.0.0.1:PORT`.
+/// A server listening on every address (`0.0.0.0`, `::`) is reached at
+/// `https://127.0.0.1:PORT`, which its serving certificate covers; one listening on one
+/// address is reached there (the serving certificate of a server of a cluster names it).
 pub fn server_url(addr: SocketAddr) -> String {
     match addr.ip() {
-        IpAddr::V6(ip) if ip.is_loopback() => format!("https://[::1]:{}", addr.port()),
-        _ => format!("https://127.0.0.1:{}", addr.port()),
+        ip if ip.is_unspecified() => format!("https://127.0.0.1:{}", addr.port()),
+        IpAddr::V6(ip) => format!("https://[{ip}]:{}", addr.port()),
+        IpAddr::V4(ip) => format!("https://{ip}:{}", addr.port()),
     }
 }
 

@@ -728,6 +728,136 @@ fn server_url_uses_a_name_the_certificate_covers() {
     assert_eq!(url("0.0.0.0:1234"), "https://127.0.0.1:1234");
     assert_eq!(url("[::]:1234"), "https://127.0.0.1:1234");
     assert_eq!(url("[::1]:1234"), "https://[::1]:1234");
+    assert_eq!(url("127.0.0.2:6443"), "https://127.0.0.2:6443");
+    assert_eq!(url("10.0.0.5:6443"), "https://10.0.0.5:6443");
+    assert_eq!(url("[fd00::5]:6443"), "https://[fd00::5]:6443");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Credentials shared by the servers of a cluster.
+
+/// `openssl verify` of `cert_pem` as a server certificate for `ip`, issued by `ca_pem`, with
+/// OpenSSL's strict checks; `None` when openssl cannot run.
+fn openssl_verifies(ca_pem: &str, cert_pem: &str, ip: &str) -> Option<bool> {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca, cert) = (tmp.path().join("ca.crt"), tmp.path().join("server.crt"));
+    std::fs::write(&ca, ca_pem).unwrap();
+    std::fs::write(&cert, cert_pem).unwrap();
+    let output = std::process::Command::new("openssl")
+        .args([
+            "verify",
+            "-x509_strict",
+            "-purpose",
+            "sslserver",
+            "-verify_ip",
+            ip,
+        ])
+        .arg("-CAfile")
+        .arg(&ca)
+        .arg(&cert)
+        .output()
+        .ok()?;
+    Some(output.status.success())
+}
+
+#[test]
+fn servers_of_a_cluster_share_the_ca_token_and_signing_key_and_serve_their_own_names() {
+    let (_tmp, shared) = data_dir();
+    let first = Credentials::for_cluster(&shared, &["127.0.0.2".into()]).unwrap();
+    let second = Credentials::for_cluster(&shared, &["127.0.0.3".into()]).unwrap();
+    assert!(first.generated && !second.generated);
+    assert_eq!(first.ca_pem, second.ca_pem);
+    assert_eq!(first.token, second.token);
+    assert_eq!(first.service_account_key, second.service_account_key);
+    assert_ne!(first.cert_pem, second.cert_pem);
+    // Only what is shared is on disk, private; the serving certificates are not.
+    for file in [
+        CA_CERT_FILE,
+        CA_KEY_FILE,
+        SERVICE_ACCOUNT_KEY_FILE,
+        TOKEN_FILE,
+    ] {
+        assert_eq!(mode(&shared.join(file)), 0o600, "{file}");
+    }
+    assert!(!shared.join(SERVING_CERT_FILE).exists());
+
+    // Each serving certificate names its own server, and loopback, not the other server.
+    let checks = [
+        (&first, "127.0.0.2", true),
+        (&first, "127.0.0.1", true),
+        (&first, "127.0.0.3", false),
+        (&second, "127.0.0.3", true),
+        (&second, "127.0.0.2", false),
+    ];
+    for (credentials, ip, expected) in checks {
+        match openssl_verifies(&credentials.ca_pem, &credentials.cert_pem, ip) {
+            Some(verified) => assert_eq!(verified, expected, "{ip}"),
+            None => eprintln!("skipping the openssl checks: cannot run openssl"),
+        }
+    }
+
+    // A single server's data directory later made from them serves as ever.
+    let single = Credentials::load_or_create(&shared).unwrap();
+    assert!(!single.generated);
+    assert_eq!(single.ca_pem, first.ca_pem);
+    assert_eq!(single.token, first.token);
+    assert!(shared.join(SERVING_CERT_FILE).exists());
+}
+
+#[test]
+fn servers_started_at_once_over_an_empty_directory_agree_on_one_ca() {
+    let (_tmp, shared) = data_dir();
+    let made: Vec<Credentials> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (2..6)
+            .map(|n| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    Credentials::for_cluster(shared, &[format!("127.0.0.{n}")]).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(made.iter().filter(|c| c.generated).count(), 1);
+    for credentials in &made {
+        assert_eq!(credentials.ca_pem, made[0].ca_pem);
+        assert_eq!(credentials.token, made[0].token);
+    }
+}
+
+#[test]
+fn a_damaged_shared_directory_is_a_clear_error() {
+    let (_tmp, shared) = data_dir();
+    Credentials::for_cluster(&shared, &[]).unwrap();
+    std::fs::remove_file(shared.join(TOKEN_FILE)).unwrap();
+    let error = Credentials::for_cluster(&shared, &[]).unwrap_err();
+    assert!(
+        matches!(&error, CredentialsError::Incomplete { missing, .. } if missing.len() == 1),
+        "{error:?}"
+    );
+    std::fs::write(shared.join(TOKEN_FILE), "x").unwrap();
+    std::fs::write(shared.join(CA_KEY_FILE), "not a key").unwrap();
+    let error = Credentials::for_cluster(&shared, &[]).unwrap_err();
+    assert_invalid(&error, CA_KEY_FILE, "");
+}
+
+/// A kubeconfig written by one server of a cluster reaches another: the same CA vouches
+/// for both serving certificates, and the same token is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_of_one_server_of_a_cluster_reaches_another() {
+    let (_tmp, shared) = data_dir();
+    let ip: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let first = Credentials::for_cluster(&shared, &[]).unwrap();
+    let second = Credentials::for_cluster(&shared, &[ip.to_string()]).unwrap();
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let api = Api::new(&second.token);
+    let server = start_https(listener, api.router(), &second, None).await;
+    let (_home, dir) = data_dir();
+    let kubeconfig = write_kubeconfig(&dir, &first, &server_url(addr)).unwrap();
+    assert_eq!(kube_client_version(&kubeconfig).await.unwrap(), GIT_VERSION);
+    assert_eq!(api.seen().len(), 1);
+    server.stop().await;
 }
 
 #[test]
