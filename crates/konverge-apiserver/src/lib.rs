@@ -94,6 +94,9 @@ pub struct ApiServerBuilder {
     store: Arc<dyn KvStore>,
     token: Option<String>,
     control_loops: bool,
+    /// Whether the loops run under the caller's leader election
+    /// ([`ApiServerBuilder::elected_control_loops`]).
+    elected_loops: bool,
     compaction_interval: std::time::Duration,
     watch_cache: registry::WatchCacheConfig,
     root_ca: Option<String>,
@@ -254,6 +257,19 @@ impl ApiServerBuilder {
     /// bootstrap objects, the CRD controller and compaction.
     pub fn control_loops(mut self, run: bool) -> Self {
         self.control_loops = run;
+        self.elected_loops = false;
+        self
+    }
+
+    /// Runs kube-controller-manager's loops (those [`control_loops`](Self::control_loops)
+    /// names) only where the caller says: the server still makes their first pass before
+    /// [`build`](Self::build) returns, but then leaves them to
+    /// [`ApiServer::run_control_loops`], which the caller runs under leader election (the
+    /// `kube-system/kube-controller-manager` Lease), so that of several servers over one store
+    /// one acts.
+    pub fn elected_control_loops(mut self) -> Self {
+        self.control_loops = true;
+        self.elected_loops = true;
         self
     }
 
@@ -392,6 +408,7 @@ impl ApiServerBuilder {
             stop: CancellationToken::new(),
             pod_logs: RwLock::new(None),
             audit: self.audit.clone(),
+            elected_loops: std::sync::Mutex::new(None),
         });
         server.metrics.set_build_info(&server.version_info());
         let bootstrapped =
@@ -425,11 +442,18 @@ impl ApiServerBuilder {
             let settled = controllers::settle(&server.registry, &settings, bootstrapped)
                 .await
                 .map_err(|e| ApiError::from_store(e, error::Target::default()))?;
-            server.background(controllers::run(
-                server.registry.clone(),
-                settings,
-                Some(settled),
-            ));
+            if self.elected_loops {
+                *server
+                    .elected_loops
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(settings);
+            } else {
+                server.background(controllers::run(
+                    server.registry.clone(),
+                    settings,
+                    Some(settled),
+                ));
+            }
         }
         Ok(server)
     }
@@ -450,6 +474,9 @@ pub struct ApiServer {
     pod_logs: RwLock<Option<Arc<dyn logs::PodLogs>>>,
     /// The audit log, if requests are audited.
     audit: Option<Arc<audit::Audit>>,
+    /// What kube-controller-manager's loops are told, when they run under the caller's leader
+    /// election ([`ApiServerBuilder::elected_control_loops`]).
+    elected_loops: std::sync::Mutex<Option<controllers::Settings>>,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -465,6 +492,7 @@ impl ApiServer {
             store,
             token: None,
             control_loops: true,
+            elected_loops: false,
             compaction_interval: std::time::Duration::from_secs(300),
             watch_cache: registry::WatchCacheConfig::default(),
             root_ca: None,
@@ -513,6 +541,28 @@ impl ApiServer {
     pub fn stop(&self) {
         self.stop.cancel();
         self.registry.stop_watch_caches();
+    }
+
+    /// Runs kube-controller-manager's loops, when the server was built to leave them to the
+    /// caller ([`ApiServerBuilder::elected_control_loops`]), until `stop` is cancelled (this
+    /// server lost its Lease, or shuts down) or the server [stops](Self::stop); returns at
+    /// once otherwise. Each run starts over from the store as it is: a new leader looks at
+    /// everything once, and acts on what is pending.
+    pub async fn run_control_loops(self: Arc<Self>, stop: CancellationToken) {
+        let settings = self
+            .elected_loops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let Some(settings) = settings else {
+            return;
+        };
+        let loops = controllers::run(self.registry.clone(), settings, None);
+        tokio::select! {
+            () = loops => {}
+            () = stop.cancelled() => {}
+            () = self.stop.cancelled() => {}
+        }
     }
 
     /// Runs `task` until [`stop`](Self::stop).

@@ -21,6 +21,7 @@ use konverge_controllers::kubelet::SimulatedNodes;
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{ControllerManager, Selection};
 use konverge_runtime::leader::LeaseConfig;
+use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args)]
 pub(crate) struct UpArgs {
@@ -304,14 +305,71 @@ pub(crate) async fn shutdown_signal() {
 /// kube-apiserver: in-process clients (no socket, no TLS), informers and the
 /// `kube-system/kube-controller-manager` Lease as `system:kube-controller-manager`, each
 /// controller as its own ServiceAccount in `kube-system` (kcm's
-/// `--use-service-account-credentials`).
-async fn start_controllers(
+/// `--use-service-account-credentials`). The server's own kcm loops (garbage collection,
+/// namespaces, quotas, ...), the scheduler and the simulated nodes run under the same Lease:
+/// of several servers over one store, the one holding it acts. A server that loses the Lease
+/// stops them all and stands again as a candidate.
+fn start_controllers(
     server: &Arc<ApiServer>,
     token: &str,
     selection: Selection,
     nodes: Option<SimulatedNodes>,
-    data_dir: &std::path::Path,
-) -> anyhow::Result<konverge_runtime::RunningManager> {
+    identity: String,
+) -> Controllers {
+    let stop = CancellationToken::new();
+    let server = server.clone();
+    let token = token.to_string();
+    let stopping = stop.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let manager =
+                controller_manager(&server, &token, selection.clone(), nodes.clone(), &identity);
+            let manager = match manager.build().await {
+                Ok(manager) => manager,
+                Err(error) => {
+                    tracing::warn!(%error, "starting kube-controller-manager's controllers failed; trying again");
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                        () = stopping.cancelled() => return Ok(()),
+                    }
+                }
+            };
+            match manager.run(stopping.clone().cancelled_owned()).await {
+                Err(konverge_runtime::manager::Error::LeadershipLost)
+                    if !stopping.is_cancelled() =>
+                {
+                    tracing::warn!(
+                        "lost the kube-controller-manager Lease: the controllers stopped; standing again as a candidate"
+                    );
+                }
+                result => return result,
+            }
+        }
+    });
+    Controllers { stop, task }
+}
+
+/// The controllers of [`start_controllers`], running.
+struct Controllers {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), konverge_runtime::manager::Error>>,
+}
+
+impl Controllers {
+    /// Stops them (releasing the Lease) and waits until they stopped.
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        Ok(self.task.await??)
+    }
+}
+
+fn controller_manager(
+    server: &Arc<ApiServer>,
+    token: &str,
+    selection: Selection,
+    nodes: Option<SimulatedNodes>,
+    identity: &str,
+) -> ControllerManager {
     let kcm = server.client(Identity::Impersonating {
         token: token.to_string(),
         user: "system:kube-controller-manager".into(),
@@ -321,23 +379,19 @@ async fn start_controllers(
     let tokens = ServiceAccountTokens::new(admin.clone(), move |token| {
         for_token.client(Identity::Token(token))
     });
-    // One `konverge up` per data directory: after a restart, the same identity takes its Lease
-    // back at once instead of waiting for it to expire.
-    let identity = format!(
-        "{}_{}",
-        konverge_runtime::leader::host_name(),
-        data_dir.display()
-    );
     let lease = LeaseConfig::new("kube-system", "kube-controller-manager").with_identity(identity);
+    let loops = server.clone();
     let mut manager = ControllerManager::new(kcm)
         .selection(selection)
         .credentials(tokens)
-        .leader_election(lease);
+        .leader_election(lease)
+        .task("kube-controller-manager-loops", move |stop| {
+            Box::pin(loops.run_control_loops(stop))
+        });
     if let Some(nodes) = nodes {
         manager = manager.simulated_nodes(nodes, admin);
     }
-    let running = manager.spawn().await?;
-    Ok(running)
+    manager
 }
 
 /// This server's credentials: a single server's, kept in its data directory, or, when it
@@ -440,6 +494,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         })
         .runtime_config(runtime_config)
         .advertise(advertise, port)
+        .elected_control_loops()
         .build()
         .await
         .context("starting the API server")?;
@@ -464,9 +519,14 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
             kubelets.add_rule(rule);
         }
     }
-    let controllers = start_controllers(&server, &credentials.token, selection, nodes, &data_dir)
-        .await
-        .context("starting kube-controller-manager's controllers")?;
+    // One `konverge up` per data directory: after a restart, the same identity takes its Lease
+    // back at once instead of waiting for it to expire.
+    let identity = format!(
+        "{}_{}",
+        konverge_runtime::leader::host_name(),
+        data_dir.display()
+    );
+    let controllers = start_controllers(&server, &credentials.token, selection, nodes, identity);
     serving.until(shutdown_signal()).await;
     if let Err(error) = controllers.stop().await {
         tracing::warn!(%error, "the controllers did not stop cleanly");

@@ -110,3 +110,113 @@ fn servers_over_one_etcd_share_credentials_and_serve_their_own_addresses() {
         );
     }
 }
+
+/// Waits until `check` gives something, polling on the real clock (the servers are other
+/// processes); fails the test, naming `what`, after `patience`.
+fn until<T>(what: &str, patience: std::time::Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Who holds the `kube-system/kube-controller-manager` Lease, as `up` reads it.
+fn kcm_leader(up: &Up) -> Option<String> {
+    let (code, out, _) = up.run(
+        &[
+            "get",
+            "lease",
+            "-n",
+            "kube-system",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
+        None,
+    );
+    (code == Some(0) && !out.trim().is_empty()).then(|| out.trim().to_string())
+}
+
+/// kube-controller-manager's loops run on the server holding its Lease only, and move to
+/// another server once the Lease expires (15 s) when that one freezes or is killed.
+#[test]
+fn the_control_loops_follow_the_kube_controller_manager_lease() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let Some(etcd) = etcd(&runtime) else { return };
+    let store = format!("etcd://{}", etcd.endpoint().trim_start_matches("http://"));
+    let shared = tempfile::tempdir().expect("temp dir");
+    let mut servers = vec![
+        server(&store, shared.path(), "127.0.0.2", &["--controllers", ""]),
+        server(&store, shared.path(), "127.0.0.3", &["--controllers", ""]),
+    ];
+    let patience = std::time::Duration::from_secs(30);
+    let leader = until("one server holds the Lease", patience, || {
+        kcm_leader(&servers[0])
+    });
+    let leading = servers
+        .iter()
+        .position(|up| leader.ends_with(&up.dir.path().display().to_string()))
+        .unwrap_or_else(|| panic!("the holder {leader} is neither server"));
+
+    // The loops act: a new namespace gets its `default` ServiceAccount.
+    let has_default_account = |up: &Up, namespace: &str| {
+        let (code, _, _) = up.run(&["get", "serviceaccount", "default", "-n", namespace], None);
+        (code == Some(0)).then_some(())
+    };
+    servers[0].ok(&["create", "namespace", "before"]);
+    until(
+        "the leader's loops make the default ServiceAccount",
+        patience,
+        || has_default_account(&servers[0], "before"),
+    );
+
+    // The leader freezes (SIGSTOP) holding the Lease: until the Lease expires, nobody acts,
+    // not the other server either.
+    let mut frozen = servers.remove(leading);
+    let pid = frozen.child.id().to_string();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    let survivor = &servers[0];
+    survivor.ok(&["create", "namespace", "during"]);
+    // Long enough for a standby's loops to have acted (they settle in 20 ms), well inside
+    // the 15 s lease.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(
+        has_default_account(survivor, "during").is_none(),
+        "the standby acted while the leader still held the Lease"
+    );
+
+    // It takes the Lease over once it expires, and its loops act on what is pending.
+    let next = until("the survivor takes the Lease over", patience, || {
+        kcm_leader(survivor).filter(|holder| *holder != leader)
+    });
+    assert!(
+        next.ends_with(&survivor.dir.path().display().to_string()),
+        "{next}"
+    );
+    until(
+        "the survivor's loops make the default ServiceAccount",
+        patience,
+        || has_default_account(survivor, "during"),
+    );
+
+    // The frozen leader is killed for good (kill -9); the survivor goes on.
+    frozen.child.kill().expect("kill -9 the old leader");
+    frozen.child.wait().expect("the old leader exits");
+    survivor.ok(&["create", "namespace", "after"]);
+    until("the survivor's loops go on", patience, || {
+        has_default_account(survivor, "after")
+    });
+}

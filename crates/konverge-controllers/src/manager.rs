@@ -12,6 +12,7 @@ use konverge_runtime::leader::LeaseConfig;
 use konverge_runtime::{Manager, RunningManager};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 pub use crate::descriptor::{Descriptor, Setup};
@@ -206,7 +207,11 @@ pub struct ControllerManager {
     clock: Clock,
     lease: Option<LeaseConfig>,
     nodes: Option<(crate::kubelet::SimulatedNodes, Client)>,
+    tasks: Vec<(String, Task)>,
 }
+
+/// A task run beside the controllers, under the same Lease ([`ControllerManager::task`]).
+type Task = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, ()> + Send>;
 
 impl std::fmt::Debug for ControllerManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -226,6 +231,7 @@ impl ControllerManager {
             clock: Clock::system(),
             lease: None,
             nodes: None,
+            tasks: Vec::new(),
         }
     }
 
@@ -267,6 +273,17 @@ impl ControllerManager {
         self
     }
 
+    /// Runs `task` beside the controllers, only while they run (under the Lease, when there
+    /// is one), until the token it is given is cancelled: a loop of kube-controller-manager's
+    /// that is not written as a controller here (the API server's garbage collector, say).
+    pub fn task<F>(mut self, name: impl Into<String>, task: F) -> Self
+    where
+        F: FnOnce(CancellationToken) -> BoxFuture<'static, ()> + Send + 'static,
+    {
+        self.tasks.push((name.into(), Box::new(task)));
+        self
+    }
+
     /// The manager with every selected controller added, not started.
     pub async fn build(self) -> Result<Manager> {
         let mut manager = Manager::new(self.client);
@@ -284,6 +301,9 @@ impl ControllerManager {
         if let Some((nodes, client)) = self.nodes {
             crate::scheduler::add(&mut manager, client.clone(), self.clock.clone());
             nodes.add(&mut manager, client, self.clock.clone());
+        }
+        for (name, task) in self.tasks {
+            manager.add_task(name, task);
         }
         Ok(manager)
     }

@@ -209,6 +209,22 @@ impl Manager {
         self
     }
 
+    /// Adds a task that runs beside the controllers, as they do: only while this process
+    /// leads (at once without leader election), until the token it is given is cancelled (on
+    /// shutdown, or when leadership is lost; the task must end then). controller-runtime's
+    /// `mgr.Add` of a leader-elected `RunnableFunc`: what acts without reconciling one
+    /// resource (a loop over a whole store, say).
+    pub fn add_task<F>(&mut self, name: impl Into<String>, task: F) -> &mut Self
+    where
+        F: FnOnce(CancellationToken) -> BoxFuture<'static, ()> + Send + 'static,
+    {
+        self.runnables.push(crate::controller::Runnable {
+            name: name.into(),
+            run: Box::new(move |stop, _timeout| task(stop)),
+        });
+        self
+    }
+
     /// The readiness of every cache and trigger added so far.
     pub(crate) fn ready_flags(&self) -> Vec<Arc<dyn ReadyFlag>> {
         self.informers.ready_flags()

@@ -194,3 +194,56 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_stops() {
     let _ = stop_b.send(());
     task_b.await.unwrap().unwrap();
 }
+
+/// A task added to an elected manager runs only while its manager leads, and is told to stop
+/// when it no longer may act.
+#[tokio::test(start_paused = true)]
+async fn tasks_run_only_while_their_manager_leads() {
+    let env = TestEnv::builder().in_process().start().await;
+    let running: Arc<Mutex<Vec<String>>> = Arc::default();
+    let manager = |identity: &'static str| {
+        let mut manager = Manager::new(env.client())
+            .leader_election(LeaseConfig::new("default", "task-leader").with_identity(identity));
+        let running = running.clone();
+        manager.add_task("whole-store-loop", move |stop| {
+            Box::pin(async move {
+                running.lock().unwrap().push(format!("{identity} started"));
+                stop.cancelled().await;
+                running.lock().unwrap().push(format!("{identity} stopped"));
+            })
+        });
+        manager
+    };
+    let (stop_a, stopped_a) = oneshot::channel::<()>();
+    let task_a = tokio::spawn(manager("a").run(async move {
+        let _ = stopped_a.await;
+    }));
+    eventually("a's task runs", || async {
+        running.lock().unwrap().contains(&"a started".to_string())
+    })
+    .await;
+    let (stop_b, stopped_b) = oneshot::channel::<()>();
+    let task_b = tokio::spawn(manager("b").run(async move {
+        let _ = stopped_b.await;
+    }));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        *running.lock().unwrap(),
+        ["a started"],
+        "the standby's task waits"
+    );
+
+    let _ = stop_a.send(());
+    task_a.await.unwrap().unwrap();
+    eventually("b's task runs once a stopped", || async {
+        running.lock().unwrap().contains(&"b started".to_string())
+    })
+    .await;
+    assert_eq!(
+        *running.lock().unwrap(),
+        ["a started", "a stopped", "b started"]
+    );
+    let _ = stop_b.send(());
+    task_b.await.unwrap().unwrap();
+    assert_eq!(running.lock().unwrap().last().unwrap(), "b stopped");
+}
