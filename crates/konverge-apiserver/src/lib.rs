@@ -397,6 +397,7 @@ impl ApiServerBuilder {
             chain = chain.logged(capacity);
         }
         let registry = registry.with_admission(chain);
+        let stop = CancellationToken::new();
         let server = Arc::new(ApiServer {
             registry,
             metrics,
@@ -405,10 +406,12 @@ impl ApiServerBuilder {
             rbac,
             tokens,
             address: RwLock::new("127.0.0.1:6443".into()),
-            stop: CancellationToken::new(),
+            stop: stop.clone(),
             pod_logs: RwLock::new(None),
             audit: self.audit.clone(),
             elected_loops: std::sync::Mutex::new(None),
+            endpoints_stop: stop.child_token(),
+            bootstrap: self.bootstrap.clone(),
         });
         server.metrics.set_build_info(&server.version_info());
         let bootstrapped =
@@ -431,6 +434,16 @@ impl ApiServerBuilder {
             server.registry.clone(),
             controllers::kube_system::Settings::for_this_host(self.client_ca.clone()),
         ));
+        {
+            let endpoints =
+                controllers::endpoints::run(server.registry.clone(), self.bootstrap.clone());
+            tokio::spawn(
+                server
+                    .endpoints_stop
+                    .clone()
+                    .run_until_cancelled_owned(endpoints),
+            );
+        }
         server.background(controllers::compaction::run(
             server.registry.store().clone(),
             self.compaction_interval,
@@ -477,6 +490,11 @@ pub struct ApiServer {
     /// What kube-controller-manager's loops are told, when they run under the caller's leader
     /// election ([`ApiServerBuilder::elected_control_loops`]).
     elected_loops: std::sync::Mutex<Option<controllers::Settings>>,
+    /// Ends the renewal of this server's lease in the `kubernetes` endpoints: on
+    /// [`stop`](ApiServer::stop), or first thing in [`withdraw`](ApiServer::withdraw).
+    endpoints_stop: CancellationToken,
+    /// What the bootstrap objects say about the server (its advertised address and port).
+    bootstrap: controllers::bootstrap::Config,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -563,6 +581,15 @@ impl ApiServer {
             () = stop.cancelled() => {}
             () = self.stop.cancelled() => {}
         }
+    }
+
+    /// Takes this server out of the `kubernetes` Service's endpoints, as kube-apiserver does
+    /// when it shuts down gracefully: its lease is deleted and no longer renewed, and the
+    /// endpoints list the other servers of the cluster. Call it before the server stops
+    /// serving, so clients that follow the endpoints move away first.
+    pub async fn withdraw(&self) {
+        self.endpoints_stop.cancel();
+        controllers::endpoints::withdraw(&self.registry, &self.bootstrap).await;
     }
 
     /// Runs `task` until [`stop`](Self::stop).

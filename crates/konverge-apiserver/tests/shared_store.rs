@@ -163,3 +163,62 @@ async fn an_admission_policy_written_through_one_server_is_enforced_by_the_other
     })
     .await;
 }
+
+/// The `kubernetes` Endpoints of every server list every server over the store, and a
+/// server withdrawing takes itself out (on tokio's paused clock: the renewals every 10 s
+/// pass at once).
+#[tokio::test(start_paused = true)]
+async fn the_kubernetes_endpoints_list_every_server_over_the_store() {
+    let store: Arc<dyn KvStore> = Arc::new(MemStore::new());
+    let server = |ip: [u8; 4]| {
+        ApiServer::builder(store.clone())
+            .control_loops(false)
+            .advertise(std::net::IpAddr::from(ip), 6443)
+            .build()
+    };
+    let first = server([10, 0, 0, 2]).await.expect("first server");
+    let second = server([10, 0, 0, 3]).await.expect("second server");
+    let listed = |server: Arc<ApiServer>| async move {
+        let (_, endpoints) = send(
+            &server,
+            "GET",
+            "/api/v1/namespaces/default/endpoints/kubernetes",
+            None,
+            Value::Null,
+        )
+        .await;
+        let (_, slice) = send(
+            &server,
+            "GET",
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes",
+            None,
+            Value::Null,
+        )
+        .await;
+        let ips: Vec<String> = endpoints["subsets"][0]["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| a["ip"].as_str().unwrap_or_default().to_string())
+            .collect();
+        let sliced: Vec<String> = slice["endpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| e["addresses"][0].as_str().unwrap_or_default().to_string())
+            .collect();
+        (ips == sliced).then_some(ips)
+    };
+    for server in [&first, &second] {
+        eventually("both servers are listed", || {
+            let server = (*server).clone();
+            async move { listed(server).await == Some(vec!["10.0.0.2".into(), "10.0.0.3".into()]) }
+        })
+        .await;
+    }
+    second.withdraw().await;
+    assert_eq!(listed(first.clone()).await, Some(vec!["10.0.0.2".into()]));
+    // And it stays out: nothing renews its lease any more.
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    assert_eq!(listed(first.clone()).await, Some(vec!["10.0.0.2".into()]));
+}

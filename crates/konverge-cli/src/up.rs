@@ -527,7 +527,15 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         data_dir.display()
     );
     let controllers = start_controllers(&server, &credentials.token, selection, nodes, identity);
-    serving.until(shutdown_signal()).await;
+    // Out of the `kubernetes` Service's endpoints first, so that clients following them move
+    // to the other servers of the cluster while this one still answers.
+    let withdrawing = server.clone();
+    serving
+        .until(async move {
+            shutdown_signal().await;
+            withdrawing.withdraw().await;
+        })
+        .await;
     if let Err(error) = controllers.stop().await {
         tracing::warn!(%error, "the controllers did not stop cleanly");
     }

@@ -26,6 +26,17 @@ fn etcd(runtime: &tokio::runtime::Runtime) -> Option<konverge_store_etcd::testin
 
 /// `konverge up` on `ip` over `store`, with the cluster's credentials in `shared`.
 fn server(store: &str, shared: &std::path::Path, ip: &str, extra: &[&str]) -> Up {
+    server_on(None, store, shared, ip, extra)
+}
+
+/// [`server`], on `port` when given.
+fn server_on(
+    port: Option<u16>,
+    store: &str,
+    shared: &std::path::Path,
+    ip: &str,
+    extra: &[&str],
+) -> Up {
     let shared = shared.display().to_string();
     let mut args = vec![
         "--store",
@@ -38,7 +49,10 @@ fn server(store: &str, shared: &std::path::Path, ip: &str, extra: &[&str]) -> Up
         "0",
     ];
     args.extend_from_slice(extra);
-    Up::start_with(&args)
+    match port {
+        Some(port) => Up::start_on(port, &args),
+        None => Up::start_with(&args),
+    }
 }
 
 #[test]
@@ -220,3 +234,85 @@ fn the_control_loops_follow_the_kube_controller_manager_lease() {
         has_default_account(survivor, "after")
     });
 }
+
+/// The addresses the `kubernetes` Endpoints and EndpointSlice list, as `up` reads them.
+fn kubernetes_endpoints(up: &Up) -> (String, String) {
+    let endpoints = up.ok(&[
+        "get",
+        "endpoints",
+        "kubernetes",
+        "-o",
+        "jsonpath={.subsets[*].addresses[*].ip}",
+    ]);
+    let slice = up.ok(&[
+        "get",
+        "endpointslice",
+        "kubernetes",
+        "-o",
+        "jsonpath={.endpoints[*].addresses[*]}",
+    ]);
+    (endpoints, slice)
+}
+
+/// The `kubernetes` Service lists the live servers: each server's lease adds it, a server
+/// stopping takes itself out at once, and a killed one's lease expires (15 s unrenewed).
+#[test]
+fn the_kubernetes_service_lists_the_live_servers() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let Some(etcd) = etcd(&runtime) else { return };
+    let store = format!("etcd://{}", etcd.endpoint().trim_start_matches("http://"));
+    let shared = tempfile::tempdir().expect("temp dir");
+    // One port for all, as the replicas of kube-apiserver serve.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let start = |ip: &str| {
+        server_on(
+            Some(port),
+            &store,
+            shared.path(),
+            ip,
+            &["--controllers", ""],
+        )
+    };
+    let first = start("127.0.0.2");
+    let second = start("127.0.0.3");
+    let third = start("127.0.0.4");
+    let patience = std::time::Duration::from_secs(40);
+    let listing = |up: &Up, expected: &str| {
+        until(&format!("the endpoints list {expected}"), patience, || {
+            let (endpoints, slice) = kubernetes_endpoints(up);
+            (endpoints == expected && slice == expected).then_some(())
+        })
+    };
+    listing(&first, "127.0.0.2 127.0.0.3 127.0.0.4");
+    assert_eq!(
+        first.ok(&[
+            "get",
+            "endpoints",
+            "kubernetes",
+            "-o",
+            "jsonpath={.subsets[0].ports[0].port}"
+        ]),
+        port.to_string()
+    );
+
+    // Stopped gracefully (SIGTERM): out at once, not after the lease expires.
+    let stopped_at = std::time::Instant::now();
+    drop(third.stop());
+    listing(&first, "127.0.0.2 127.0.0.3");
+    assert!(
+        stopped_at.elapsed() < LEASE_TTL,
+        "a server stopping takes itself out before its lease could expire"
+    );
+
+    // Killed: out once its lease expired.
+    let mut second = second;
+    second.child.kill().expect("kill -9");
+    second.child.wait().expect("exits");
+    listing(&first, "127.0.0.2");
+}
+
+/// How long a server's lease in the `kubernetes` endpoints lasts unrenewed.
+const LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(15);

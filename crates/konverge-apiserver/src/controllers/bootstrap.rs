@@ -516,9 +516,13 @@ async fn reconcile(
     };
     let mut updated = current.clone();
     for field in fields {
-        let want = desired.pointer(field).cloned().unwrap_or(Value::Null);
-        if let Some(have) = updated.pointer_mut(field) {
-            *have = want;
+        let want = desired.pointer(field).cloned();
+        let (parent, name) = field.rsplit_once('/').unwrap_or(("", field));
+        if let Some(parent) = updated.pointer_mut(parent).and_then(Value::as_object_mut) {
+            match want {
+                Some(want) => parent.insert(name.to_string(), want),
+                None => parent.remove(name),
+            };
         }
     }
     if updated == current {
@@ -538,15 +542,12 @@ async fn reconcile(
 }
 
 /// The `kubernetes` Service in `default`, its Endpoints and its EndpointSlice, pointing at the
-/// server's advertised address and port, as kube-apiserver's endpoint reconciler writes them.
+/// server's advertised address and port and at the other servers of the cluster whose
+/// leases are in the store ([`endpoints`](super::endpoints)), as kube-apiserver's endpoint
+/// reconciler writes them.
 async fn kubernetes_service(registry: &Registry, config: &Config) -> Result<(), ApiError> {
     let ip = config.service_ip_range.kubernetes_service_ip().to_string();
-    let address = config.advertise_address.to_string();
     let port = config.advertise_port;
-    let address_type = match config.advertise_address {
-        IpAddr::V4(_) => "IPv4",
-        IpAddr::V6(_) => "IPv6",
-    };
     reconcile(
         registry,
         "",
@@ -566,20 +567,41 @@ async fn kubernetes_service(registry: &Registry, config: &Config) -> Result<(), 
         &["/spec/ports"],
     )
     .await?;
-    reconcile(
-        registry,
-        "",
-        "endpoints",
-        json!({
-            "metadata": {"name": KUBERNETES, "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-            "subsets": [{
-                "addresses": [{"ip": address}],
-                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-            }],
-        }),
-        &["/subsets"],
-    )
-    .await?;
+    let mut addresses = super::endpoints::leased_addresses(registry)
+        .await
+        .map_err(|e| ApiError::from_store(e, Target::default()))?;
+    addresses.insert(config.advertise_address);
+    kubernetes_endpoints(registry, config.advertise_address, port, &addresses).await
+}
+
+/// The `kubernetes` Endpoints and EndpointSlice, listing `addresses` of `own`'s family (in
+/// order) at `port`; with no address, no endpoints (the last server of a cluster stopped).
+pub(crate) async fn kubernetes_endpoints(
+    registry: &Registry,
+    own: IpAddr,
+    port: u16,
+    addresses: &std::collections::BTreeSet<IpAddr>,
+) -> Result<(), ApiError> {
+    let (address_type, same_family): (_, fn(&IpAddr) -> bool) = match own {
+        IpAddr::V4(_) => ("IPv4", IpAddr::is_ipv4),
+        IpAddr::V6(_) => ("IPv6", IpAddr::is_ipv6),
+    };
+    let listed: Vec<String> = addresses
+        .iter()
+        .filter(|ip| same_family(ip))
+        .map(ToString::to_string)
+        .collect();
+    let ports = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
+    let mut endpoints = json!({
+        "metadata": {"name": KUBERNETES, "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+    });
+    if !listed.is_empty() {
+        endpoints["subsets"] = json!([{
+            "addresses": listed.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>(),
+            "ports": ports,
+        }]);
+    }
+    reconcile(registry, "", "endpoints", endpoints, &["/subsets"]).await?;
     reconcile(
         registry,
         "discovery.k8s.io",
@@ -587,10 +609,10 @@ async fn kubernetes_service(registry: &Registry, config: &Config) -> Result<(), 
         json!({
             "metadata": {"name": KUBERNETES, "labels": {"kubernetes.io/service-name": "kubernetes"}},
             "addressType": address_type,
-            "endpoints": [{"addresses": [address], "conditions": {"ready": true}}],
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            "endpoints": listed.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect::<Vec<_>>(),
+            "ports": ports,
         }),
-        &["/endpoints", "/ports"],
+        &["/addressType", "/endpoints", "/ports"],
     )
     .await
 }

@@ -5,7 +5,8 @@
 //! ResourceQuota usage ([`quota`], with its own watch) and the type checking of
 //! ValidatingAdmissionPolicies ([`policy_status`]). And kube-apiserver's own, which always
 //! run: store compaction ([`compaction`]), the definition controller ([`crd`]), which serves
-//! custom resources and registers their groups' APIServices ([`api_services`]), the objects a new cluster starts with ([`bootstrap`]) and those the
+//! custom resources and registers their groups' APIServices ([`api_services`]), the objects a new cluster starts with ([`bootstrap`]), the
+//! `kubernetes` Service's endpoints listing the live servers ([`endpoints`]) and what the
 //! server keeps in `kube-system` ([`kube_system`]: its identity Lease, the authentication
 //! ConfigMap aggregated servers read).
 //!
@@ -20,6 +21,7 @@ pub mod bootstrap;
 pub mod compaction;
 pub mod crd;
 mod decode;
+pub mod endpoints;
 pub mod gc;
 pub mod kube_system;
 pub mod namespace_defaults;

@@ -32,6 +32,11 @@ impl Up {
         Up::start_in(dir, port, args)
     }
 
+    /// `konverge up` on `port` (on whichever address `args` binds) with `args` added.
+    pub(crate) fn start_on(port: u16, args: &[&str]) -> Up {
+        Up::start_in(tempfile::tempdir().expect("temp dir"), port, args)
+    }
+
     /// Stops the server (SIGTERM, as Ctrl-C would) and starts it again on the same data
     /// directory and port.
     pub(crate) fn restart(self) -> Up {
