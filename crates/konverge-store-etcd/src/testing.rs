@@ -1,4 +1,5 @@
-//! A throwaway etcd server for tests and benchmarks: [`EtcdServer::start`].
+//! A throwaway etcd server for tests and benchmarks: [`EtcdServer::start`]; and a cluster of
+//! several members for failover tests: [`EtcdCluster::start`].
 //!
 //! It runs the `etcd` binary (`/usr/bin/etcd`, or `etcd` on `PATH`) as a child process on free
 //! loopback ports with its data in a temporary directory, waits until it answers, and stops
@@ -107,44 +108,15 @@ impl EtcdServer {
         let peer_port = free_port()?;
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let log_path = dir.path().join("etcd.log");
-        let log = std::fs::File::create(&log_path).map_err(|source| Error::Io {
-            what: "creating etcd's log file",
-            source,
-        })?;
 
-        let child = Command::new(binary)
-            .arg("--name")
-            .arg("default")
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .arg("--listen-client-urls")
-            .arg(&client_url)
-            .arg("--advertise-client-urls")
-            .arg(&client_url)
-            .arg("--listen-peer-urls")
-            .arg(&peer_url)
-            .arg("--initial-advertise-peer-urls")
-            .arg(&peer_url)
-            .arg("--initial-cluster")
-            .arg(format!("default={peer_url}"))
-            .arg("--initial-cluster-state")
-            .arg("new")
-            .arg("--logger")
-            .arg("zap")
-            .arg("--log-level")
-            .arg("error")
-            .arg("--log-outputs")
-            .arg("stderr")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| Error::Io {
-                what: "spawning etcd",
-                source,
-            })?;
+        let child = spawn_member(
+            binary,
+            dir.path(),
+            "default",
+            &client_url,
+            &peer_url,
+            &format!("default={peer_url}"),
+        )?;
 
         let mut server = EtcdServer {
             endpoint: client_url,
@@ -217,6 +189,125 @@ impl Drop for EtcdServer {
         // the process is gone before the data directory is removed.
         let _ = self.child.start_kill();
         let _ = self.child.try_wait();
+    }
+}
+
+/// Spawns one etcd member with its data and log in `dir`.
+fn spawn_member(
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    client_url: &str,
+    peer_url: &str,
+    initial_cluster: &str,
+) -> Result<Child, Error> {
+    let log = std::fs::File::create(dir.join("etcd.log")).map_err(|source| Error::Io {
+        what: "creating etcd's log file",
+        source,
+    })?;
+    Command::new(binary)
+        .arg("--name")
+        .arg(name)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--listen-client-urls")
+        .arg(client_url)
+        .arg("--advertise-client-urls")
+        .arg(client_url)
+        .arg("--listen-peer-urls")
+        .arg(peer_url)
+        .arg("--initial-advertise-peer-urls")
+        .arg(peer_url)
+        .arg("--initial-cluster")
+        .arg(initial_cluster)
+        .arg("--initial-cluster-state")
+        .arg("new")
+        .arg("--logger")
+        .arg("zap")
+        .arg("--log-level")
+        .arg("error")
+        .arg("--log-outputs")
+        .arg("stderr")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| Error::Io {
+            what: "spawning etcd",
+            source,
+        })
+}
+
+/// A throwaway etcd cluster of several members on loopback, for failover tests: each member
+/// an [`EtcdServer`] of its own (own ports, data and log), started together. Stops them all
+/// when dropped.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<Option<EtcdServer>>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members and waits (at most about 10 s each) until every one answers.
+    pub async fn start(size: usize) -> Result<Self, Error> {
+        let binary = find_etcd().ok_or(Error::NotFound)?;
+        let mut planned = Vec::with_capacity(size);
+        for i in 0..size {
+            let dir = tempfile::Builder::new()
+                .prefix("konverge-etcd-")
+                .tempdir()
+                .map_err(|source| Error::Io {
+                    what: "creating etcd's data directory",
+                    source,
+                })?;
+            let client_url = format!("http://127.0.0.1:{}", free_port()?);
+            let peer_url = format!("http://127.0.0.1:{}", free_port()?);
+            planned.push((format!("member-{i}"), dir, client_url, peer_url));
+        }
+        let initial_cluster = planned
+            .iter()
+            .map(|(name, _, _, peer)| format!("{name}={peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members = Vec::with_capacity(size);
+        for (name, dir, client_url, peer_url) in planned {
+            let child = spawn_member(
+                &binary,
+                dir.path(),
+                &name,
+                &client_url,
+                &peer_url,
+                &initial_cluster,
+            )?;
+            members.push(EtcdServer {
+                endpoint: client_url,
+                child,
+                dir,
+            });
+        }
+        for member in &mut members {
+            member.wait_ready().await?;
+        }
+        Ok(EtcdCluster {
+            members: members.into_iter().map(Some).collect(),
+        })
+    }
+
+    /// The client URLs of the members still running.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .flatten()
+            .map(EtcdServer::endpoint)
+            .collect()
+    }
+
+    /// Kills member `index` (SIGKILL, as a crash), if it still runs.
+    pub async fn kill(&mut self, index: usize) {
+        if let Some(mut member) = self.members.get_mut(index).and_then(Option::take) {
+            let _ = member.child.start_kill();
+            let _ = member.child.wait().await;
+        }
     }
 }
 
