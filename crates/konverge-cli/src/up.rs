@@ -301,33 +301,20 @@ pub(crate) async fn shutdown_signal() {
     }
 }
 
-/// Starts kube-controller-manager's controllers beside `server`, as kcm runs beside
-/// kube-apiserver: in-process clients (no socket, no TLS), informers and the
-/// `kube-system/kube-controller-manager` Lease as `system:kube-controller-manager`, each
-/// controller as its own ServiceAccount in `kube-system` (kcm's
-/// `--use-service-account-credentials`). The server's own kcm loops (garbage collection,
-/// namespaces, quotas, ...), the scheduler and the simulated nodes run under the same Lease:
-/// of several servers over one store, the one holding it acts. A server that loses the Lease
-/// stops them all and stands again as a candidate.
-fn start_controllers(
-    server: &Arc<ApiServer>,
-    token: &str,
-    selection: Selection,
-    nodes: Option<SimulatedNodes>,
-    identity: String,
-) -> Controllers {
-    let stop = CancellationToken::new();
-    let server = server.clone();
-    let token = token.to_string();
+/// Runs the manager `make` builds until `stop`, under its Lease: a manager that loses its
+/// Lease has stopped what it ran, and a new one stands again as a candidate.
+fn supervise<F, Fut>(what: &'static str, stop: CancellationToken, make: F) -> Supervised
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<konverge_runtime::Manager>> + Send,
+{
     let stopping = stop.clone();
     let task = tokio::spawn(async move {
         loop {
-            let manager =
-                controller_manager(&server, &token, selection.clone(), nodes.clone(), &identity);
-            let manager = match manager.build().await {
+            let manager = match make().await {
                 Ok(manager) => manager,
                 Err(error) => {
-                    tracing::warn!(%error, "starting kube-controller-manager's controllers failed; trying again");
+                    tracing::warn!(%error, "starting {what} failed; trying again");
                     tokio::select! {
                         () = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
                         () = stopping.cancelled() => return Ok(()),
@@ -339,35 +326,81 @@ fn start_controllers(
                     if !stopping.is_cancelled() =>
                 {
                     tracing::warn!(
-                        "lost the kube-controller-manager Lease: the controllers stopped; standing again as a candidate"
+                        "{what} lost its Lease and stopped; standing again as a candidate"
                     );
                 }
                 result => return result,
             }
         }
     });
-    Controllers { stop, task }
+    Supervised { stop, task }
 }
 
-/// The controllers of [`start_controllers`], running.
-struct Controllers {
+/// A manager [`supervise`] runs.
+struct Supervised {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), konverge_runtime::manager::Error>>,
 }
 
-impl Controllers {
-    /// Stops them (releasing the Lease) and waits until they stopped.
+impl Supervised {
+    /// Stops it (releasing its Lease) and waits until it stopped.
     async fn stop(self) -> anyhow::Result<()> {
         self.stop.cancel();
         Ok(self.task.await??)
     }
 }
 
-fn controller_manager(
+/// Starts kube-controller-manager's controllers beside `server`, as kcm runs beside
+/// kube-apiserver: in-process clients (no socket, no TLS), informers and the
+/// `kube-system/kube-controller-manager` Lease as `system:kube-controller-manager`, each
+/// controller as its own ServiceAccount in `kube-system` (kcm's
+/// `--use-service-account-credentials`), with the server's own kcm loops (garbage
+/// collection, namespaces, quotas, ...) under the same Lease. And the simulated nodes' kubelets
+/// and scheduler, under kube-scheduler's Lease (`kube-system/kube-scheduler`). Of several
+/// servers over one store, the one holding a Lease acts.
+fn start_controllers(
     server: &Arc<ApiServer>,
     token: &str,
     selection: Selection,
     nodes: Option<SimulatedNodes>,
+    identity: String,
+) -> Vec<Supervised> {
+    let admin = server.client(Identity::Token(token.to_string()));
+    let mut running = Vec::new();
+    {
+        let (server, token, identity) = (server.clone(), token.to_string(), identity.clone());
+        running.push(supervise(
+            "kube-controller-manager's controllers",
+            CancellationToken::new(),
+            move || {
+                let manager = controller_manager(&server, &token, selection.clone(), &identity);
+                async move { Ok(manager.build().await?) }
+            },
+        ));
+    }
+    if let Some(nodes) = nodes {
+        running.push(supervise(
+            "the scheduler and the simulated nodes",
+            CancellationToken::new(),
+            move || {
+                let lease =
+                    LeaseConfig::new("kube-system", "kube-scheduler").with_identity(&identity);
+                let mut manager =
+                    konverge_runtime::Manager::new(admin.clone()).leader_election(lease);
+                let clock = konverge_controllers::Clock::system();
+                konverge_controllers::scheduler::add(&mut manager, admin.clone(), clock.clone());
+                nodes.clone().add(&mut manager, admin.clone(), clock);
+                async move { Ok(manager) }
+            },
+        ));
+    }
+    running
+}
+
+fn controller_manager(
+    server: &Arc<ApiServer>,
+    token: &str,
+    selection: Selection,
     identity: &str,
 ) -> ControllerManager {
     let kcm = server.client(Identity::Impersonating {
@@ -376,22 +409,17 @@ fn controller_manager(
     });
     let admin = server.client(Identity::Token(token.to_string()));
     let for_token = server.clone();
-    let tokens = ServiceAccountTokens::new(admin.clone(), move |token| {
-        for_token.client(Identity::Token(token))
-    });
+    let tokens =
+        ServiceAccountTokens::new(admin, move |token| for_token.client(Identity::Token(token)));
     let lease = LeaseConfig::new("kube-system", "kube-controller-manager").with_identity(identity);
     let loops = server.clone();
-    let mut manager = ControllerManager::new(kcm)
+    ControllerManager::new(kcm)
         .selection(selection)
         .credentials(tokens)
         .leader_election(lease)
         .task("kube-controller-manager-loops", move |stop| {
             Box::pin(loops.run_control_loops(stop))
-        });
-    if let Some(nodes) = nodes {
-        manager = manager.simulated_nodes(nodes, admin);
-    }
-    manager
+        })
 }
 
 /// This server's credentials: a single server's, kept in its data directory, or, when it
@@ -536,8 +564,10 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
             withdrawing.withdraw().await;
         })
         .await;
-    if let Err(error) = controllers.stop().await {
-        tracing::warn!(%error, "the controllers did not stop cleanly");
+    for running in controllers {
+        if let Err(error) = running.stop().await {
+            tracing::warn!(%error, "the controllers did not stop cleanly");
+        }
     }
     println!("konverge stopped");
     Ok(())

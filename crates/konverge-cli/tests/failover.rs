@@ -183,6 +183,26 @@ async fn watcher(api: Api<ConfigMap>, mut from: String, seen: Arc<Watched>, stop
     }
 }
 
+/// `read`, retried (every 100 ms, at most 50 times) while it fails, as a client retries a
+/// request whose server or etcd member just died; the failures are counted in `failed`.
+async fn retried<T, F, Fut>(failed: &AtomicU64, mut read: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    for _ in 0..50 {
+        match read().await {
+            Ok(value) => return value,
+            Err(error) => {
+                eprintln!("a read failed, retrying: {error}");
+                failed.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    panic!("a read kept failing");
+}
+
 /// Waits until `check` holds, polling every 100 ms, for at most `patience`; how long it took.
 async fn until<F, Fut>(what: &str, patience: Duration, mut check: F) -> Duration
 where
@@ -361,10 +381,9 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
         }
 
         // No acknowledged write is lost.
-        let stored: BTreeMap<String, String> = configmaps
-            .list(&ListParams::default().labels("load=yes"))
+        let load = ListParams::default().labels("load=yes");
+        let stored: BTreeMap<String, String> = retried(&ack.failed, || configmaps.list(&load))
             .await
-            .expect("list")
             .items
             .into_iter()
             .map(|cm| {
@@ -409,11 +428,8 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
         }
 
         // Each pod was created once: the controllers acted once per change.
-        let mut stream = Box::pin(
-            pods.watch(&WatchParams::default().labels("app=web").timeout(1), &pods_from)
-                .await
-                .expect("watch pods"),
-        );
+        let since = WatchParams::default().labels("app=web").timeout(1);
+        let mut stream = Box::pin(retried(&ack.failed, || pods.watch(&since, &pods_from)).await);
         while let Some(Ok(event)) = stream.next().await {
             if let WatchEvent::Added(pod) = event {
                 ever_created.extend(pod.metadata.name);

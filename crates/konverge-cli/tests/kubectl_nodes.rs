@@ -476,6 +476,20 @@ spec:
 async fn a_daemonset_runs_one_pod_on_each_node() -> anyhow::Result<()> {
     let up = Arc::new(Up::start_with(&["--nodes", "3"]));
     until(&up, &["get", "nodes"], |nodes| items(nodes).len() == 3).await;
+    // The kubelets and the scheduler run under kube-scheduler's Lease, the controllers under
+    // kube-controller-manager's, both held by this server.
+    for lease in ["kube-scheduler", "kube-controller-manager"] {
+        until(
+            &up,
+            &["get", "lease", "-n", "kube-system", lease],
+            |lease| {
+                lease["spec"]["holderIdentity"]
+                    .as_str()
+                    .is_some_and(|holder| holder.ends_with(&up.dir.path().display().to_string()))
+            },
+        )
+        .await;
+    }
     apply(&up, DAEMONSET).await;
     let out = kubectl(
         &up,

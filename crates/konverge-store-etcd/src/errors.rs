@@ -42,6 +42,18 @@ pub(crate) fn classify(err: &etcd_client::Error) -> Failure {
     }
 }
 
+/// Whether `err` says the member a request went to could not be reached (gRPC
+/// `Unavailable`, or no connection at all): a read may be sent again, and reaches another
+/// member, as etcd's own client retries reads.
+pub(crate) fn unavailable(err: &etcd_client::Error) -> bool {
+    const UNAVAILABLE: i32 = 14;
+    match err {
+        etcd_client::Error::GRpcStatus(status) => i32::from(status.code()) == UNAVAILABLE,
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
 fn classify_message(message: &str) -> Failure {
     if message.contains(COMPACTED) {
         Failure::Compacted

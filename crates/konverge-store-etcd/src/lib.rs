@@ -60,6 +60,12 @@ const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
 /// How long connecting to an endpoint may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many times a read is sent while etcd members cannot be reached.
+const READ_ATTEMPTS: usize = 5;
+
+/// The pause before a read's second attempt; it doubles for each next one.
+const READ_RETRY_BACKOFF: Duration = Duration::from_millis(25);
+
 /// HTTP/2 keep-alive: how often to ping etcd while a request or watch is open, and how long
 /// to wait for the answer before the connection counts as failed. etcd's default
 /// `--grpc-keepalive-min-time` is 5 s; pinging more often gets the connection closed.
@@ -147,6 +153,28 @@ impl EtcdStore {
     /// Maps an etcd failure onto the store's [`Error`], looking up the revision a
     /// compaction or future-revision error leaves out. `requested` is the revision the
     /// request named.
+    /// A read, sent again (after 25, 50, 100, 200 ms) while the member it went to cannot be
+    /// reached: the client's next attempt goes to another member, as etcd's own client retries
+    /// reads. Writes are not retried (one may have been applied).
+    async fn get_retrying(
+        &self,
+        key: impl Into<Vec<u8>>,
+        opts: GetOptions,
+    ) -> std::result::Result<etcd_client::GetResponse, etcd_client::Error> {
+        let key = key.into();
+        let mut backoff = READ_RETRY_BACKOFF;
+        for _ in 1..READ_ATTEMPTS {
+            match self.kv.clone().get(key.clone(), Some(opts.clone())).await {
+                Err(err) if errors::unavailable(&err) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                result => return result,
+            }
+        }
+        self.kv.clone().get(key, Some(opts)).await
+    }
+
     async fn fail(&self, err: etcd_client::Error, what: &str, requested: Revision) -> Error {
         match classify(&err) {
             Failure::Compacted => match self.compact_revision(requested).await {
@@ -327,7 +355,7 @@ impl KvStore for EtcdStore {
         let (key, range_end) = self.keyspace.range(&req.range);
         let opts = self.get_options(&req, range_end);
         let requested = req.revision.filter(|r| *r > 0);
-        let resp = match self.kv.clone().get(key, Some(opts)).await {
+        let resp = match self.get_retrying(key, opts).await {
             Ok(resp) => resp,
             Err(err) => return Err(self.fail(err, "range", requested.unwrap_or(0)).await),
         };
@@ -436,9 +464,7 @@ impl KvStore for EtcdStore {
     async fn current_revision(&self) -> Result<Revision> {
         let opts = GetOptions::new().with_count_only();
         let resp = self
-            .kv
-            .clone()
-            .get(self.probe_key(), Some(opts))
+            .get_retrying(self.probe_key(), opts)
             .await
             .map_err(|err| Error::backend("etcd range (current revision) failed", err))?;
         header_revision(resp.header())

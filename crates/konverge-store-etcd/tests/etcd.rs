@@ -421,3 +421,28 @@ async fn connecting_to_nothing_is_a_backend_error() {
     .expect("connect gave up in time");
     assert!(matches!(result, Err(Error::Backend { .. })), "{result:?}");
 }
+
+/// With one member of three killed, reads on a store that knows every member go on: a read
+/// sent to the dead member is sent again, and another member answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_on_when_a_member_dies() {
+    let mut cluster = konverge_store_etcd::testing::EtcdCluster::start(3)
+        .await
+        .expect("start an etcd cluster");
+    let store = EtcdStore::connect(&cluster.endpoints())
+        .await
+        .expect("connect");
+    store.put(b("/k"), b("v")).await.expect("put");
+    cluster.kill(0).await;
+    for i in 0..200 {
+        let read = store
+            .range(RangeRequest::new(KeyRange::key(b("/k"))))
+            .await
+            .unwrap_or_else(|e| panic!("read {i} failed: {e}"));
+        assert_eq!(read.kvs.len(), 1);
+        store
+            .current_revision()
+            .await
+            .unwrap_or_else(|e| panic!("revision {i} failed: {e}"));
+    }
+}
