@@ -41,6 +41,10 @@ pub(crate) struct KubeconfigArgs {
     /// The data directory of `konverge up` (default: $HOME/.konverge).
     #[arg(long, env = "KONVERGE_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Where the cluster's CA is, when `konverge up` ran with `--credentials-dir` (the
+    /// servers of one cluster share it); default: the data directory.
+    #[arg(long, value_name = "DIR")]
+    credentials_dir: Option<PathBuf>,
     /// A user with a client certificate the data directory's CA signs (its common name).
     #[arg(long, value_name = "NAME")]
     user: Option<String>,
@@ -95,8 +99,9 @@ pub(crate) async fn run(args: KubeconfigArgs) -> anyhow::Result<()> {
             if duration > MAX_CERTIFICATE_DURATION {
                 bail!("--duration: a certificate can last 87600h (the CA's lifetime) at most");
             }
+            let ca_dir = args.credentials_dir.as_deref().unwrap_or(&data_dir);
             let issued = konverge_apiserver::serve::issue_client_certificate(
-                &data_dir,
+                ca_dir,
                 user,
                 &args.groups,
                 duration,
@@ -104,7 +109,7 @@ pub(crate) async fn run(args: KubeconfigArgs) -> anyhow::Result<()> {
             .with_context(|| {
                 format!(
                     "issuing a client certificate for {user:?} with the CA in {}",
-                    data_dir.display()
+                    ca_dir.display()
                 )
             })?;
             let auth = client_certificate_auth(&issued.cert_pem, &issued.key_pem);

@@ -108,6 +108,48 @@ fn servers_over_one_etcd_share_credentials_and_serve_their_own_addresses() {
     ]);
     assert_eq!(who, "system:serviceaccount:default:default");
 
+    // A client certificate signed by the shared CA, issued from the second server's data
+    // directory, is taken by the first.
+    let alice = second.dir.path().join("alice.kubeconfig");
+    let issued = std::process::Command::new(env!("CARGO_BIN_EXE_konverge"))
+        .args([
+            "kubeconfig",
+            "--user",
+            "alice",
+            "--group",
+            "system:masters",
+            "--data-dir",
+        ])
+        .arg(second.dir.path())
+        .arg("--credentials-dir")
+        .arg(shared.path())
+        .arg("-o")
+        .arg(&alice)
+        .output()
+        .expect("konverge kubeconfig");
+    assert!(
+        issued.status.success(),
+        "{}",
+        String::from_utf8_lossy(&issued.stderr)
+    );
+    let who = std::process::Command::new("kubectl")
+        .env("KUBECONFIG", &alice)
+        .args(["--server", &format!("https://127.0.0.2:{}", first.port)])
+        .args([
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
+        .output()
+        .expect("kubectl");
+    assert_eq!(
+        String::from_utf8_lossy(&who.stdout),
+        "alice",
+        "{}",
+        String::from_utf8_lossy(&who.stderr)
+    );
+
     // A wrong token is refused by both, so the check above is real.
     for url in [
         format!("https://127.0.0.2:{}", first.port),
