@@ -3,9 +3,13 @@
 //! kube-apiserver's words and charges the rest, deletes and ended pods give usage back, and
 //! dry runs are judged but not charged.
 
+#[path = "common/eventually.rs"]
+mod eventually;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+
+use eventually::{eventually, eventually_some};
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
@@ -64,27 +68,19 @@ fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 /// Polls the quota until its `status.used` is `wanted` (the controller acts within
-/// milliseconds; the deadline is generous).
+/// milliseconds).
 async fn used_becomes(
     quotas: &Api<ResourceQuota>,
     name: &str,
     wanted: &[(&str, &str)],
 ) -> anyhow::Result<ResourceQuota> {
     let wanted = expect(wanted);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let quota = quotas.get(name).await?;
-        if used_of(&quota) == wanted {
-            return Ok(quota);
-        }
-        if tokio::time::Instant::now() > deadline {
-            anyhow::bail!(
-                "quota {name}: used is {:?}, not {wanted:?}",
-                used_of(&quota)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let what = format!("quota {name}'s status.used is {wanted:?}");
+    Ok(eventually_some(&what, || async {
+        let quota = quotas.get(name).await.ok()?;
+        (used_of(&quota) == wanted).then_some(quota)
+    })
+    .await)
 }
 
 /// Creates a quota and waits until the controller has given it its status.
@@ -496,27 +492,20 @@ async fn scopes_choose_the_pods_a_quota_counts() -> anyhow::Result<()> {
             &Patch::Merge(json!({"spec": {"hard": {"requests.cpu": "20"}}})),
         )
         .await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let long = quotas.get("long").await?;
+    let long = eventually_some("status.hard follows spec.hard", || async {
+        let long = quotas.get("long").await.ok()?;
         let hard = long
             .status
             .as_ref()
             .and_then(|s| s.hard.clone())
             .unwrap_or_default();
-        if hard.get("requests.cpu").map(|q| q.0.as_str()) == Some("20") {
-            assert_eq!(
-                used_of(&long),
-                expect(&[("pods", "2"), ("requests.cpu", "200m")])
-            );
-            break;
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "status.hard never followed spec.hard"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (hard.get("requests.cpu").map(|q| q.0.as_str()) == Some("20")).then_some(long)
+    })
+    .await;
+    assert_eq!(
+        used_of(&long),
+        expect(&[("pods", "2"), ("requests.cpu", "200m")])
+    );
     Ok(())
 }
 
@@ -658,11 +647,10 @@ async fn custom_resources_are_counted_as_count_resource_group() -> anyhow::Resul
         )
     };
     // The definition is established within milliseconds; until then its objects are not served.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while widgets.list(&Default::default()).await.is_err() {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "never served");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the definition's objects are served", || async {
+        widgets.list(&Default::default()).await.is_ok()
+    })
+    .await;
     widgets
         .create(&PostParams::default(), &widget("w1"))
         .await?;

@@ -1153,7 +1153,8 @@ async fn exists(api: &Api<ConfigMap>, name: &str) -> bool {
 async fn garbage_collection_background(t: TestServer) {
     let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "default");
     owned_pair(&api, "owner", "dep").await;
-    // A dependent whose owner lives on is left alone.
+    // A dependent whose owner lives on is left alone: real time for the collector's passes
+    // (20 ms after a change) to have acted, since what is asserted is that nothing happens.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(exists(&api, "dep").await);
     api.delete("owner", &DeleteParams::background())

@@ -297,6 +297,8 @@ async fn a_new_cluster_has_what_kubernetes_bootstraps() {
             "{ns}"
         );
     }
+    // Real time for the loops' passes (20 ms after a change) to have written, were they to
+    // write again what they made: what is asserted is that nothing is written.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(t.store.current_revision().await.unwrap(), settled_at);
 

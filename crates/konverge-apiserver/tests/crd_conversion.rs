@@ -6,8 +6,13 @@
 //! kube-apiserver's messages, invalid conversion configurations, and conversion `None`
 //! calling no webhook.
 
+#[path = "common/eventually.rs"]
+mod eventually;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use eventually::{eventually, eventually_some};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -255,20 +260,14 @@ impl Env {
 
     /// Waits until both versions are served.
     async fn served(&self) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
         for version in ["v1", "v2"] {
-            while self
-                .crontabs(version)
-                .list(&ListParams::default())
-                .await
-                .is_err()
-            {
-                anyhow::ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "{version} not served"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            eventually(&format!("{version} is served"), || async {
+                self.crontabs(version)
+                    .list(&ListParams::default())
+                    .await
+                    .is_ok()
+            })
+            .await;
         }
         Ok(())
     }
@@ -778,15 +777,13 @@ async fn a_storage_version_switched_later_leaves_old_objects_where_they_are() ->
     env.definitions()
         .replace(CRD, &PostParams::default(), &crd)
         .await?;
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let crd = env.definitions().get(CRD).await?;
-        if crd.data["status"]["storedVersions"] == json!(["v1", "v2"]) {
-            break;
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "v2 never stored");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("v2 is among the stored versions", || async {
+        env.definitions()
+            .get(CRD)
+            .await
+            .is_ok_and(|crd| crd.data["status"]["storedVersions"] == json!(["v1", "v2"]))
+    })
+    .await;
     env.converter.take();
 
     // New objects are stored in v2, without a webhook when written in v2.
@@ -1122,22 +1119,8 @@ async fn a_real_https_webhook_converts_and_its_failures_are_go_errors() -> anyho
     let untrusted = format!(
         "conversion webhook for stable.example.com/v1, Kind=CronTab failed: Post \"{url}\": tls: failed to verify certificate: x509: certificate signed by unknown authority"
     );
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        match v2.get("a").await {
-            Err(e) => {
-                assert_eq!(conversion_failure(e), untrusted);
-                break;
-            }
-            Ok(_) => {
-                anyhow::ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "the new CA never used"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    }
+    let refused = eventually_some("the new CA is used", || async { v2.get("a").await.err() }).await;
+    assert_eq!(conversion_failure(refused), untrusted);
 
     // The webhook is down.
     crd = env.definitions().get(CRD).await?;
@@ -1150,19 +1133,12 @@ async fn a_real_https_webhook_converts_and_its_failures_are_go_errors() -> anyho
     let down = format!(
         "conversion webhook for stable.example.com/v1, Kind=CronTab failed: Post \"{url}\": dial tcp 127.0.0.1:{port}: connect: connection refused"
     );
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    eventually("the webhook is called at its new address", || async {
         let message = conversion_failure(v2.get("a").await.unwrap_err());
-        if message == down {
-            break;
-        }
-        assert_eq!(message, untrusted);
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the old CA still used"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        assert!(message == down || message == untrusted, "{message}");
+        message == down
+    })
+    .await;
     let refused = v2
         .create(
             &PostParams::default(),
@@ -1352,21 +1328,17 @@ async fn invalid_conversion_configurations_are_refused_with_kube_apiserver_messa
         )
         .await?;
     env.served().await?;
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let mut crd = loop {
-        let crd = env.definitions().get(CRD).await?;
+    let mut crd = eventually_some("the definition is established", || async {
+        let crd = env.definitions().get(CRD).await.ok()?;
         let established = crd.data["status"]["conditions"]
             .as_array()
             .is_some_and(|cs| {
                 cs.iter()
                     .any(|c| c["type"] == "Established" && c["status"] == "True")
             });
-        if established {
-            break crd;
-        }
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "never established");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+        established.then_some(crd)
+    })
+    .await;
     assert_eq!(
         crd.data["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["port"],
         443

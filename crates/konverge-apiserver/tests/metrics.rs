@@ -378,16 +378,12 @@ async fn stored_objects_are_counted_per_resource() {
         201
     );
     // The cache applies the write asynchronously.
-    let mut counted = None;
-    for _ in 0..100 {
+    common::eventually::eventually("the object count follows the write", || async {
         let text = metrics(&router).await;
-        counted = value(&text, "apiserver_storage_objects{resource=\"configmaps\"}");
-        if counted == Some(listed as f64 + 1.0) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(counted, Some(listed as f64 + 1.0));
+        value(&text, "apiserver_storage_objects{resource=\"configmaps\"}")
+            == Some(listed as f64 + 1.0)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,23 +541,23 @@ async fn watches_over_http_are_recorded_when_they_end() {
         .expect("metrics");
     let open = "apiserver_longrunning_requests{component=\"apiserver\",group=\"\",resource=\"configmaps\",scope=\"namespace\",subresource=\"\",verb=\"WATCH\",version=\"v1\"}";
     // The server drops the finished stream just after the client read its end.
-    let mut text = text;
-    for _ in 0..100 {
-        if value(&text, open) == Some(0.0) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        text = t
-            .client
-            .request_text(
-                http::Request::get("/metrics")
-                    .body(Vec::new())
-                    .expect("request"),
-            )
-            .await
-            .expect("metrics");
-    }
-    assert_eq!(value(&text, open), Some(0.0), "{text}");
+    let text =
+        common::eventually::eventually_some("the finished watch is no longer open", || async {
+            let text = if value(&text, open) == Some(0.0) {
+                text.clone()
+            } else {
+                t.client
+                    .request_text(
+                        http::Request::get("/metrics")
+                            .body(Vec::new())
+                            .expect("request"),
+                    )
+                    .await
+                    .expect("metrics")
+            };
+            (value(&text, open) == Some(0.0)).then_some(text)
+        })
+        .await;
     assert_eq!(
         value(
             &text,

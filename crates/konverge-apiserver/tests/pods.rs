@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::eventually::{eventually, eventually_some};
 use common::{Backend, TestServer};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -478,29 +479,26 @@ async fn a_namespace_waits_for_its_terminating_pods() {
     // The namespace's default ServiceAccount comes first.
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(t.client.clone(), "shop");
-    for _ in 0..200 {
-        if accounts.get_opt("default").await.expect("get").is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    eventually("the namespace's default ServiceAccount exists", || async {
+        accounts.get_opt("default").await.expect("get").is_some()
+    })
+    .await;
     running_on(&pods, "web", "node-1").await;
     namespaces
         .delete("shop", &DeleteParams::default())
         .await
         .expect("delete namespace");
-    let mut terminating = None;
-    for _ in 0..200 {
-        if let Some(pod) = pods.get_opt("web").await.expect("get")
-            && pod.metadata.deletion_timestamp.is_some()
-        {
-            terminating = Some(pod);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let terminating = terminating.expect("the namespace controller deletes the pod");
+    let terminating = eventually_some("the namespace controller deletes the pod", || async {
+        pods.get_opt("web")
+            .await
+            .expect("get")
+            .filter(|pod| pod.metadata.deletion_timestamp.is_some())
+    })
+    .await;
     assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    // Real time for the namespace controller's passes (every 20 ms after a change) to have
+    // finalized the namespace, were it not waiting for the pod: what is asserted is that
+    // nothing happens.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         namespaces.get_opt("shop").await.expect("get").is_some(),
@@ -510,13 +508,11 @@ async fn a_namespace_waits_for_its_terminating_pods() {
     pods.delete("web", &grace(0))
         .await
         .expect("the kubelet's delete");
-    for _ in 0..200 {
-        if namespaces.get_opt("shop").await.expect("get").is_none() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the namespace was not finalized once its pods were gone");
+    eventually(
+        "the namespace is finalized once its pods are gone",
+        || async { namespaces.get_opt("shop").await.expect("get").is_none() },
+    )
+    .await;
 }
 
 /// A fake of the simulated kubelets: logs by (pod, container, previous), pods on nodes it

@@ -570,6 +570,9 @@ async fn kubernetes_service(registry: &Registry, config: &Config) -> Result<(), 
     let mut addresses = super::endpoints::leased_addresses(registry)
         .await
         .map_err(|e| ApiError::from_store(e, Target::default()))?;
+    super::endpoints::ensure_lease(registry, config, &addresses)
+        .await
+        .map_err(|e| ApiError::from_store(e, Target::default()))?;
     addresses.insert(config.advertise_address);
     kubernetes_endpoints(registry, config.advertise_address, port, &addresses).await
 }

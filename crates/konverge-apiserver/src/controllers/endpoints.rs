@@ -108,18 +108,42 @@ impl Ages {
     }
 }
 
-/// Renews this server's lease and writes the endpoints, every [`INTERVAL`], until the store
-/// closes.
+/// This server's lease, created if it is not in the store (`leased`: the addresses that
+/// have one): what the bootstrap does before the server is ready, so that it is listed from
+/// the start.
+pub(crate) async fn ensure_lease(
+    registry: &Registry,
+    config: &Config,
+    leased: &BTreeSet<IpAddr>,
+) -> konverge_store::Result<()> {
+    if leased.contains(&config.advertise_address) {
+        return Ok(());
+    }
+    match registry
+        .store()
+        .create(
+            lease_key(config.advertise_address),
+            lease_value(config.advertise_address),
+        )
+        .await
+    {
+        Ok(_) | Err(konverge_store::Error::AlreadyExists { .. }) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Renews this server's lease and writes the endpoints every [`INTERVAL`] (the first time
+/// one interval after the bootstrap wrote them), until the store closes.
 pub async fn run(registry: Registry, config: Config) {
     let mut ages = Ages::default();
     loop {
+        tokio::time::sleep(INTERVAL).await;
         if let Err(error) = pass(&registry, &config, &mut ages).await {
             if matches!(error, Error::Store(konverge_store::Error::Closed)) {
                 return;
             }
             tracing::warn!(%error, "reconciling the kubernetes Service's endpoints failed");
         }
-        tokio::time::sleep(INTERVAL).await;
     }
 }
 
