@@ -6,6 +6,8 @@
 
 #[path = "common/eventually.rs"]
 mod eventually;
+#[path = "common/router.rs"]
+mod router;
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ use konverge_apiserver::{ApiServer, AuthorizationMode};
 use konverge_store::MemStore;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
+use router::send;
 use serde_json::{Value, json};
 
 async fn server(mode: AuthorizationMode) -> Arc<ApiServer> {
@@ -82,42 +85,6 @@ fn refusal(e: kube::Error) -> (u16, String, String) {
         kube::Error::Api(s) => (s.code, s.reason, s.message),
         other => panic!("expected an API error, got {other:?}"),
     }
-}
-
-/// A request to the router: status, `Warning` headers, body. `user` is impersonated.
-async fn send(
-    server: &Arc<ApiServer>,
-    method: &str,
-    path: &str,
-    user: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Vec<String>, Value) {
-    use tower::ServiceExt;
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json");
-    if let Some(user) = user {
-        request = request.header("impersonate-user", user);
-    }
-    let body = body.map_or_else(Vec::new, |b| serde_json::to_vec(&b).expect("json"));
-    let request = request.body(axum::body::Body::from(body)).expect("request");
-    let response = server.router().oneshot(request).await.expect("infallible");
-    let code = response.status().as_u16();
-    let warnings = response
-        .headers()
-        .get_all("warning")
-        .iter()
-        .map(|v| v.to_str().unwrap_or_default().to_string())
-        .collect();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .expect("body");
-    (
-        code,
-        warnings,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 #[tokio::test]

@@ -4,6 +4,8 @@
 
 #[path = "common/eventually.rs"]
 mod eventually;
+#[path = "common/router.rs"]
+mod router;
 
 use std::sync::Arc;
 
@@ -29,8 +31,7 @@ async fn servers() -> (Arc<ApiServer>, Arc<ApiServer>) {
     (first, second)
 }
 
-/// A request to `server`'s router, as `user` when given (impersonated by the admin): status
-/// and body.
+/// A request to `server`'s router, as `user` when given: status and body (`null` sends none).
 async fn send(
     server: &Arc<ApiServer>,
     method: &str,
@@ -38,26 +39,9 @@ async fn send(
     user: Option<&str>,
     body: Value,
 ) -> (u16, Value) {
-    use tower::ServiceExt;
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json");
-    if let Some(user) = user {
-        request = request.header("impersonate-user", user);
-    }
-    let body = if body.is_null() {
-        Vec::new()
-    } else {
-        serde_json::to_vec(&body).expect("json")
-    };
-    let request = request.body(axum::body::Body::from(body)).expect("request");
-    let response = server.router().oneshot(request).await.expect("infallible");
-    let code = response.status().as_u16();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .expect("body");
-    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let body = (!body.is_null()).then_some(body);
+    let (code, _, answer) = router::send(server, method, path, user, body).await;
+    (code, answer)
 }
 
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";

@@ -97,13 +97,7 @@ impl EtcdServer {
     }
 
     async fn start_once(binary: &Path) -> Result<Self, Error> {
-        let dir = tempfile::Builder::new()
-            .prefix("konverge-etcd-")
-            .tempdir()
-            .map_err(|source| Error::Io {
-                what: "creating etcd's data directory",
-                source,
-            })?;
+        let dir = data_dir()?;
         let client_port = free_port()?;
         let peer_port = free_port()?;
         let client_url = format!("http://127.0.0.1:{client_port}");
@@ -192,6 +186,17 @@ impl Drop for EtcdServer {
     }
 }
 
+/// A new temporary directory for one member's data and log.
+fn data_dir() -> Result<TempDir, Error> {
+    tempfile::Builder::new()
+        .prefix("konverge-etcd-")
+        .tempdir()
+        .map_err(|source| Error::Io {
+            what: "creating etcd's data directory",
+            source,
+        })
+}
+
 /// Spawns one etcd member with its data and log in `dir`.
 fn spawn_member(
     binary: &Path,
@@ -253,13 +258,7 @@ impl EtcdCluster {
         let binary = find_etcd().ok_or(Error::NotFound)?;
         let mut planned = Vec::with_capacity(size);
         for i in 0..size {
-            let dir = tempfile::Builder::new()
-                .prefix("konverge-etcd-")
-                .tempdir()
-                .map_err(|source| Error::Io {
-                    what: "creating etcd's data directory",
-                    source,
-                })?;
+            let dir = data_dir()?;
             let client_url = format!("http://127.0.0.1:{}", free_port()?);
             let peer_url = format!("http://127.0.0.1:{}", free_port()?);
             planned.push((format!("member-{i}"), dir, client_url, peer_url));

@@ -184,11 +184,20 @@ async fn pass(registry: &Registry, config: &Config, ages: &mut Ages) -> Result<(
         }
     }
     ages.keep_only(&keys);
+    write_endpoints(registry, config, &addresses).await
+}
+
+/// The `kubernetes` endpoints listing `addresses`, at this server's port.
+async fn write_endpoints(
+    registry: &Registry,
+    config: &Config,
+    addresses: &BTreeSet<IpAddr>,
+) -> Result<(), Error> {
     kubernetes_endpoints(
         registry,
         config.advertise_address,
         config.advertise_port,
-        &addresses,
+        addresses,
     )
     .await?;
     Ok(())
@@ -203,14 +212,7 @@ pub async fn withdraw(registry: &Registry, config: &Config) {
             .delete(lease_key(config.advertise_address))
             .await?;
         let addresses = leased_addresses(registry).await?;
-        kubernetes_endpoints(
-            registry,
-            config.advertise_address,
-            config.advertise_port,
-            &addresses,
-        )
-        .await?;
-        Ok(())
+        write_endpoints(registry, config, &addresses).await
     }
     .await;
     if let Err(error) = result {

@@ -240,20 +240,7 @@ impl Credentials {
     /// read, is corrupt, or is inconsistent with the others; the error names the file.
     pub fn load_or_create(data_dir: &Path) -> Result<Self, CredentialsError> {
         let files = Files::new(data_dir);
-        let mut missing = Vec::new();
-        let mut present = Vec::new();
-        for path in files.all() {
-            match path.try_exists() {
-                Ok(true) => present.push(path.clone()),
-                Ok(false) => missing.push(path.clone()),
-                Err(source) => {
-                    return Err(CredentialsError::Read {
-                        path: path.clone(),
-                        source,
-                    });
-                }
-            }
-        }
+        let (present, missing) = which_exist(&files.all())?;
         if present.is_empty() {
             Self::create(&files)
         } else if missing.is_empty() {
@@ -293,7 +280,7 @@ impl Credentials {
 
         let generated = generate().map_err(CredentialsError::Generate)?;
         // The token goes last: its presence marks a completed first start.
-        for (path, contents) in [
+        write_files(&[
             (&files.ca_key, &generated.ca_key_pem),
             (&files.ca_cert, &generated.ca_pem),
             (&files.key, &generated.key_pem),
@@ -303,14 +290,7 @@ impl Credentials {
                 &generated.service_account_key_pem,
             ),
             (&files.token, &format!("{}\n", generated.token)),
-        ] {
-            fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
-                CredentialsError::Write {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-        }
+        ])?;
         tracing::info!(dir = %files.data_dir.display(), "generated a new CA, serving certificate and token");
         // Read back through the same checks a later start applies.
         let mut credentials = Self::load_files(files)?;
@@ -401,18 +381,10 @@ impl Credentials {
         let ca_pem = read_text(&files.ca_cert)?;
         let ca_key_pem = read_text(&files.ca_key)?;
         let serving = issue_serving(&ca_pem, &ca_key_pem, &[])?;
-        for (path, contents) in [
-            (&files.key, serving.key_pem),
-            (&files.cert, serving.cert_pem),
-        ] {
-            fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
-                CredentialsError::Write {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-        }
-        Ok(())
+        write_files(&[
+            (&files.key, &serving.key_pem),
+            (&files.cert, &serving.cert_pem),
+        ])
     }
 
     /// The credentials of one server of a cluster whose servers share `shared_dir`: the CA
@@ -444,36 +416,15 @@ impl Credentials {
                 path: lock_path.clone(),
                 source,
             })?;
-        let shared = [&files.ca_cert, &files.ca_key, &files.token];
-        let mut missing = Vec::new();
-        let mut present = Vec::new();
-        for path in shared {
-            match path.try_exists() {
-                Ok(true) => present.push(path.clone()),
-                Ok(false) => missing.push(path.clone()),
-                Err(source) => {
-                    return Err(CredentialsError::Read {
-                        path: path.clone(),
-                        source,
-                    });
-                }
-            }
-        }
+        let (present, missing) = which_exist(&[&files.ca_cert, &files.ca_key, &files.token])?;
         let generated = present.is_empty();
         if generated {
             let (ca_pem, ca_key_pem) = generate_ca().map_err(CredentialsError::Generate)?;
-            for (path, contents) in [
-                (&files.ca_key, ca_key_pem),
-                (&files.ca_cert, ca_pem),
-                (&files.token, format!("{}\n", generate_token())),
-            ] {
-                fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
-                    CredentialsError::Write {
-                        path: path.clone(),
-                        source,
-                    }
-                })?;
-            }
+            write_files(&[
+                (&files.ca_key, &ca_key_pem),
+                (&files.ca_cert, &ca_pem),
+                (&files.token, &format!("{}\n", generate_token())),
+            ])?;
             tracing::info!(dir = %files.data_dir.display(), "generated the cluster's CA and token");
         } else if !missing.is_empty() {
             return Err(CredentialsError::Incomplete {
@@ -507,6 +458,37 @@ impl Credentials {
             generated,
         })
     }
+}
+
+/// Which of `paths` exist, and which do not, in order.
+fn which_exist(paths: &[&PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), CredentialsError> {
+    let (mut present, mut missing) = (Vec::new(), Vec::new());
+    for path in paths {
+        match path.try_exists() {
+            Ok(true) => present.push((*path).clone()),
+            Ok(false) => missing.push((*path).clone()),
+            Err(source) => {
+                return Err(CredentialsError::Read {
+                    path: (*path).clone(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok((present, missing))
+}
+
+/// Writes each file (mode 0600, atomically), in order.
+fn write_files(files: &[(&PathBuf, &String)]) -> Result<(), CredentialsError> {
+    for (path, contents) in files {
+        fsutil::write_private_atomic(path, contents.as_bytes()).map_err(|source| {
+            CredentialsError::Write {
+                path: (*path).clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// A serving certificate signed by the CA, for the loopback names and `names`, valid from
