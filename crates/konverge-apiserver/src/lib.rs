@@ -411,7 +411,7 @@ impl ApiServerBuilder {
             audit: self.audit.clone(),
             elected_loops: std::sync::Mutex::new(None),
             endpoints_stop: stop.child_token(),
-            bootstrap: self.bootstrap.clone(),
+            advertised: self.bootstrap.advertised(),
         });
         server.metrics.set_build_info(&server.version_info());
         let bootstrapped =
@@ -436,7 +436,7 @@ impl ApiServerBuilder {
         ));
         {
             let endpoints =
-                controllers::endpoints::run(server.registry.clone(), self.bootstrap.clone());
+                controllers::endpoints::run(server.registry.clone(), self.bootstrap.advertised());
             tokio::spawn(
                 server
                     .endpoints_stop
@@ -493,8 +493,8 @@ pub struct ApiServer {
     /// Ends the renewal of this server's lease in the `kubernetes` endpoints: on
     /// [`stop`](ApiServer::stop), or first thing in [`withdraw`](ApiServer::withdraw).
     endpoints_stop: CancellationToken,
-    /// What the bootstrap objects say about the server (its advertised address and port).
-    bootstrap: controllers::bootstrap::Config,
+    /// Where the server says it is (its advertised address and port).
+    advertised: controllers::endpoints::Advertised,
 }
 
 impl std::fmt::Debug for ApiServer {
@@ -589,7 +589,7 @@ impl ApiServer {
     /// serving, so clients that follow the endpoints move away first.
     pub async fn withdraw(&self) {
         self.endpoints_stop.cancel();
-        controllers::endpoints::withdraw(&self.registry, &self.bootstrap).await;
+        controllers::endpoints::withdraw(&self.registry, &self.advertised).await;
     }
 
     /// Runs `task` until [`stop`](Self::stop).

@@ -23,6 +23,7 @@ use bytes::Bytes;
 use konverge_store::{KeyRange, RangeRequest};
 use serde_json::{Value, json};
 
+use super::fixed::{KUBERNETES, ensure, ensure_as, reconcile, write_options};
 use crate::error::{ApiError, Reason, Target};
 use crate::registry::{Prepared, Registry, ServiceIpRange, WriteOptions};
 use crate::resources::{ResourceType, meta};
@@ -35,15 +36,8 @@ pub const SYSTEM_NAMESPACES: [&str; 4] =
 /// kubeadm's); see [`ServiceIpRange::kubernetes_service_ip`] for another range.
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
-/// The field manager of what the server writes at start-up.
-const MANAGER: &str = "kube-apiserver";
-
 /// The field manager of the default ServiceCIDR's status, kube-apiserver's controller's name.
 const SERVICE_CIDR_MANAGER: &str = "kubernetes-service-cidr-controller";
-
-/// The name of the ServiceCIDR made from the service IP range, and of the Service, Endpoints
-/// and EndpointSlice that point at the server.
-const KUBERNETES: &str = "kubernetes";
 
 /// What the bootstrap objects say about the server: its flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +49,16 @@ pub struct Config {
     pub advertise_address: IpAddr,
     /// The port they point at, the Service's `targetPort` (`--secure-port`).
     pub advertise_port: u16,
+}
+
+impl Config {
+    /// Where the server says it is, for the `kubernetes` endpoints.
+    pub fn advertised(&self) -> super::endpoints::Advertised {
+        super::endpoints::Advertised {
+            address: self.advertise_address,
+            port: self.advertise_port,
+        }
+    }
 }
 
 impl Default for Config {
@@ -115,54 +119,6 @@ fn api_services() -> &'static [(&'static str, &'static str, Value)] {
             .collect()
     });
     &SERVICES
-}
-
-/// Creates `obj` as `resource` unless it exists (a restarted server finds what it made).
-async fn ensure(
-    registry: &Registry,
-    group: &str,
-    version: &str,
-    plural: &str,
-    namespace: Option<&str>,
-    obj: Value,
-) -> Result<(), ApiError> {
-    let Some(rt) = registry.catalog().get(group, version, plural) else {
-        return Ok(());
-    };
-    ensure_as(registry, &rt, namespace, obj).await
-}
-
-/// [`ensure`], for a resource looked up already.
-async fn ensure_as(
-    registry: &Registry,
-    rt: &ResourceType,
-    namespace: Option<&str>,
-    obj: Value,
-) -> Result<(), ApiError> {
-    // Looked up first, as kube-apiserver's bootstrap controllers do: creating a Service
-    // that exists would first fail to allocate its (taken) cluster IP.
-    let name = obj
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    match registry.get(rt, namespace, name, None).await {
-        Ok(_) => return Ok(()),
-        Err(e) if e.reason == Reason::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    match registry.create(rt, namespace, obj, &write_options()).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.reason == Reason::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// How the server writes what it bootstraps.
-fn write_options() -> WriteOptions {
-    WriteOptions {
-        field_manager: Some(MANAGER.into()),
-        ..WriteOptions::default()
-    }
 }
 
 /// How a server's bootstrap found its store, for the control loops' first pass.
@@ -494,53 +450,6 @@ async fn default_service_cidr(registry: &Registry, range: &ServiceIpRange) -> Re
         .map(|_| ())
 }
 
-/// Creates `desired` as `resource` if it is missing, or brings the fields at `fields` (JSON
-/// pointers) of the existing object back to `desired`'s, as kube-apiserver's endpoint
-/// reconciler keeps the `kubernetes` Service pointing at the server.
-async fn reconcile(
-    registry: &Registry,
-    group: &str,
-    plural: &str,
-    desired: Value,
-    fields: &[&str],
-) -> Result<(), ApiError> {
-    let Some(rt) = registry.catalog().get(group, "v1", plural) else {
-        return Ok(());
-    };
-    let current = match registry.get(&rt, Some("default"), KUBERNETES, None).await {
-        Ok(current) => current,
-        Err(e) if e.reason == Reason::NotFound => {
-            return ensure(registry, group, "v1", plural, Some("default"), desired).await;
-        }
-        Err(e) => return Err(e),
-    };
-    let mut updated = current.clone();
-    for field in fields {
-        let want = desired.pointer(field).cloned();
-        let (parent, name) = field.rsplit_once('/').unwrap_or(("", field));
-        if let Some(parent) = updated.pointer_mut(parent).and_then(Value::as_object_mut) {
-            match want {
-                Some(want) => parent.insert(name.to_string(), want),
-                None => parent.remove(name),
-            };
-        }
-    }
-    if updated == current {
-        return Ok(());
-    }
-    registry
-        .update(
-            &rt,
-            Some("default"),
-            KUBERNETES,
-            updated,
-            None,
-            &write_options(),
-        )
-        .await
-        .map(|_| ())
-}
-
 /// The `kubernetes` Service in `default`, its Endpoints and its EndpointSlice, pointing at the
 /// server's advertised address and port and at the other servers of the cluster whose
 /// leases are in the store ([`endpoints`](super::endpoints)), as kube-apiserver's endpoint
@@ -570,52 +479,10 @@ async fn kubernetes_service(registry: &Registry, config: &Config) -> Result<(), 
     let mut addresses = super::endpoints::leased_addresses(registry)
         .await
         .map_err(|e| ApiError::from_store(e, Target::default()))?;
-    super::endpoints::ensure_lease(registry, config, &addresses)
+    super::endpoints::ensure_lease(registry, &config.advertised(), &addresses)
         .await
         .map_err(|e| ApiError::from_store(e, Target::default()))?;
     addresses.insert(config.advertise_address);
-    kubernetes_endpoints(registry, config.advertise_address, port, &addresses).await
-}
-
-/// The `kubernetes` Endpoints and EndpointSlice, listing `addresses` of `own`'s family (in
-/// order) at `port`; with no address, no endpoints (the last server of a cluster stopped).
-pub(crate) async fn kubernetes_endpoints(
-    registry: &Registry,
-    own: IpAddr,
-    port: u16,
-    addresses: &std::collections::BTreeSet<IpAddr>,
-) -> Result<(), ApiError> {
-    let (address_type, same_family): (_, fn(&IpAddr) -> bool) = match own {
-        IpAddr::V4(_) => ("IPv4", IpAddr::is_ipv4),
-        IpAddr::V6(_) => ("IPv6", IpAddr::is_ipv6),
-    };
-    let listed: Vec<String> = addresses
-        .iter()
-        .filter(|ip| same_family(ip))
-        .map(ToString::to_string)
-        .collect();
-    let ports = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
-    let mut endpoints = json!({
-        "metadata": {"name": KUBERNETES, "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-    });
-    if !listed.is_empty() {
-        endpoints["subsets"] = json!([{
-            "addresses": listed.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>(),
-            "ports": ports,
-        }]);
-    }
-    reconcile(registry, "", "endpoints", endpoints, &["/subsets"]).await?;
-    reconcile(
-        registry,
-        "discovery.k8s.io",
-        "endpointslices",
-        json!({
-            "metadata": {"name": KUBERNETES, "labels": {"kubernetes.io/service-name": "kubernetes"}},
-            "addressType": address_type,
-            "endpoints": listed.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect::<Vec<_>>(),
-            "ports": ports,
-        }),
-        &["/addressType", "/endpoints", "/ports"],
-    )
-    .await
+    super::endpoints::kubernetes_endpoints(registry, config.advertise_address, port, &addresses)
+        .await
 }

@@ -24,8 +24,19 @@ use konverge_store::{KeyRange, RangeRequest, Revision};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::bootstrap::{Config, kubernetes_endpoints};
+use super::fixed::{KUBERNETES, reconcile};
+use crate::error::ApiError;
 use crate::registry::Registry;
+
+/// Where a server says it is: the `kubernetes` endpoints' address and port for it
+/// (`--advertise-address`, `--secure-port`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advertised {
+    /// Its address.
+    pub address: IpAddr,
+    /// Its port.
+    pub port: u16,
+}
 
 /// Where the leases are kept: kube-apiserver's key, under the store's `/registry/` prefix.
 pub const LEASE_PREFIX: &str = "/registry/masterleases/";
@@ -113,18 +124,15 @@ impl Ages {
 /// the start.
 pub(crate) async fn ensure_lease(
     registry: &Registry,
-    config: &Config,
+    config: &Advertised,
     leased: &BTreeSet<IpAddr>,
 ) -> konverge_store::Result<()> {
-    if leased.contains(&config.advertise_address) {
+    if leased.contains(&config.address) {
         return Ok(());
     }
     match registry
         .store()
-        .create(
-            lease_key(config.advertise_address),
-            lease_value(config.advertise_address),
-        )
+        .create(lease_key(config.address), lease_value(config.address))
         .await
     {
         Ok(_) | Err(konverge_store::Error::AlreadyExists { .. }) => Ok(()),
@@ -134,7 +142,7 @@ pub(crate) async fn ensure_lease(
 
 /// Renews this server's lease and writes the endpoints every [`INTERVAL`] (the first time
 /// one interval after the bootstrap wrote them), until the store closes.
-pub async fn run(registry: Registry, config: Config) {
+pub async fn run(registry: Registry, config: Advertised) {
     let mut ages = Ages::default();
     loop {
         tokio::time::sleep(INTERVAL).await;
@@ -158,12 +166,10 @@ enum Error {
     Endpoints(#[from] crate::error::ApiError),
 }
 
-async fn pass(registry: &Registry, config: &Config, ages: &mut Ages) -> Result<(), Error> {
-    let own = lease_key(config.advertise_address);
+async fn pass(registry: &Registry, config: &Advertised, ages: &mut Ages) -> Result<(), Error> {
+    let own = lease_key(config.address);
     let store = registry.store();
-    store
-        .put(own.clone(), lease_value(config.advertise_address))
-        .await?;
+    store.put(own.clone(), lease_value(config.address)).await?;
     let listed = store.range(RangeRequest::new(leases()).keys_only()).await?;
     let now = Instant::now();
     let mut addresses = BTreeSet::new();
@@ -190,27 +196,18 @@ async fn pass(registry: &Registry, config: &Config, ages: &mut Ages) -> Result<(
 /// The `kubernetes` endpoints listing `addresses`, at this server's port.
 async fn write_endpoints(
     registry: &Registry,
-    config: &Config,
+    config: &Advertised,
     addresses: &BTreeSet<IpAddr>,
 ) -> Result<(), Error> {
-    kubernetes_endpoints(
-        registry,
-        config.advertise_address,
-        config.advertise_port,
-        addresses,
-    )
-    .await?;
+    kubernetes_endpoints(registry, config.address, config.port, addresses).await?;
     Ok(())
 }
 
 /// What a server stopping gracefully does (kube-apiserver's `RemoveEndpoints`): deletes its
 /// lease and writes the endpoints without it, listing the servers whose leases remain.
-pub async fn withdraw(registry: &Registry, config: &Config) {
+pub async fn withdraw(registry: &Registry, config: &Advertised) {
     let result: Result<(), Error> = async {
-        registry
-            .store()
-            .delete(lease_key(config.advertise_address))
-            .await?;
+        registry.store().delete(lease_key(config.address)).await?;
         let addresses = leased_addresses(registry).await?;
         write_endpoints(registry, config, &addresses).await
     }
@@ -218,6 +215,49 @@ pub async fn withdraw(registry: &Registry, config: &Config) {
     if let Err(error) = result {
         tracing::warn!(%error, "removing this server from the kubernetes Service's endpoints failed");
     }
+}
+
+/// The `kubernetes` Endpoints and EndpointSlice, listing `addresses` of `own`'s family (in
+/// order) at `port`; with no address, no endpoints (the last server of a cluster stopped).
+pub(crate) async fn kubernetes_endpoints(
+    registry: &Registry,
+    own: IpAddr,
+    port: u16,
+    addresses: &std::collections::BTreeSet<IpAddr>,
+) -> Result<(), ApiError> {
+    let (address_type, same_family): (_, fn(&IpAddr) -> bool) = match own {
+        IpAddr::V4(_) => ("IPv4", IpAddr::is_ipv4),
+        IpAddr::V6(_) => ("IPv6", IpAddr::is_ipv6),
+    };
+    let listed: Vec<String> = addresses
+        .iter()
+        .filter(|ip| same_family(ip))
+        .map(ToString::to_string)
+        .collect();
+    let ports = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
+    let mut endpoints = json!({
+        "metadata": {"name": KUBERNETES, "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+    });
+    if !listed.is_empty() {
+        endpoints["subsets"] = json!([{
+            "addresses": listed.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>(),
+            "ports": ports,
+        }]);
+    }
+    reconcile(registry, "", "endpoints", endpoints, &["/subsets"]).await?;
+    reconcile(
+        registry,
+        "discovery.k8s.io",
+        "endpointslices",
+        json!({
+            "metadata": {"name": KUBERNETES, "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": address_type,
+            "endpoints": listed.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect::<Vec<_>>(),
+            "ports": ports,
+        }),
+        &["/addressType", "/endpoints", "/ports"],
+    )
+    .await
 }
 
 #[cfg(test)]

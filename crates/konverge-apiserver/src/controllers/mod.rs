@@ -22,6 +22,7 @@ pub mod compaction;
 pub mod crd;
 mod decode;
 pub mod endpoints;
+mod fixed;
 pub mod gc;
 pub mod kube_system;
 pub mod namespace_defaults;
