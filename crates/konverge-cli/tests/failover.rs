@@ -2,8 +2,9 @@
 //! cluster, clients spread over them by a small TCP balancer, a steady create/update load, a
 //! watch, and kube-controller-manager's controllers running a Deployment. One konverge server
 //! (the controllers' leader) is killed with SIGKILL, then one etcd member: no acknowledged
-//! write is lost, the watch resumes without a gap or a repeat, the controllers move to
-//! another server and converge, and each pod is created once.
+//! write is lost, the watch resumes without a gap or a repeat, the controllers (and the
+//! scheduler and simulated node, when they ran there) move to another server and the
+//! Deployment's pods become ready, and each pod is created once.
 //!
 //! Runs when the `etcd` feature is built (the test command builds every feature) and an
 //! `etcd` binary is installed. It prints what it measured (`FAILOVER ...` lines), which
@@ -69,16 +70,37 @@ async fn client(up: &Up, balancer: SocketAddr) -> kube::Client {
     kube::Client::try_from(config).expect("client")
 }
 
-/// Who holds the `kube-system/kube-controller-manager` Lease, read through `client`.
-async fn kcm_leader(client: &kube::Client) -> Option<String> {
+/// Who holds the Lease `kube-system/<name>`, read through `client`.
+async fn holder(client: &kube::Client, name: &str) -> Option<String> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "kube-system");
-    leases
-        .get("kube-controller-manager")
+    leases.get(name).await.ok()?.spec?.holder_identity
+}
+
+/// Waits until the Lease `name` is held by another than `from`; how long it took since
+/// `since`.
+async fn moved(client: &kube::Client, name: &str, from: &str, since: Instant) -> Duration {
+    until(
+        &format!("another server takes the {name} Lease"),
+        Duration::from_secs(60),
+        || async {
+            holder(client, name)
+                .await
+                .is_some_and(|holder| holder != from)
+        },
+    )
+    .await;
+    since.elapsed()
+}
+
+/// How many of the Deployment `web`'s replicas are ready.
+async fn ready_replicas(deployments: &Api<k8s_openapi::api::apps::v1::Deployment>) -> i32 {
+    deployments
+        .get("web")
         .await
-        .ok()?
-        .spec?
-        .holder_identity
+        .ok()
+        .and_then(|d| d.status?.ready_replicas)
+        .unwrap_or(0)
 }
 
 /// What the writers were told was written: each object's last acknowledged value.
@@ -258,7 +280,7 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
                     "--bind-address",
                     ip,
                     "--nodes",
-                    "0",
+                    "1",
                 ],
             ))
         })
@@ -291,15 +313,9 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
             .await
             .expect("create the Deployment");
         let web = ListParams::default().labels("app=web");
-        let pod_names = |pods: Api<Pod>| async move {
-            pods.list(&ListParams::default().labels("app=web"))
-                .await
-                .map(|l| l.items.into_iter().filter_map(|p| p.metadata.name).collect::<BTreeSet<_>>())
-                .unwrap_or_default()
-        };
-        until("the Deployment's 3 pods exist", patience, || {
-            let pods = pods.clone();
-            async move { pod_names(pods).await.len() == 3 }
+        until("the Deployment's 3 pods are ready", patience, || {
+            let deployments = deployments.clone();
+            async move { ready_replicas(&deployments).await == 3 }
         })
         .await;
         let created_pods = pods.list(&web).await.expect("list pods");
@@ -335,7 +351,10 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
         tokio::time::sleep(Duration::from_secs(2)).await;
 
         // Kill -9 the konverge server leading the controllers.
-        let leader = kcm_leader(&kube).await.expect("a leader");
+        let leader = holder(&kube, "kube-controller-manager")
+            .await
+            .expect("a leader");
+        let scheduler = holder(&kube, "kube-scheduler").await.expect("a scheduler");
         let leading = servers
             .iter()
             .position(|up| {
@@ -348,22 +367,22 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
         killed.child.kill().expect("kill -9");
         killed.child.wait().expect("exits");
         let writes_before = ack.writes.load(Ordering::Relaxed);
-        until("another server takes the controllers' Lease", patience, || {
-            let kube = kube.clone();
-            let leader = leader.clone();
-            async move { kcm_leader(&kube).await.is_some_and(|holder| holder != leader) }
-        })
-        .await;
-        let failover = killed_at.elapsed();
+        let failover = moved(&kube, "kube-controller-manager", &leader, killed_at).await;
+        // The scheduler and the simulated nodes move too, if they ran there.
+        let scheduler_failover = if scheduler == leader {
+            Some(moved(&kube, "kube-scheduler", &scheduler, killed_at).await)
+        } else {
+            None
+        };
 
         // The new leader's controllers act: the Deployment scaled to 5 converges.
         deployments
             .patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}})))
             .await
             .expect("scale");
-        let converged = until("the Deployment's 5 pods exist", patience, || {
-            let pods = pods.clone();
-            async move { pod_names(pods).await.len() == 5 }
+        let converged = until("the Deployment's 5 pods are ready", patience, || {
+            let deployments = deployments.clone();
+            async move { ready_replicas(&deployments).await == 5 }
         })
         .await;
 
@@ -440,11 +459,15 @@ fn a_killed_server_and_a_killed_etcd_member_lose_nothing() {
         println!(
             "FAILOVER writes acknowledged {} (before the server kill {writes_before}), lost {lost}, \
              requests failed and retried {}, watch resumptions {}, controllers' Lease moved in {:.1} s, \
-             Deployment converged {:.1} s later, pods created {}",
+             scheduler's and nodes' Lease {}, Deployment ready {:.1} s later, pods created {}",
             ack.writes.load(Ordering::Relaxed),
             ack.failed.load(Ordering::Relaxed),
             watched.resumed.load(Ordering::Relaxed),
             failover.as_secs_f64(),
+            scheduler_failover.map_or("held elsewhere, unmoved".to_string(), |d| format!(
+                "moved in {:.1} s",
+                d.as_secs_f64()
+            )),
             converged.as_secs_f64(),
             ever_created.len(),
         );

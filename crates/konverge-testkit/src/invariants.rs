@@ -497,6 +497,12 @@ impl InvariantsBuilder<'_> {
             let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
             let name = qualified(resource);
             let shared = shared.clone();
+            // Items of a list of a built-in kind carry no type, as kube-apiserver sends them;
+            // events do. Every object is seen with its type, so a relist changes nothing.
+            let types = kube::api::TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            };
             tasks.push(tokio::spawn(async move {
                 let mut listed = false;
                 let mut events = watcher(api, watcher::Config::default())
@@ -506,12 +512,10 @@ impl InvariantsBuilder<'_> {
                     let Ok(event) = event else { continue };
                     match event {
                         watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                            let value = serde_json::to_value(&o).unwrap_or_default();
-                            shared.observe(&name, &value, false);
+                            shared.observe(&name, &typed(o, &types), false);
                         }
                         watcher::Event::Delete(o) => {
-                            let value = serde_json::to_value(&o).unwrap_or_default();
-                            shared.observe(&name, &value, true);
+                            shared.observe(&name, &typed(o, &types), true);
                         }
                         watcher::Event::InitDone if !listed => {
                             listed = true;
@@ -979,6 +983,13 @@ fn describe(change: &Change) -> String {
 
 /// An object's size without its `resourceVersion`: a counter that gains a digit now and then
 /// (999 to 1000) is not content the object keeps.
+/// `object` as JSON, with `types` when it came without (an item of a list of a built-in
+/// kind).
+fn typed(mut object: DynamicObject, types: &kube::api::TypeMeta) -> Value {
+    object.types.get_or_insert_with(|| types.clone());
+    serde_json::to_value(&object).unwrap_or_default()
+}
+
 fn content_size(object: &Value) -> usize {
     let rv = object
         .pointer("/metadata/resourceVersion")
@@ -991,6 +1002,21 @@ fn content_size(object: &Value) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn objects_listed_without_their_type_are_seen_with_it() {
+        let types = kube::api::TypeMeta {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+        };
+        let listed: DynamicObject =
+            serde_json::from_value(json!({"metadata": {"name": "a"}, "data": {"x": "1"}})).unwrap();
+        let watched: DynamicObject = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "1"}}),
+        )
+        .unwrap();
+        assert_eq!(typed(listed, &types), typed(watched, &types));
+    }
 
     #[test]
     fn changed_paths_leave_bookkeeping_out() {
