@@ -11,6 +11,8 @@
 //!   for strict field validation, YAML with sigs.k8s.io/yaml's YAML 1.1 scalars.
 //! - [`duration`]: Go's durations, read (`?timeout=30s`, with Go's errors) and written.
 //! - [`escape`]: percent-decoding of URL path segments.
+//! - [`go_encoding`]: built-in objects shaped as Go's `encoding/json` writes them (empty
+//!   `omitempty` fields left out, struct fields always written), from the 1.33 API types.
 //! - [`names`]: object name rules (RFC 1123 subdomains and labels, RFC 1035 labels, path
 //!   segments) with Kubernetes' messages.
 //! - [`quantity`]: resource quantities (`500m`, `1.5Gi`) and `ParseQuantity`'s errors.
@@ -32,6 +34,7 @@ pub mod decoding;
 pub mod duration;
 pub mod escape;
 pub mod field;
+pub mod go_encoding;
 pub mod gofmt;
 pub mod names;
 pub mod patch;

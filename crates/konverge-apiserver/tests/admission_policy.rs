@@ -439,7 +439,7 @@ async fn match_conditions_variables_and_message_expressions() -> anyhow::Result<
     policies
         .replace("small", &PostParams::default(), &p)
         .await?;
-    let e = create(&client, "default", configmap("other", json!({})))
+    let e = create(&client, "default", configmap("other", json!({"z": "1"})))
         .await
         .unwrap_err();
     assert_eq!(
@@ -618,12 +618,22 @@ async fn failure_policies_decide_about_errors() -> anyhow::Result<()> {
         )
         .await?;
     }
-    let e = create(&client, "default", configmap("strict", json!({})))
+    let e = create(&client, "default", configmap("strict", json!({"a": "1"})))
         .await
         .unwrap_err();
     assert_eq!(
         refusal(e),
         (422, "Invalid".into(), r#"configmaps "strict" is forbidden: ValidatingAdmissionPolicy 'strict' with binding 'strict' denied request: expression 'object.data.missing == 'x'' resulted in error: no such key: missing"#.into())
+    );
+    // An empty `data` is no `data` at all, as Go's `omitempty` writes the object.
+    let e = create(&client, "default", configmap("strict", json!({})))
+        .await
+        .unwrap_err();
+    assert!(
+        refusal(e)
+            .2
+            .ends_with("resulted in error: no such key: data"),
+        "the empty map is dropped"
     );
     create(&client, "default", configmap("lenient", json!({}))).await?;
     // An expression that would cost more than one call may is stopped.

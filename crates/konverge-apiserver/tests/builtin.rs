@@ -2502,9 +2502,10 @@ async fn unknown_fields_in_embedded_metadata_are_strict_decoding_errors() {
         warnings,
         [r#"299 - "unknown field \"spec.template.metadata.bogus\"""#]
     );
+    // Coercion goes through Go's ObjectMeta, which always writes `creationTimestamp`.
     assert_eq!(
         created["spec"]["template"]["metadata"],
-        json!({"name": "inner"})
+        json!({"name": "inner", "creationTimestamp": null})
     );
     // Server-side apply: the same words, not a failure to build the typed patch.
     let apply = format!("{path}/applied?fieldManager=me");
@@ -2539,7 +2540,7 @@ async fn unknown_fields_in_embedded_metadata_are_strict_decoding_errors() {
     );
     assert_eq!(
         applied["spec"]["template"]["metadata"],
-        json!({"name": "inner"})
+        json!({"name": "inner", "creationTimestamp": null})
     );
 }
 
@@ -2587,6 +2588,135 @@ async fn objects_carry_the_empty_fields_go_writes() {
             assert!(created.get(field).is_some(), "{path}: {field} missing");
         }
     }
+}
+
+/// What Go leaves out is not kept: kube-apiserver decodes into its Go structs, so an empty
+/// `omitempty` field a client sends (`labels: {}`, `finalizers: []`, `hostPort: 0`) is
+/// gone, at any depth and for custom resources' metadata too; an update that only adds such
+/// fields changes nothing (no new resourceVersion, so no watch event); struct fields inside
+/// lists (every container's `resources`) are written.
+#[tokio::test]
+async fn empty_fields_go_leaves_out_are_not_kept() {
+    let t = TestServer::start(Backend::Memory).await;
+    let empty_meta = json!({"labels": {}, "annotations": {}, "finalizers": [],
+        "ownerReferences": [], "generateName": ""});
+    let mut body = json!({"metadata": empty_meta.clone(), "data": {}});
+    body["metadata"]["name"] = json!("cm");
+    let (code, created) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldManager=client",
+        body,
+    )
+    .await;
+    assert_eq!(code, 200, "{created}");
+    for field in [
+        "labels",
+        "annotations",
+        "finalizers",
+        "ownerReferences",
+        "generateName",
+    ] {
+        assert!(
+            created["metadata"].get(field).is_none(),
+            "{field}: {created}"
+        );
+    }
+    assert!(created.get("data").is_none(), "{created}");
+    let owned = created["metadata"]["managedFields"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        owned
+            .iter()
+            .all(|m| m["fieldsV1"].get("f:metadata").is_none()),
+        "empty fields are not owned: {owned:?}"
+    );
+
+    // Adding empty fields to what is stored is no change at all.
+    let mut same = created.clone();
+    same["metadata"]["labels"] = json!({});
+    same["metadata"]["finalizers"] = json!([]);
+    same["data"] = json!({});
+    let (code, updated) = send(&t, "PUT", "/api/v1/namespaces/default/configmaps/cm", same).await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(
+        updated["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+        "a no-op: {updated}"
+    );
+
+    // At depth, in a pod: zero values of `omitempty` fields go, pointers keep theirs, and
+    // every container gets the `resources` struct.
+    let (code, pod) = send(
+        &t,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        json!({"metadata": {"name": "p"}, "spec": {
+            "nodeSelector": {}, "hostNetwork": false, "terminationGracePeriodSeconds": 0,
+            "serviceAccountName": "", "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "busybox", "stdin": false, "args": [],
+                "ports": [{"containerPort": 80, "hostPort": 0, "name": ""}]}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{pod}");
+    let spec = &pod["spec"];
+    assert!(
+        spec.get("nodeSelector").is_none() && spec.get("hostNetwork").is_none(),
+        "{spec}"
+    );
+    assert_eq!(
+        spec["terminationGracePeriodSeconds"], 0,
+        "a pointer: {spec}"
+    );
+    assert_eq!(
+        spec["automountServiceAccountToken"], false,
+        "a pointer: {spec}"
+    );
+    let container = &spec["containers"][0];
+    for field in ["stdin", "args"] {
+        assert!(container.get(field).is_none(), "{field}: {container}");
+    }
+    assert_eq!(
+        container["ports"][0],
+        json!({"containerPort": 80, "protocol": "TCP"})
+    );
+    assert_eq!(container["resources"], json!({}));
+
+    // A custom resource's metadata goes through Go's ObjectMeta; its own fields are kept.
+    define(
+        &t,
+        json!({"metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com",
+            "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema":
+                {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}),
+        "/apis/example.com/v1/namespaces/default/widgets",
+    )
+    .await;
+    let mut widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": empty_meta, "spec": {"tags": [], "size": 0}});
+    widget["metadata"]["name"] = json!("w");
+    let (code, created) = send(
+        &t,
+        "POST",
+        "/apis/example.com/v1/namespaces/default/widgets",
+        widget,
+    )
+    .await;
+    assert_eq!(code, 200, "{created}");
+    for field in [
+        "labels",
+        "annotations",
+        "finalizers",
+        "ownerReferences",
+        "generateName",
+    ] {
+        assert!(
+            created["metadata"].get(field).is_none(),
+            "{field}: {created}"
+        );
+    }
+    assert_eq!(created["spec"], json!({"tags": [], "size": 0}));
 }
 
 /// Query options are read as kube's parameter codec reads them (integers with

@@ -590,6 +590,7 @@ impl Registry {
                 _ => strict.extend(unknown(unknown_fields)),
             }
             body = decoded;
+            crate::resources::builtin::omit_empty(rt, &mut body);
             check_quantities(rt, &body)?;
         }
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
@@ -603,6 +604,9 @@ impl Registry {
         if let Some(default) = rt.default {
             default(&mut body);
         }
+        // Defaulted, the object is what Go's struct holds: every field the struct always
+        // writes is there, so updates compare like with like.
+        crate::resources::builtin::shape_as_go(rt, &mut body);
         Ok(body)
     }
 
@@ -782,7 +786,7 @@ impl Registry {
         let admitted = self.admit_create(&admitting, obj, opts).await;
         self.admission.finish(&admitting);
         let mut obj = admitted?;
-        crate::resources::builtin::fill_zero_values(rt, &mut obj);
+        crate::resources::builtin::shape_as_go(rt, &mut obj);
         warnings.extend(trace.warnings());
         if opts.dry_run {
             // A webhook-converted object goes to the storage version and back, as a dry run
@@ -1156,7 +1160,7 @@ impl Registry {
                 .is_some_and(|s| s.storage.own_rules());
         self.validate(rt, &merged, Some(if own_rules { &merged } else { current }))?;
         let mut merged = merged;
-        crate::resources::builtin::fill_zero_values(rt, &mut merged);
+        crate::resources::builtin::shape_as_go(rt, &mut merged);
         if same_but_resource_version(&merged, current) {
             let mut unchanged = merged;
             if let Some(rv) = current.pointer("/metadata/resourceVersion") {

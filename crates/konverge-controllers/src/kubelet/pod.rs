@@ -84,7 +84,8 @@ pub(super) fn record_events(ctx: &PodCtx, pod: &Pod, uid: &str, planned: &[Plann
 }
 
 pub(super) async fn write_status(ctx: &PodCtx, pod: &Pod, status: PodStatus) -> Result<()> {
-    if pod.status.as_ref() == Some(&status) {
+    let status = as_stored(status);
+    if pod.status.clone().map(as_stored).as_ref() == Some(&status) {
         return Ok(());
     }
     let mut updated = pod.clone();
@@ -94,6 +95,17 @@ pub(super) async fn write_status(ctx: &PodCtx, pod: &Pod, status: PodStatus) -> 
     api.replace_status(&pod.name_any(), &PostParams::default(), &updated)
         .await?;
     Ok(())
+}
+
+/// `status` as the API server stores it: shaped as Go encodes a PodStatus (a zero-valued
+/// `omitempty` field left out, struct fields written), so that a status that would store
+/// the same compares equal to the stored one and is not sent again.
+fn as_stored(status: PodStatus) -> PodStatus {
+    let Ok(mut value) = serde_json::to_value(&status) else {
+        return status;
+    };
+    konverge_apimachinery::go_encoding::shape_type("core/v1.PodStatus", &mut value);
+    serde_json::from_value(value).unwrap_or(status)
 }
 
 /// The lowest free address of the node's CIDR (from .2), skipping the IPs of the node's

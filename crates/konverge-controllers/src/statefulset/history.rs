@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::spec::Spec;
 use crate::controller_ref;
@@ -35,33 +35,14 @@ const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 /// How many name collisions a create tries past before giving up for this sync.
 const MAX_COLLISIONS: usize = 64;
 
-/// The revision data for `template` (kcm's `getPatch`).
+/// The revision data for `template` (kcm's `getPatch`): the template as Go encodes it.
 pub(crate) fn patch_data(template: &PodTemplateSpec) -> Value {
     let mut template = serde_json::to_value(template).unwrap_or_else(|_| json!({}));
+    konverge_apimachinery::go_encoding::shape_type("core/v1.PodTemplateSpec", &mut template);
     if let Value::Object(fields) = &mut template {
-        with_go_zero_values(fields);
         fields.insert("$patch".into(), json!("replace"));
     }
     json!({"spec": {"template": template}})
-}
-
-/// Adds the fields Go's encoding of a `PodTemplateSpec` carries even when empty.
-fn with_go_zero_values(template: &mut Map<String, Value>) {
-    let metadata = template.entry("metadata").or_insert_with(|| json!({}));
-    if let Value::Object(metadata) = metadata {
-        metadata.entry("creationTimestamp").or_insert(Value::Null);
-    }
-    let spec = template.entry("spec").or_insert_with(|| json!({}));
-    let Value::Object(spec) = spec else {
-        return;
-    };
-    for list in ["initContainers", "containers", "ephemeralContainers"] {
-        if let Some(Value::Array(containers)) = spec.get_mut(list) {
-            for container in containers.iter_mut().filter_map(Value::as_object_mut) {
-                container.entry("resources").or_insert_with(|| json!({}));
-            }
-        }
-    }
 }
 
 /// kcm's `HashControllerRevision` of `data` with the collision count `probe`.

@@ -15,7 +15,6 @@ mod defaults;
 mod fields;
 mod strategy;
 mod validation;
-mod zero_values;
 
 use std::any::TypeId;
 
@@ -26,11 +25,11 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use konverge_apimachinery::go_encoding;
 use serde_json::{Value, json};
 
 pub(crate) use convert::{events_to_core, hpa_to_v2};
 pub(crate) use validation::refuse_privileged;
-pub(crate) use zero_values::fill as fill_zero_values;
 
 use super::{
     ALL_VERBS, Action, Catalog, Column, Conversion, Deletion, FieldLabels, NameRule, Part,
@@ -38,6 +37,23 @@ use super::{
     Serving, Storage, Subresource, Verbs, storage_version_hash,
 };
 use crate::error::Cause;
+
+/// Drops from a decoded body of `rt` (in `rt`'s version) the empty fields Go leaves out
+/// (see [`go_encoding`]); custom resources keep theirs.
+pub(crate) fn omit_empty(rt: &ResourceType, obj: &mut Value) {
+    if rt.custom.is_none() {
+        go_encoding::omit_empty(&format!("{}/{}", rt.api_version(), rt.kind), obj);
+    }
+}
+
+/// Shapes an object of `rt` (in `rt`'s version) as Go writes it (see [`go_encoding`]):
+/// what kube-apiserver stores and answers. Custom resources are left as their schema made
+/// them.
+pub(crate) fn shape_as_go(rt: &ResourceType, obj: &mut Value) {
+    if rt.custom.is_none() {
+        go_encoding::shape(&format!("{}/{}", rt.api_version(), rt.kind), obj);
+    }
+}
 
 /// Decodes `value` as `T` (wrong types fail with the field path), re-encodes it, and lists
 /// the fields `T` does not have (which the re-encoding dropped).
@@ -101,7 +117,8 @@ fn unwrap_base64(value: &mut Value, path: &serde_path_to_error::Path) -> bool {
 
 /// The fields of an ObjectMeta (`metadata` of a custom resource, or of a resource embedded
 /// in one) that ObjectMeta does not have, by path below `prefix`, removed from it: what
-/// apiextensions-apiserver's metadata coercion reports as unknown fields and drops. Malformed
+/// apiextensions-apiserver's metadata coercion reports as unknown fields and drops. What is
+/// left is shaped as Go's `ObjectMeta` writes it (coercion goes through it). Malformed
 /// metadata is left for validation to refuse.
 pub(crate) fn coerce_object_meta(metadata: &mut Value, prefix: &str) -> Vec<String> {
     let Ok((_, unknown)) =
@@ -112,6 +129,7 @@ pub(crate) fn coerce_object_meta(metadata: &mut Value, prefix: &str) -> Vec<Stri
     for path in &unknown {
         remove_path(metadata, path);
     }
+    go_encoding::shape_type("meta/v1.ObjectMeta", metadata);
     unknown
         .into_iter()
         .map(|path| format!("{prefix}.{path}"))
