@@ -1301,6 +1301,156 @@ async fn service_account_tokens_are_issued_and_reviewed() {
 
 /// Services get a cluster IP (an IPAddress object each) and node ports; taken ones are
 /// refused with kube-apiserver's words; a delete gives the IP back.
+/// A Service whose type changes gets what the new type needs and gives back what it no
+/// longer needs, as kube-apiserver's `dropTypeDependentFields` and `allocateUpdate` do: a
+/// `kubectl patch` of the type alone works in both directions.
+#[tokio::test]
+async fn service_type_changes_allocate_and_release() {
+    let t = TestServer::start(Backend::Memory).await;
+    let path = "/api/v1/namespaces/default/services";
+    let patch = |name: &str, body: Value| {
+        let t = &t;
+        let name = name.to_string();
+        async move {
+            t.raw(
+                "PATCH",
+                &format!("{path}/{name}"),
+                Some("application/merge-patch+json"),
+                serde_json::to_vec(&body).unwrap(),
+            )
+            .await
+        }
+    };
+    let node_ports = |svc: &Value| -> Vec<i64> {
+        svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["nodePort"].as_i64())
+            .collect()
+    };
+    let (code, svc) = send(
+        &t,
+        "POST",
+        path,
+        json!({"metadata": {"name": "s"},
+        "spec": {"ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{svc}");
+    let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+
+    // ClusterIP -> NodePort: every port gets a node port.
+    let (code, svc) = patch("s", json!({"spec": {"type": "NodePort"}})).await;
+    assert_eq!(code, 200, "{svc}");
+    let ports = node_ports(&svc);
+    assert_eq!(ports.len(), 2, "{svc}");
+    assert!(
+        ports.iter().all(|p| (30000..=32767).contains(p)),
+        "{ports:?}"
+    );
+    assert_eq!(svc["spec"]["clusterIP"], ip.as_str());
+
+    // Another Service cannot take them, on create or update.
+    let (code, other) = send(
+        &t,
+        "POST",
+        path,
+        json!({"metadata": {"name": "o"},
+        "spec": {"type": "NodePort", "ports": [{"port": 80}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{other}");
+    let (code, refused) = patch(
+        "o",
+        json!({"spec": {"ports": [{"port": 80, "nodePort": ports[0]}]}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{refused}");
+    assert_eq!(
+        refused["details"]["causes"][0]["field"],
+        "spec.ports[0].nodePort"
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("provided port is already allocated"),
+        "{refused}"
+    );
+
+    // NodePort -> ClusterIP: the node ports go, and are free again.
+    let (code, svc) = patch("s", json!({"spec": {"type": "ClusterIP"}})).await;
+    assert_eq!(code, 200, "{svc}");
+    assert!(node_ports(&svc).is_empty(), "{svc}");
+    let (code, other) = patch(
+        "o",
+        json!({"spec": {"ports": [{"port": 80, "nodePort": ports[0]}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{other}");
+
+    // ClusterIP -> ExternalName: the cluster IP and its IPAddress go; and back again.
+    let (code, svc) = patch(
+        "s",
+        json!({"spec": {"type": "ExternalName", "externalName": "example.com"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{svc}");
+    for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+        assert!(svc["spec"].get(field).is_none(), "{field}: {svc}");
+    }
+    let (code, _) = t
+        .raw(
+            "GET",
+            &format!("/apis/networking.k8s.io/v1/ipaddresses/{ip}"),
+            None,
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(code, 404, "the IP was given back");
+    let (code, svc) = patch(
+        "s",
+        json!({"spec": {"type": "ClusterIP", "externalName": null}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{svc}");
+    let new_ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(new_ip.starts_with("10."), "{svc}");
+    let address = get(
+        &t,
+        &format!("/apis/networking.k8s.io/v1/ipaddresses/{new_ip}"),
+    )
+    .await;
+    assert_eq!(address["spec"]["parentRef"]["name"], "s");
+
+    // A LoadBalancer keeping traffic local gets a health check node port, until it no
+    // longer does; one that says so gets no node ports.
+    let (code, svc) = patch(
+        "s",
+        json!({"spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{svc}");
+    let health = svc["spec"]["healthCheckNodePort"].as_i64().unwrap_or(0);
+    assert!((30000..=32767).contains(&health), "{svc}");
+    assert!(!node_ports(&svc).contains(&health), "{svc}");
+    let (code, svc) = patch("s", json!({"spec": {"externalTrafficPolicy": "Cluster"}})).await;
+    assert_eq!(code, 200, "{svc}");
+    assert!(svc["spec"].get("healthCheckNodePort").is_none(), "{svc}");
+    let (code, lb) = send(
+        &t,
+        "POST",
+        path,
+        json!({"metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
+            "ports": [{"port": 80}]}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{lb}");
+    assert!(node_ports(&lb).is_empty(), "{lb}");
+}
+
 #[tokio::test]
 async fn services_get_addresses_allocated() {
     let t = TestServer::start(Backend::Memory).await;

@@ -202,11 +202,49 @@ fn wants_cluster_ip(svc: &Value) -> bool {
         && svc.pointer("/spec/clusterIP").and_then(Value::as_str) != Some("None")
 }
 
+/// Whether the Service's ports take node ports (kube's `needsNodePort`).
 fn wants_node_ports(svc: &Value) -> bool {
     matches!(
         svc.pointer("/spec/type").and_then(Value::as_str),
         Some("NodePort" | "LoadBalancer")
     )
+}
+
+/// Whether ports without a node port are given one (kube's `shouldAllocateNodePorts`): a
+/// LoadBalancer may say `allocateLoadBalancerNodePorts: false`.
+fn allocates_node_ports(svc: &Value) -> bool {
+    match svc.pointer("/spec/type").and_then(Value::as_str) {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => svc
+            .pointer("/spec/allocateLoadBalancerNodePorts")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        _ => false,
+    }
+}
+
+/// Whether the Service needs a health check node port (kube's `needsHCNodePort`): a
+/// LoadBalancer whose external traffic stays on the node it arrives at.
+fn wants_health_check_port(svc: &Value) -> bool {
+    svc.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer")
+        && svc
+            .pointer("/spec/externalTrafficPolicy")
+            .and_then(Value::as_str)
+            == Some("Local")
+}
+
+/// The node ports a Service holds: its ports' and its health check's.
+fn node_ports_of(svc: &Value) -> impl Iterator<Item = i64> + '_ {
+    svc.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|port| port["nodePort"].as_i64())
+        .chain(
+            svc.pointer("/spec/healthCheckNodePort")
+                .and_then(Value::as_i64),
+        )
+        .filter(|n| *n != 0)
 }
 
 fn invalid(svc: &Value, causes: Vec<Cause>) -> ApiError {
@@ -224,12 +262,54 @@ impl Registry {
         svc: &mut Value,
     ) -> Result<Allocated> {
         let mut allocated = Allocated::default();
-        if wants_node_ports(svc) {
-            self.allocate_node_ports(rt, svc).await?;
-        }
+        self.allocate_node_ports(rt, ns, svc, false).await?;
         if !wants_cluster_ip(svc) {
             return Ok(allocated);
         }
+        allocated.ip = Some(self.allocate_cluster_ip(ns, svc).await?);
+        Ok(allocated)
+    }
+
+    /// Allocates what an updated Service newly needs (kube's `allocateUpdate`): node ports
+    /// for ports without one when it became a NodePort or LoadBalancer (or gained ports),
+    /// a health check node port, and a cluster IP when it stopped being an ExternalName.
+    pub(crate) async fn allocate_service_update(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        old: &Value,
+        svc: &mut Value,
+    ) -> Result<Allocated> {
+        let mut allocated = Allocated::default();
+        self.allocate_node_ports(rt, ns, svc, true).await?;
+        let has_ip = svc
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .is_some_and(|ip| !ip.is_empty());
+        if wants_cluster_ip(svc) && !has_ip && !wants_cluster_ip(old) {
+            allocated.ip = Some(self.allocate_cluster_ip(ns, svc).await?);
+        }
+        Ok(allocated)
+    }
+
+    /// Gives back what an update released: the cluster IP of a Service that became an
+    /// ExternalName (node ports are free once no Service has them).
+    pub(crate) async fn release_replaced(&self, old: &Value, new: &Value) {
+        let ip = |svc: &Value| {
+            svc.pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .filter(|ip| !ip.is_empty() && *ip != "None")
+                .map(String::from)
+        };
+        if let Some(old_ip) = ip(old)
+            && ip(new).as_ref() != Some(&old_ip)
+        {
+            self.release_ip(&old_ip).await;
+        }
+    }
+
+    /// Gives `svc` a cluster IP: the one it asks for when free, otherwise a random free one.
+    async fn allocate_cluster_ip(&self, ns: Option<&str>, svc: &mut Value) -> Result<String> {
         let asked = svc
             .pointer("/spec/clusterIP")
             .and_then(Value::as_str)
@@ -304,8 +384,7 @@ impl Registry {
         if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
             spec["ipFamilyPolicy"] = json!("SingleStack");
         }
-        allocated.ip = Some(ip);
-        Ok(allocated)
+        Ok(ip)
     }
 
     /// The ranges cluster IPs are allocated from: those of the ServiceCIDRs that take
@@ -372,64 +451,189 @@ impl Registry {
         }
     }
 
-    /// Gives every port of a NodePort or LoadBalancer Service a free node port, keeping those
-    /// it asks for when they are free.
-    async fn allocate_node_ports(&self, rt: &ResourceType, svc: &mut Value) -> Result<()> {
+    /// Gives every port of a NodePort or LoadBalancer Service a free node port (unless a
+    /// LoadBalancer says not to), and a LoadBalancer with the `Local` external traffic
+    /// policy its health check node port, keeping those it asks for when they are free.
+    /// `updating`: the Service's own stored ports are not taken by another.
+    async fn allocate_node_ports(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        svc: &mut Value,
+        updating: bool,
+    ) -> Result<()> {
+        let ports_wanted = wants_node_ports(svc);
+        let health_check = wants_health_check_port(svc);
+        if !ports_wanted && !health_check {
+            return Ok(());
+        }
+        let name = crate::resources::meta::meta_str(svc, "name")
+            .unwrap_or("")
+            .to_string();
         let listed = self.list(rt, None, &ListOptions::default()).await?;
-        let mut used: BTreeSet<i64> = BTreeSet::new();
-        for other in &listed.items {
-            for port in other
-                .pointer("/spec/ports")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(n) = port["nodePort"].as_i64() {
-                    used.insert(n);
+        let mut used: BTreeSet<i64> = listed
+            .items
+            .iter()
+            .filter(|other| {
+                !(updating
+                    && crate::resources::meta::meta_str(other, "name") == Some(name.as_str())
+                    && crate::resources::meta::meta_str(other, "namespace") == ns)
+            })
+            .flat_map(|other| node_ports_of(other).collect::<Vec<_>>())
+            .collect();
+        let allocate = allocates_node_ports(svc);
+        let mut causes = Vec::new();
+        let mut take = |field: String, asked: Option<i64>, causes: &mut Vec<Cause>| match asked
+            .filter(|n| *n != 0)
+        {
+            Some(n) if !NODE_PORTS.contains(&n) => {
+                causes.push(Cause::invalid(
+                        field,
+                        &json!(n),
+                        format!(
+                            "provided port is not in the valid range. The range of valid ports is {}-{}",
+                            NODE_PORTS.start(),
+                            NODE_PORTS.end()
+                        ),
+                    ));
+                Ok(None)
+            }
+            Some(n) if used.contains(&n) => {
+                causes.push(Cause::invalid(
+                    field,
+                    &json!(n),
+                    "provided port is already allocated",
+                ));
+                Ok(None)
+            }
+            Some(n) => {
+                used.insert(n);
+                Ok(None)
+            }
+            None => {
+                use rand::Rng;
+                let free: Vec<i64> = NODE_PORTS.filter(|p| !used.contains(p)).collect();
+                if free.is_empty() {
+                    return Err(ApiError::internal(
+                        "failed to allocate a nodePort: range is full",
+                    ));
+                }
+                let n = free[rand::rng().random_range(0..free.len())];
+                used.insert(n);
+                Ok(Some(n))
+            }
+        };
+        if ports_wanted
+            && let Some(ports) = svc.pointer_mut("/spec/ports").and_then(Value::as_array_mut)
+        {
+            for (i, port) in ports.iter_mut().enumerate() {
+                let asked = port["nodePort"].as_i64().filter(|n| *n != 0);
+                if asked.is_none() && !allocate {
+                    continue;
+                }
+                if let Some(n) = take(format!("spec.ports[{i}].nodePort"), asked, &mut causes)? {
+                    port["nodePort"] = json!(n);
                 }
             }
         }
-        let Some(ports) = svc.pointer_mut("/spec/ports").and_then(Value::as_array_mut) else {
-            return Ok(());
-        };
-        let mut causes = Vec::new();
-        for (i, port) in ports.iter_mut().enumerate() {
-            match port["nodePort"].as_i64().filter(|n| *n != 0) {
-                Some(n) if !NODE_PORTS.contains(&n) => causes.push(Cause::invalid(
-                    format!("spec.ports[{i}].nodePort"),
-                    &json!(n),
-                    format!(
-                        "provided port is not in the valid range. The range of valid ports is {}-{}",
-                        NODE_PORTS.start(),
-                        NODE_PORTS.end()
-                    ),
-                )),
-                Some(n) if used.contains(&n) => causes.push(Cause::invalid(
-                    format!("spec.ports[{i}].nodePort"),
-                    &json!(n),
-                    "provided port is already allocated",
-                )),
-                Some(n) => {
-                    used.insert(n);
-                }
-                None => {
-                    use rand::Rng;
-                    let free: Vec<i64> = NODE_PORTS.filter(|p| !used.contains(p)).collect();
-                    if free.is_empty() {
-                        return Err(ApiError::internal(
-                            "failed to allocate a nodePort: range is full",
-                        ));
-                    }
-                    let n = free[rand::rng().random_range(0..free.len())];
-                    used.insert(n);
-                    port["nodePort"] = json!(n);
-                }
+        if health_check {
+            let asked = svc
+                .pointer("/spec/healthCheckNodePort")
+                .and_then(Value::as_i64);
+            if let Some(n) = take("spec.healthCheckNodePort".into(), asked, &mut causes)? {
+                svc["spec"]["healthCheckNodePort"] = json!(n);
             }
         }
         if causes.is_empty() {
             Ok(())
         } else {
             Err(invalid(svc, causes))
+        }
+    }
+}
+
+/// What an update that changes a Service's type no longer needs, cleared when the client
+/// left it as it was (kube's `dropTypeDependentFields`): cluster IPs, IP families and their
+/// policy of a Service that became an ExternalName; node ports of one that is no longer a
+/// NodePort or LoadBalancer (when no new one was asked for); the health check node port,
+/// `allocateLoadBalancerNodePorts` and `loadBalancerClass` of one that no longer needs them.
+/// What the client changed as well is left for validation to refuse.
+pub(crate) fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
+    let spec_of = |svc: &Value| svc.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let before = spec_of(old);
+    let after = spec_of(new);
+    let field = |spec: &Value, name: &str| spec.get(name).cloned().unwrap_or(Value::Null);
+    let ty = |spec: &Value| spec.get("type").and_then(Value::as_str).map(String::from);
+    let mut cleared: Vec<&str> = Vec::new();
+    let needs_ip = |spec: &Value| ty(spec).as_deref() != Some("ExternalName");
+    if needs_ip(&before) && !needs_ip(&after) {
+        let empty_is_null = |v: Value| match v {
+            Value::String(s) if s.is_empty() => Value::Null,
+            Value::Array(a) if a.is_empty() => Value::Null,
+            v => v,
+        };
+        let same =
+            |name: &str| empty_is_null(field(&before, name)) == empty_is_null(field(&after, name));
+        if same("clusterIP") && same("clusterIPs") {
+            cleared.extend(["clusterIP", "clusterIPs"]);
+        }
+        if same("ipFamilies") {
+            cleared.push("ipFamilies");
+        }
+        if same("ipFamilyPolicy") {
+            cleared.push("ipFamilyPolicy");
+        }
+    }
+    let needs_ports =
+        |spec: &Value| matches!(ty(spec).as_deref(), Some("NodePort" | "LoadBalancer"));
+    let ports = |spec: &Value| -> BTreeSet<i64> {
+        spec.get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["nodePort"].as_i64())
+            .filter(|n| *n != 0)
+            .collect()
+    };
+    let drop_node_ports =
+        needs_ports(&before) && !needs_ports(&after) && ports(&after).is_subset(&ports(&before));
+    let load_balancer = |spec: &Value| ty(spec).as_deref() == Some("LoadBalancer");
+    let needs_health_check = |spec: &Value| {
+        load_balancer(spec)
+            && spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
+    };
+    if needs_health_check(&before)
+        && !needs_health_check(&after)
+        && field(&before, "healthCheckNodePort") == field(&after, "healthCheckNodePort")
+    {
+        cleared.push("healthCheckNodePort");
+    }
+    if load_balancer(&before) && !load_balancer(&after) {
+        let allocate = "allocateLoadBalancerNodePorts";
+        if field(&before, allocate).is_boolean()
+            && field(&before, allocate) == field(&after, allocate)
+        {
+            cleared.push(allocate);
+        }
+        if field(&before, "loadBalancerClass") == field(&after, "loadBalancerClass") {
+            cleared.push("loadBalancerClass");
+        }
+    }
+    let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for name in cleared {
+        spec.remove(name);
+    }
+    if drop_node_ports {
+        for port in spec
+            .get_mut("ports")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            port.remove("nodePort");
         }
     }
 }

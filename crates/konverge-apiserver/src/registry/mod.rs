@@ -1049,6 +1049,7 @@ impl Registry {
                 let mut merged = new;
                 if rt.allocates_addresses {
                     allocate::carry_service_addresses(&mut merged, current);
+                    allocate::drop_type_dependent_fields(&mut merged, current);
                 }
                 if held_by_spec_finalizers(rt) {
                     // Only `/finalize` changes a namespace's finalizers.

@@ -95,6 +95,9 @@ impl Registry {
                 Some(hook) => self.served_one(rt, hook, decode(&kv)?).await?,
             };
             let before = checked.then(|| current.clone());
+            // A Service's addresses are allocated and given back around its write.
+            let previous =
+                (rt.allocates_addresses && operation == Operation::Update).then(|| current.clone());
             let decided = decide(&kv, current)?;
             let admitting = crate::admission::Attributes {
                 operation,
@@ -132,6 +135,13 @@ impl Registry {
                 }
                 self.check_write(rt, before.as_ref(), &object, opts).await?;
             }
+            let allocated = match &previous {
+                Some(old) if outcome == Outcome::Stored && !dry_run => {
+                    self.allocate_service_update(rt, ns, old, &mut object)
+                        .await?
+                }
+                _ => super::allocate::Allocated::default(),
+            };
             // A webhook-converted object is stored in the storage version, and answered as
             // stored, read back in the request's version (a dry run goes there and back too).
             let stored = match hook {
@@ -182,6 +192,11 @@ impl Registry {
             };
             match written {
                 Ok(revision) => {
+                    if let Some(old) = &previous
+                        && outcome == Outcome::Stored
+                    {
+                        self.release_replaced(old, &object).await;
+                    }
                     if let Some((hook, mut stored)) = stored {
                         set_rv(&mut stored, revision);
                         object = self.served_one(rt, hook, stored).await?;
@@ -189,8 +204,14 @@ impl Registry {
                     set_rv(&mut object, revision);
                     return Ok((object, outcome));
                 }
-                Err(konverge_store::Error::Conflict { .. }) => continue,
-                Err(e) => return Err(ApiError::from_store(e, target(rt, name))),
+                Err(konverge_store::Error::Conflict { .. }) => {
+                    self.release_allocated(allocated).await;
+                    continue;
+                }
+                Err(e) => {
+                    self.release_allocated(allocated).await;
+                    return Err(ApiError::from_store(e, target(rt, name)));
+                }
             }
         }
         Err(ApiError::modified(target(rt, name)))
