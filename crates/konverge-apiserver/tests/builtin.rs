@@ -1451,6 +1451,43 @@ async fn service_type_changes_allocate_and_release() {
     assert!(node_ports(&lb).is_empty(), "{lb}");
 }
 
+/// Node ports are taken by compare-and-swap on kube's allocator bitmap: of ten Services
+/// created at once asking for the same port, exactly one gets it; a deleted Service's port
+/// is free again.
+#[tokio::test]
+async fn a_node_port_is_given_to_one_service_only() {
+    let t = TestServer::start(Backend::Memory).await;
+    let path = "/api/v1/namespaces/default/services";
+    let service = |i: usize| {
+        json!({"metadata": {"name": format!("s{i}")}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": 30080}]}})
+    };
+    let answers =
+        futures::future::join_all((0..10).map(|i| send(&t, "POST", path, service(i)))).await;
+    let created: Vec<&Value> = answers
+        .iter()
+        .filter(|(c, _)| *c == 200)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    for (code, refused) in answers.iter().filter(|(c, _)| *c != 200) {
+        assert_eq!(*code, 422, "{refused}");
+        assert!(
+            refused["message"].as_str().unwrap().ends_with(
+                "spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated"
+            ),
+            "{refused}"
+        );
+    }
+    let winner = created[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let (code, _) = t
+        .raw("DELETE", &format!("{path}/{winner}"), None, Vec::new())
+        .await;
+    assert_eq!(code, 200);
+    let (code, again) = send(&t, "POST", path, service(10)).await;
+    assert_eq!(code, 200, "the port was given back: {again}");
+}
+
 #[tokio::test]
 async fn services_get_addresses_allocated() {
     let t = TestServer::start(Backend::Memory).await;

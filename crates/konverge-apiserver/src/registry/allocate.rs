@@ -7,16 +7,22 @@
 //! `kubernetes` Service's), and IPs are picked at random from every IPv4 ServiceCIDR that is
 //! ready and not being deleted. Each allocated IP is an `IPAddress` object named by the IP
 //! with the Service as its parent, so a taken IP is an object that already exists. Node ports
-//! come from 30000-32767 and are taken when another Service has them.
+//! come from 30000-32767 and are kept where kube-apiserver keeps them: a bitmap in a
+//! `RangeAllocation` under `/registry/ranges/servicenodeports`, changed only by
+//! compare-and-swap, so two creates racing for a port (through one server or several over
+//! one etcd) never both get it. A store that has no bitmap yet (written before konverge kept
+//! one) gets it from the Services it holds.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::{ListOptions, Registry, WriteOptions};
 use crate::error::{ApiError, Cause, Reason, Result};
-use crate::resources::ResourceType;
 
 /// The node port range.
 const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
@@ -135,10 +141,55 @@ impl ServiceIpRange {
     }
 }
 
-/// What a create allocated, to give back if the create fails.
+/// What a create or update allocated, to give back if its write fails.
 #[derive(Debug, Default)]
 pub(crate) struct Allocated {
     ip: Option<String>,
+    node_ports: Vec<i64>,
+}
+
+/// kube-apiserver's key for the node port allocator's bitmap.
+const NODE_PORT_RANGE_KEY: &str = "/registry/ranges/servicenodeports";
+
+/// The taken node ports as kube's allocator stores them: a `RangeAllocation` whose `data` is
+/// a bitmap, the big-endian bytes of an integer whose bit `i` is port `30000 + i`.
+fn encode_node_ports(taken: &BTreeSet<i64>) -> Bytes {
+    let bits = taken
+        .iter()
+        .filter(|p| NODE_PORTS.contains(p))
+        .map(|p| (p - NODE_PORTS.start()) as usize);
+    let len = bits.clone().max().map_or(0, |top| top / 8 + 1);
+    let mut bytes = vec![0u8; len];
+    for bit in bits {
+        bytes[len - 1 - bit / 8] |= 1 << (bit % 8);
+    }
+    let allocation = json!({
+        "kind": "RangeAllocation", "apiVersion": "v1",
+        "metadata": {"creationTimestamp": null},
+        "range": format!("{}-{}", NODE_PORTS.start(), NODE_PORTS.end()),
+        "data": STANDARD.encode(bytes),
+    });
+    Bytes::from(serde_json::to_vec(&allocation).unwrap_or_default())
+}
+
+/// The node ports a stored `RangeAllocation` holds.
+fn decode_node_ports(value: &[u8]) -> Option<BTreeSet<i64>> {
+    let allocation: Value = serde_json::from_slice(value).ok()?;
+    let bytes = STANDARD
+        .decode(allocation.get("data")?.as_str().unwrap_or(""))
+        .ok()?;
+    let len = bytes.len();
+    Some(
+        bytes
+            .iter()
+            .enumerate()
+            .flat_map(|(at, byte)| {
+                (0..8)
+                    .filter(move |bit| byte & (1 << bit) != 0)
+                    .map(move |bit| NODE_PORTS.start() + ((len - 1 - at) * 8 + bit) as i64)
+            })
+            .collect(),
+    )
 }
 
 /// The ranges of the IPv4 ServiceCIDRs that take allocations: ready (or with no Ready
@@ -257,16 +308,23 @@ impl Registry {
     /// for, when free), and writes them into it.
     pub(crate) async fn allocate_service(
         &self,
-        rt: &ResourceType,
         ns: Option<&str>,
         svc: &mut Value,
     ) -> Result<Allocated> {
-        let mut allocated = Allocated::default();
-        self.allocate_node_ports(rt, ns, svc, false).await?;
+        let mut allocated = Allocated {
+            node_ports: self.allocate_node_ports(None, svc).await?,
+            ..Allocated::default()
+        };
         if !wants_cluster_ip(svc) {
             return Ok(allocated);
         }
-        allocated.ip = Some(self.allocate_cluster_ip(ns, svc).await?);
+        match self.allocate_cluster_ip(ns, svc).await {
+            Ok(ip) => allocated.ip = Some(ip),
+            Err(e) => {
+                self.release_allocated(allocated).await;
+                return Err(e);
+            }
+        }
         Ok(allocated)
     }
 
@@ -275,26 +333,36 @@ impl Registry {
     /// a health check node port, and a cluster IP when it stopped being an ExternalName.
     pub(crate) async fn allocate_service_update(
         &self,
-        rt: &ResourceType,
         ns: Option<&str>,
         old: &Value,
         svc: &mut Value,
     ) -> Result<Allocated> {
-        let mut allocated = Allocated::default();
-        self.allocate_node_ports(rt, ns, svc, true).await?;
+        let mut allocated = Allocated {
+            node_ports: self.allocate_node_ports(Some(old), svc).await?,
+            ..Allocated::default()
+        };
         let has_ip = svc
             .pointer("/spec/clusterIP")
             .and_then(Value::as_str)
             .is_some_and(|ip| !ip.is_empty());
         if wants_cluster_ip(svc) && !has_ip && !wants_cluster_ip(old) {
-            allocated.ip = Some(self.allocate_cluster_ip(ns, svc).await?);
+            match self.allocate_cluster_ip(ns, svc).await {
+                Ok(ip) => allocated.ip = Some(ip),
+                Err(e) => {
+                    self.release_allocated(allocated).await;
+                    return Err(e);
+                }
+            }
         }
         Ok(allocated)
     }
 
-    /// Gives back what an update released: the cluster IP of a Service that became an
-    /// ExternalName (node ports are free once no Service has them).
+    /// Gives back what an update released: node ports the Service no longer has, and the
+    /// cluster IP of a Service that became an ExternalName.
     pub(crate) async fn release_replaced(&self, old: &Value, new: &Value) {
+        let kept: BTreeSet<i64> = node_ports_of(new).collect();
+        let dropped: Vec<i64> = node_ports_of(old).filter(|p| !kept.contains(p)).collect();
+        self.release_node_ports(&dropped).await;
         let ip = |svc: &Value| {
             svc.pointer("/spec/clusterIP")
                 .and_then(Value::as_str)
@@ -406,10 +474,88 @@ impl Registry {
         if let Some(ip) = allocated.ip {
             self.release_ip(&ip).await;
         }
+        self.release_node_ports(&allocated.node_ports).await;
+    }
+
+    /// Changes the taken node ports with `change` (run again when another writer got there
+    /// first), and returns what it returned. The bitmap is made from the Services when the
+    /// store has none.
+    async fn change_node_ports<T>(
+        &self,
+        mut change: impl FnMut(&mut BTreeSet<i64>) -> Result<T>,
+    ) -> Result<T> {
+        let key = Bytes::from_static(NODE_PORT_RANGE_KEY.as_bytes());
+        let store_error = |e: konverge_store::Error| {
+            ApiError::internal(format!("the node port allocator failed: {e}"))
+        };
+        for _ in 0..super::update::MAX_ATTEMPTS {
+            let current = self.store.get(key.clone()).await.map_err(store_error)?;
+            let (mut taken, revision) = match &current {
+                Some(kv) => (
+                    decode_node_ports(&kv.value).unwrap_or_default(),
+                    Some(kv.mod_revision),
+                ),
+                None => (self.node_ports_in_services().await?, None),
+            };
+            let before = taken.clone();
+            let answer = change(&mut taken)?;
+            if taken == before && revision.is_some() {
+                return Ok(answer);
+            }
+            let value = encode_node_ports(&taken);
+            let written = match revision {
+                Some(revision) => self.store.update(key.clone(), value, revision).await,
+                None => self.store.create(key.clone(), value).await,
+            };
+            match written {
+                Ok(_) => return Ok(answer),
+                Err(
+                    konverge_store::Error::Conflict { .. }
+                    | konverge_store::Error::AlreadyExists { .. },
+                ) => {}
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+        Err(ApiError::internal(
+            "the node port allocator failed: too many concurrent changes",
+        ))
+    }
+
+    /// Every node port the stored Services hold.
+    async fn node_ports_in_services(&self) -> Result<BTreeSet<i64>> {
+        let Some(services) = self.catalog.get("", "v1", "services") else {
+            return Ok(BTreeSet::new());
+        };
+        let listed = self.list(&services, None, &ListOptions::default()).await?;
+        Ok(listed
+            .items
+            .iter()
+            .flat_map(|s| node_ports_of(s).collect::<Vec<_>>())
+            .collect())
+    }
+
+    /// Gives node ports back; a failure is logged (the port stays taken until repaired).
+    async fn release_node_ports(&self, ports: &[i64]) {
+        if ports.is_empty() {
+            return;
+        }
+        let released = self
+            .change_node_ports(|taken| {
+                for port in ports {
+                    taken.remove(port);
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = released {
+            tracing::warn!(error = %e, ?ports, "releasing node ports failed");
+        }
     }
 
     /// Gives back a deleted Service's cluster IP.
     pub(crate) async fn release_service(&self, svc: &Value) {
+        self.release_node_ports(&node_ports_of(svc).collect::<Vec<_>>())
+            .await;
         if let Some(ip) = svc
             .pointer("/spec/clusterIP")
             .and_then(Value::as_str)
@@ -453,102 +599,101 @@ impl Registry {
 
     /// Gives every port of a NodePort or LoadBalancer Service a free node port (unless a
     /// LoadBalancer says not to), and a LoadBalancer with the `Local` external traffic
-    /// policy its health check node port, keeping those it asks for when they are free.
-    /// `updating`: the Service's own stored ports are not taken by another.
-    async fn allocate_node_ports(
-        &self,
-        rt: &ResourceType,
-        ns: Option<&str>,
-        svc: &mut Value,
-        updating: bool,
-    ) -> Result<()> {
+    /// policy its health check node port, keeping those it asks for when they are free. On
+    /// an update (`old`), the ports the Service already holds stay its own. Returns the
+    /// ports newly taken.
+    async fn allocate_node_ports(&self, old: Option<&Value>, svc: &mut Value) -> Result<Vec<i64>> {
         let ports_wanted = wants_node_ports(svc);
         let health_check = wants_health_check_port(svc);
         if !ports_wanted && !health_check {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let name = crate::resources::meta::meta_str(svc, "name")
-            .unwrap_or("")
-            .to_string();
-        let listed = self.list(rt, None, &ListOptions::default()).await?;
-        let mut used: BTreeSet<i64> = listed
-            .items
-            .iter()
-            .filter(|other| {
-                !(updating
-                    && crate::resources::meta::meta_str(other, "name") == Some(name.as_str())
-                    && crate::resources::meta::meta_str(other, "namespace") == ns)
-            })
-            .flat_map(|other| node_ports_of(other).collect::<Vec<_>>())
-            .collect();
         let allocate = allocates_node_ports(svc);
-        let mut causes = Vec::new();
-        let mut take = |field: String, asked: Option<i64>, causes: &mut Vec<Cause>| match asked
-            .filter(|n| *n != 0)
-        {
-            Some(n) if !NODE_PORTS.contains(&n) => {
-                causes.push(Cause::invalid(
-                        field,
-                        &json!(n),
-                        format!(
-                            "provided port is not in the valid range. The range of valid ports is {}-{}",
-                            NODE_PORTS.start(),
-                            NODE_PORTS.end()
-                        ),
-                    ));
-                Ok(None)
-            }
-            Some(n) if used.contains(&n) => {
-                causes.push(Cause::invalid(
-                    field,
-                    &json!(n),
-                    "provided port is already allocated",
-                ));
-                Ok(None)
-            }
-            Some(n) => {
-                used.insert(n);
-                Ok(None)
-            }
-            None => {
-                use rand::Rng;
-                let free: Vec<i64> = NODE_PORTS.filter(|p| !used.contains(p)).collect();
-                if free.is_empty() {
-                    return Err(ApiError::internal(
-                        "failed to allocate a nodePort: range is full",
-                    ));
-                }
-                let n = free[rand::rng().random_range(0..free.len())];
-                used.insert(n);
-                Ok(Some(n))
-            }
-        };
-        if ports_wanted
-            && let Some(ports) = svc.pointer_mut("/spec/ports").and_then(Value::as_array_mut)
-        {
-            for (i, port) in ports.iter_mut().enumerate() {
+        let held: BTreeSet<i64> = old.map(|o| node_ports_of(o).collect()).unwrap_or_default();
+        // Which node port each slot asks for (`None`: any free one); slot `ports.len()` is
+        // the health check's.
+        let ports = svc
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut slots: Vec<(usize, String, Option<i64>)> = Vec::new();
+        if ports_wanted {
+            for (i, port) in ports.iter().enumerate() {
                 let asked = port["nodePort"].as_i64().filter(|n| *n != 0);
-                if asked.is_none() && !allocate {
-                    continue;
-                }
-                if let Some(n) = take(format!("spec.ports[{i}].nodePort"), asked, &mut causes)? {
-                    port["nodePort"] = json!(n);
+                if asked.is_some() || allocate {
+                    slots.push((i, format!("spec.ports[{i}].nodePort"), asked));
                 }
             }
         }
         if health_check {
             let asked = svc
                 .pointer("/spec/healthCheckNodePort")
-                .and_then(Value::as_i64);
-            if let Some(n) = take("spec.healthCheckNodePort".into(), asked, &mut causes)? {
+                .and_then(Value::as_i64)
+                .filter(|n| *n != 0);
+            slots.push((ports.len(), "spec.healthCheckNodePort".into(), asked));
+        }
+        let (given, taken) = self
+            .change_node_ports(|bitmap| {
+                let mut causes = Vec::new();
+                let mut given = Vec::new();
+                let mut taken = Vec::new();
+                let mut mine: BTreeSet<i64> = BTreeSet::new();
+                for (slot, field, asked) in &slots {
+                    match asked {
+                        Some(n) if !NODE_PORTS.contains(n) => causes.push(Cause::invalid(
+                            field,
+                            &json!(n),
+                            format!(
+                                "provided port is not in the valid range. The range of valid ports is {}-{}",
+                                NODE_PORTS.start(),
+                                NODE_PORTS.end()
+                            ),
+                        )),
+                        Some(n) if held.contains(n) && !mine.contains(n) => {
+                            mine.insert(*n);
+                        }
+                        Some(n) if bitmap.contains(n) => causes.push(Cause::invalid(
+                            field,
+                            &json!(n),
+                            "provided port is already allocated",
+                        )),
+                        Some(n) => {
+                            bitmap.insert(*n);
+                            mine.insert(*n);
+                            taken.push(*n);
+                        }
+                        None => {
+                            use rand::Rng;
+                            let free: Vec<i64> = NODE_PORTS.filter(|p| !bitmap.contains(p)).collect();
+                            if free.is_empty() {
+                                return Err(ApiError::internal(
+                                    "failed to allocate a nodePort: range is full",
+                                ));
+                            }
+                            let n = free[rand::rng().random_range(0..free.len())];
+                            bitmap.insert(n);
+                            mine.insert(n);
+                            taken.push(n);
+                            given.push((*slot, n));
+                        }
+                    }
+                }
+                if causes.is_empty() {
+                    Ok((given, taken))
+                } else {
+                    Err(invalid(svc, causes))
+                }
+            })
+            .await?;
+        for (slot, n) in given {
+            if slot == ports.len() {
                 svc["spec"]["healthCheckNodePort"] = json!(n);
+            } else {
+                svc["spec"]["ports"][slot]["nodePort"] = json!(n);
             }
         }
-        if causes.is_empty() {
-            Ok(())
-        } else {
-            Err(invalid(svc, causes))
-        }
+        Ok(taken)
     }
 }
 
@@ -732,6 +877,28 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(ranges, ["10.96.0.0/12", "10.1.0.0/24", "10.4.0.0/24"]);
+    }
+
+    #[test]
+    fn node_ports_are_kept_as_kubes_bitmap() {
+        let taken: BTreeSet<i64> = [30000, 30007, 30008, 32767].into_iter().collect();
+        let encoded = encode_node_ports(&taken);
+        let allocation: Value = serde_json::from_slice(&encoded).unwrap();
+        assert_eq!(allocation["kind"], "RangeAllocation");
+        assert_eq!(allocation["range"], "30000-32767");
+        let bytes = STANDARD
+            .decode(allocation["data"].as_str().unwrap())
+            .unwrap();
+        // Bit 2767 is the top bit set: 346 bytes, big-endian; bits 0, 7 and 8 at the end.
+        assert_eq!(bytes.len(), 346);
+        assert_eq!(bytes[0], 0b1000_0000);
+        assert_eq!(&bytes[344..], &[0b0000_0001, 0b1000_0001]);
+        assert_eq!(decode_node_ports(&encoded), Some(taken));
+        assert_eq!(
+            decode_node_ports(&encode_node_ports(&BTreeSet::new())),
+            Some(BTreeSet::new())
+        );
+        assert_eq!(decode_node_ports(b"not json"), None);
     }
 
     #[test]

@@ -815,7 +815,7 @@ impl Registry {
             });
         }
         let allocated = if rt.allocates_addresses {
-            self.allocate_service(rt, ns, &mut obj).await?
+            self.allocate_service(ns, &mut obj).await?
         } else {
             allocate::Allocated::default()
         };

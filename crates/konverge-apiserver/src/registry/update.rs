@@ -19,7 +19,7 @@ use crate::resources::ResourceType;
 use crate::resources::meta;
 
 /// How many times a write decides again after losing a race.
-const MAX_ATTEMPTS: usize = 16;
+pub(super) const MAX_ATTEMPTS: usize = 16;
 
 /// What a verb decides to do with the current object.
 #[derive(Debug)]
@@ -137,8 +137,7 @@ impl Registry {
             }
             let allocated = match &previous {
                 Some(old) if outcome == Outcome::Stored && !dry_run => {
-                    self.allocate_service_update(rt, ns, old, &mut object)
-                        .await?
+                    self.allocate_service_update(ns, old, &mut object).await?
                 }
                 _ => super::allocate::Allocated::default(),
             };
