@@ -18,11 +18,11 @@
 //! The data (`go_encoding.json`) was read from the Kubernetes 1.33 API types (k8s.io/api,
 //! apimachinery, apiextensions-apiserver and kube-aggregator at v0.33.13): `kinds` names
 //! the Go type of each served `apiVersion/kind`, and `types` gives, per Go type, each JSON
-//! field that needs something: `o` (omitted when empty; `"n"`: only when `null`, for
-//! pointers), `z` (always written; this is its zero value), `t` and `s` (the Go struct it
+//! field that needs something: `o` (`"e"`: omitted when empty; `"n"`: only when `null`,
+//! for pointers), `z` (always written; this is its zero value), `t` and `s` (the Go struct it
 //! holds: `"1"` one, `"["` a list of them, `"m"` a map of them).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 use serde::Deserialize;
@@ -46,7 +46,7 @@ enum Shape {
 
 #[derive(Debug)]
 struct Field {
-    name: String,
+    name: &'static str,
     omit: Omit,
     zero: Option<Value>,
     holds: Option<(Shape, usize)>,
@@ -54,22 +54,23 @@ struct Field {
 
 #[derive(Debug, Default)]
 struct Types {
-    kinds: HashMap<String, usize>,
+    kinds: HashMap<&'static str, usize>,
     types: Vec<Vec<Field>>,
-    names: HashMap<String, usize>,
+    names: HashMap<&'static str, usize>,
 }
 
-/// A field as `go_encoding.json` writes it.
+/// A field as `go_encoding.json` writes it (borrowed from the embedded text, so reading it
+/// copies no names).
 #[derive(Deserialize)]
-struct RawField {
-    #[serde(default)]
-    o: Option<Value>,
+struct RawField<'a> {
+    #[serde(default, borrow)]
+    o: Option<&'a str>,
     #[serde(default, deserialize_with = "present")]
     z: Option<Value>,
-    #[serde(default)]
-    t: Option<String>,
-    #[serde(default)]
-    s: Option<String>,
+    #[serde(default, borrow)]
+    t: Option<&'a str>,
+    #[serde(default, borrow)]
+    s: Option<&'a str>,
 }
 
 /// A present `null` is `Some(Value::Null)`, not `None`.
@@ -77,45 +78,48 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
     Value::deserialize(d).map(Some)
 }
 
+/// The whole file; the maps are ordered, so a type's index is its place in `types`.
 #[derive(Deserialize)]
-struct Raw {
-    kinds: HashMap<String, String>,
-    types: HashMap<String, HashMap<String, RawField>>,
+struct Raw<'a> {
+    #[serde(borrow)]
+    kinds: BTreeMap<&'a str, &'a str>,
+    #[serde(borrow)]
+    types: BTreeMap<&'a str, BTreeMap<&'a str, RawField<'a>>>,
 }
 
 fn types() -> &'static Types {
     static TYPES: OnceLock<Types> = OnceLock::new();
     TYPES.get_or_init(|| {
-        serde_json::from_str::<Raw>(include_str!("go_encoding.json"))
+        serde_json::from_str::<Raw<'static>>(include_str!("go_encoding.json"))
             .map(index)
             .unwrap_or_default()
     })
 }
 
 /// The data with type names made indexes.
-fn index(raw: Raw) -> Types {
-    let mut names: Vec<&String> = raw.types.keys().collect();
-    names.sort();
-    let at: HashMap<&str, usize> = names
-        .iter()
+fn index(raw: Raw<'static>) -> Types {
+    let names: HashMap<&'static str, usize> = raw
+        .types
+        .keys()
         .enumerate()
-        .map(|(i, name)| (name.as_str(), i))
+        .map(|(i, name)| (*name, i))
         .collect();
-    let types = names
-        .iter()
-        .map(|name| {
-            let mut fields: Vec<Field> = raw.types[*name]
-                .iter()
-                .map(|(field, spec)| Field {
-                    name: field.clone(),
-                    omit: match &spec.o {
+    let types = raw
+        .types
+        .into_values()
+        .map(|fields| {
+            fields
+                .into_iter()
+                .map(|(name, spec)| Field {
+                    name,
+                    omit: match spec.o {
                         None => Omit::Never,
-                        Some(Value::String(s)) if s == "n" => Omit::WhenNull,
+                        Some("n") => Omit::WhenNull,
                         Some(_) => Omit::WhenEmpty,
                     },
-                    zero: spec.z.clone(),
-                    holds: spec.t.as_deref().and_then(|t| at.get(t)).map(|&t| {
-                        let shape = match spec.s.as_deref() {
+                    zero: spec.z,
+                    holds: spec.t.and_then(|t| names.get(t)).map(|&t| {
+                        let shape = match spec.s {
                             Some("[") => Shape::Items,
                             Some("m") => Shape::Values,
                             _ => Shape::One,
@@ -123,22 +127,17 @@ fn index(raw: Raw) -> Types {
                         (shape, t)
                     }),
                 })
-                .collect();
-            fields.sort_by(|a, b| a.name.cmp(&b.name));
-            fields
+                .collect()
         })
         .collect();
     Types {
         kinds: raw
             .kinds
-            .iter()
-            .filter_map(|(kind, ty)| at.get(ty.as_str()).map(|&t| (kind.clone(), t)))
+            .into_iter()
+            .filter_map(|(kind, ty)| names.get(ty).map(|&t| (kind, t)))
             .collect(),
         types,
-        names: at
-            .iter()
-            .map(|(name, &i)| ((*name).to_owned(), i))
-            .collect(),
+        names,
     }
 }
 
@@ -180,7 +179,9 @@ fn shape_kind(kind: &str, obj: &mut Value, fill: bool) -> bool {
     }
 }
 
-fn is_empty(value: &Value) -> bool {
+/// Whether Go's `omitempty` leaves this value out (`null`, `false`, `0`, `""`, `[]`, `{}`):
+/// the zero value of a JSON field's Go type.
+pub fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
         Value::Bool(b) => !b,
@@ -196,14 +197,14 @@ fn walk(types: &Types, ty: usize, value: &mut Value, fill: bool) {
         return;
     };
     for field in &types.types[ty] {
-        let omitted = match (field.omit, map.get(&field.name)) {
+        let omitted = match (field.omit, map.get(field.name)) {
             (_, None) => false,
             (Omit::WhenEmpty, Some(v)) => is_empty(v),
             (Omit::WhenNull, Some(v)) => v.is_null(),
             (Omit::Never, Some(_)) => false,
         };
         if omitted {
-            map.remove(&field.name);
+            map.remove(field.name);
             continue;
         }
         let Some(value) = present_or_zero(map, field, fill) else {
@@ -235,21 +236,21 @@ fn present_or_zero<'a>(
     fill: bool,
 ) -> Option<&'a mut Value> {
     if !fill {
-        return map.get_mut(&field.name);
+        return map.get_mut(field.name);
     }
-    match (map.contains_key(&field.name), &field.zero) {
+    match (map.contains_key(field.name), &field.zero) {
         (false, Some(zero)) => {
-            map.insert(field.name.clone(), zero.clone());
+            map.insert(field.name.to_owned(), zero.clone());
         }
         (true, Some(zero @ Value::Object(_))) => {
-            let value = map.get_mut(&field.name)?;
+            let value = map.get_mut(field.name)?;
             if value.is_null() {
                 *value = zero.clone();
             }
         }
         _ => {}
     }
-    map.get_mut(&field.name)
+    map.get_mut(field.name)
 }
 
 #[cfg(test)]

@@ -2785,6 +2785,20 @@ async fn objects_carry_the_empty_fields_go_writes() {
 #[tokio::test]
 async fn empty_fields_go_leaves_out_are_not_kept() {
     let t = TestServer::start(Backend::Memory).await;
+    let no_empty_metadata = |created: &Value| {
+        for field in [
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "generateName",
+        ] {
+            assert!(
+                created["metadata"].get(field).is_none(),
+                "{field}: {created}"
+            );
+        }
+    };
     let empty_meta = json!({"labels": {}, "annotations": {}, "finalizers": [],
         "ownerReferences": [], "generateName": ""});
     let mut body = json!({"metadata": empty_meta.clone(), "data": {}});
@@ -2797,18 +2811,7 @@ async fn empty_fields_go_leaves_out_are_not_kept() {
     )
     .await;
     assert_eq!(code, 200, "{created}");
-    for field in [
-        "labels",
-        "annotations",
-        "finalizers",
-        "ownerReferences",
-        "generateName",
-    ] {
-        assert!(
-            created["metadata"].get(field).is_none(),
-            "{field}: {created}"
-        );
-    }
+    no_empty_metadata(&created);
     assert!(created.get("data").is_none(), "{created}");
     let owned = created["metadata"]["managedFields"]
         .as_array()
@@ -2891,18 +2894,7 @@ async fn empty_fields_go_leaves_out_are_not_kept() {
     )
     .await;
     assert_eq!(code, 200, "{created}");
-    for field in [
-        "labels",
-        "annotations",
-        "finalizers",
-        "ownerReferences",
-        "generateName",
-    ] {
-        assert!(
-            created["metadata"].get(field).is_none(),
-            "{field}: {created}"
-        );
-    }
+    no_empty_metadata(&created);
     assert_eq!(created["spec"], json!({"tags": [], "size": 0}));
 }
 

@@ -434,18 +434,6 @@ fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Whether Go's `omitempty` drops this scalar.
-fn is_zero(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    }
-}
-
 /// The JSON of a field's Go zero value.
 fn zero(cx: &mut Cx, ty: Ty, depth: usize, path: &Path<'_>) -> Result<Value, DecodeError> {
     cx.spend(path)?;
@@ -531,7 +519,12 @@ fn finalize(
             for (field, slot) in message.fields.iter().zip(slots) {
                 let path = Path::Field(path, field.json);
                 let value = match slot {
-                    Slot::Scalar(value) if field.omit_zero && is_zero(&value) => continue,
+                    Slot::Scalar(value)
+                        if field.omit_zero
+                            && konverge_apimachinery::go_encoding::is_empty(&value) =>
+                    {
+                        continue;
+                    }
                     Slot::Scalar(value) => value,
                     Slot::Bytes(bytes) if field.omit_zero && bytes.is_empty() => continue,
                     Slot::Bytes(bytes) => {

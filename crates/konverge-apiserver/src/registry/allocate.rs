@@ -26,6 +26,8 @@ use crate::error::{ApiError, Cause, Reason, Result};
 
 /// The node port range.
 const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
+/// How many times the node port bitmap is read and changed again after losing a race.
+const CAS_ATTEMPTS: usize = 16;
 /// Random picks before giving up on a full range.
 const PICKS: usize = 64;
 /// The widest range kube-apiserver accepts: 2^20 addresses (a /12 for IPv4).
@@ -311,21 +313,7 @@ impl Registry {
         ns: Option<&str>,
         svc: &mut Value,
     ) -> Result<Allocated> {
-        let mut allocated = Allocated {
-            node_ports: self.allocate_node_ports(None, svc).await?,
-            ..Allocated::default()
-        };
-        if !wants_cluster_ip(svc) {
-            return Ok(allocated);
-        }
-        match self.allocate_cluster_ip(ns, svc).await {
-            Ok(ip) => allocated.ip = Some(ip),
-            Err(e) => {
-                self.release_allocated(allocated).await;
-                return Err(e);
-            }
-        }
-        Ok(allocated)
+        self.allocate_addresses(ns, None, svc).await
     }
 
     /// Allocates what an updated Service newly needs (kube's `allocateUpdate`): node ports
@@ -337,15 +325,34 @@ impl Registry {
         old: &Value,
         svc: &mut Value,
     ) -> Result<Allocated> {
+        self.allocate_addresses(ns, Some(old), svc).await
+    }
+
+    /// Node ports, then a cluster IP when the Service needs one and has none (on an update,
+    /// only when it was an ExternalName): what a create (`old` is `None`) or an update
+    /// needs; nothing stays taken when it fails.
+    async fn allocate_addresses(
+        &self,
+        ns: Option<&str>,
+        old: Option<&Value>,
+        svc: &mut Value,
+    ) -> Result<Allocated> {
         let mut allocated = Allocated {
-            node_ports: self.allocate_node_ports(Some(old), svc).await?,
+            node_ports: self.allocate_node_ports(old, svc).await?,
             ..Allocated::default()
         };
-        let has_ip = svc
-            .pointer("/spec/clusterIP")
-            .and_then(Value::as_str)
-            .is_some_and(|ip| !ip.is_empty());
-        if wants_cluster_ip(svc) && !has_ip && !wants_cluster_ip(old) {
+        let needs_ip = match old {
+            None => wants_cluster_ip(svc),
+            Some(old) => {
+                wants_cluster_ip(svc)
+                    && !wants_cluster_ip(old)
+                    && svc
+                        .pointer("/spec/clusterIP")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+            }
+        };
+        if needs_ip {
             match self.allocate_cluster_ip(ns, svc).await {
                 Ok(ip) => allocated.ip = Some(ip),
                 Err(e) => {
@@ -488,7 +495,7 @@ impl Registry {
         let store_error = |e: konverge_store::Error| {
             ApiError::internal(format!("the node port allocator failed: {e}"))
         };
-        for _ in 0..super::update::MAX_ATTEMPTS {
+        for _ in 0..CAS_ATTEMPTS {
             let current = self.store.get(key.clone()).await.map_err(store_error)?;
             let (mut taken, revision) = match &current {
                 Some(kv) => (

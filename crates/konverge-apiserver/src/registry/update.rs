@@ -19,7 +19,7 @@ use crate::resources::ResourceType;
 use crate::resources::meta;
 
 /// How many times a write decides again after losing a race.
-pub(super) const MAX_ATTEMPTS: usize = 16;
+const MAX_ATTEMPTS: usize = 16;
 
 /// What a verb decides to do with the current object.
 #[derive(Debug)]

@@ -166,7 +166,7 @@ fn zeroless(obj: &Value) -> Value {
                     };
                     (k.clone(), zeroless(&v))
                 })
-                .filter(|(_, v)| !is_zero(v))
+                .filter(|(_, v)| !konverge_apimachinery::go_encoding::is_empty(v))
                 .collect(),
         ),
         Value::Array(items) => Value::Array(items.iter().map(zeroless).collect()),
@@ -177,17 +177,6 @@ fn zeroless(obj: &Value) -> Value {
 /// A quantity in its canonical form, or as it was when it is none.
 fn canonical_quantity(q: &Value) -> Value {
     quantity::parse(q).map_or_else(|| q.clone(), |q| Value::String(q.canonical))
-}
-
-fn is_zero(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    }
 }
 
 /// `apiequality.Semantic.DeepEqual` of two fields, as near as JSON gets.
