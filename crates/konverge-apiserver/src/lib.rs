@@ -448,6 +448,7 @@ impl ApiServerBuilder {
             server.registry.store().clone(),
             self.compaction_interval,
         ));
+        server.background(controllers::service_repair::run(server.registry.clone()));
         if self.control_loops {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),

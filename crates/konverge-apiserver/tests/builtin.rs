@@ -1642,8 +1642,7 @@ async fn health_checks_are_named_and_timeouts_checked() {
     assert_eq!(code, 200);
     // kube-apiserver 1.33's checks and post-start hooks, in its order (as a v1.33.1 cluster
     // lists them), less those konverge has no counterpart for (flow control, the
-    // aggregator's proxy, remote availability, discovery and OpenAPI controllers, the
-    // service IP repair controllers).
+    // aggregator's proxy, remote availability, discovery and OpenAPI controllers).
     let lines: Vec<&str> = verbose.lines().collect();
     assert_eq!(
         lines,
@@ -1664,6 +1663,7 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]poststarthook/start-kube-apiserver-identity-lease-controller ok",
             "[+]poststarthook/start-kube-apiserver-identity-lease-garbage-collector ok",
             "[+]poststarthook/start-legacy-token-tracking-controller ok",
+            "[+]poststarthook/start-service-ip-repair-controllers ok",
             "[+]poststarthook/rbac/bootstrap-roles ok",
             "[+]poststarthook/scheduling/bootstrap-system-priority-classes ok",
             "[+]poststarthook/bootstrap-controller ok",

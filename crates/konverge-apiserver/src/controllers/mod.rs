@@ -4,7 +4,8 @@
 //! every namespace holds ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]),
 //! ResourceQuota usage ([`quota`], with its own watch) and the type checking of
 //! ValidatingAdmissionPolicies ([`policy_status`]). And kube-apiserver's own, which always
-//! run: store compaction ([`compaction`]), the definition controller ([`crd`]), which serves
+//! run: store compaction ([`compaction`]), the repair of Services' node ports and cluster IPs
+//! ([`service_repair`]), the definition controller ([`crd`]), which serves
 //! custom resources and registers their groups' APIServices ([`api_services`]), the objects a new cluster starts with ([`bootstrap`]), the
 //! `kubernetes` Service's endpoints listing the live servers ([`endpoints`]) and what the
 //! server keeps in `kube-system` ([`kube_system`]: its identity Lease, the authentication
@@ -29,6 +30,7 @@ pub mod namespace_defaults;
 pub mod namespaces;
 pub mod policy_status;
 pub mod quota;
+pub(crate) mod service_repair;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

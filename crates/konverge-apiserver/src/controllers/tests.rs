@@ -546,3 +546,80 @@ fn keys_resolve_as_the_catalog_resolves_them() {
     assert_eq!(key_dir("/registry/nodes/n1"), Some("/registry/nodes/"));
     assert_eq!(key_dir("/registry/nodes"), None);
 }
+
+/// A server stopped between taking a Service's addresses and storing it leaks them: the
+/// repair gives a leaked node port and cluster IP back after three rounds (not before: a
+/// create in flight is not a leak), and gives a Service's cluster IP its missing
+/// `IPAddress` at once.
+#[tokio::test(start_paused = true)]
+async fn leaked_service_addresses_are_given_back_after_three_rounds() {
+    let c = Cluster::start(Settings::default()).await;
+    let services = c.rt("", "v1", "services");
+    let addresses = c.rt("networking.k8s.io", "v1", "ipaddresses");
+    let node_port = |name: &str, port: i64| {
+        json!({"metadata": {"name": name}, "spec": {"type": "NodePort",
+            "ports": [{"port": 80, "nodePort": port}]}})
+    };
+    let leaked = c
+        .create(&services, Some("default"), node_port("leaked", 30123))
+        .await;
+    let leaked_ip = leaked["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let kept = c
+        .create(
+            &services,
+            Some("default"),
+            json!({"metadata": {"name": "kept"},
+            "spec": {"ports": [{"port": 80}]}}),
+        )
+        .await;
+    let kept_ip = kept["spec"]["clusterIP"].as_str().unwrap().to_string();
+    // The leaked Service's object is gone, its addresses are not; the kept one's IPAddress
+    // is gone, its Service is not.
+    let store = c.registry.store();
+    store
+        .delete(bytes::Bytes::from(services.key(Some("default"), "leaked")))
+        .await
+        .expect("deleted");
+    store
+        .delete(bytes::Bytes::from(addresses.key(None, &kept_ip)))
+        .await
+        .expect("deleted");
+
+    let mut leaks = crate::registry::Leaks::default();
+    for round in 1..=3 {
+        c.registry
+            .repair_service_addresses(&mut leaks)
+            .await
+            .expect("repaired");
+        assert!(
+            c.get(&addresses, None, &kept_ip).await.is_some(),
+            "round {round}: the kept Service's IP is recorded again"
+        );
+        let taken = c
+            .registry
+            .create(
+                &services,
+                Some("default"),
+                node_port(&format!("again-{round}"), 30123),
+                &WriteOptions::default(),
+            )
+            .await;
+        let ip_left = c.get(&addresses, None, &leaked_ip).await.is_some();
+        if round < 3 {
+            let refused = taken.expect_err("still taken");
+            assert!(
+                refused
+                    .message
+                    .contains("provided port is already allocated"),
+                "{refused}"
+            );
+            assert!(
+                ip_left,
+                "round {round}: the leaked IP is not given back yet"
+            );
+        } else {
+            taken.expect("given back after three rounds");
+            assert!(!ip_left, "the leaked IP is given back after three rounds");
+        }
+    }
+}

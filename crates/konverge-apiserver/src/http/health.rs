@@ -10,12 +10,11 @@ use crate::error::{ApiError, Result};
 /// The start-up work the server has done once it serves: kube-apiserver's post-start hooks
 /// that have a counterpart here, and its boot check `autoregister-completion`, named and
 /// ordered as a kube-apiserver 1.33.1 lists them in `/readyz?verbose`. Left out: flow control
-/// (`priority-and-fairness-*`), `start-service-ip-repair-controllers`,
-/// `aggregator-reload-proxy-client-cert`, and the aggregator's remote availability,
+/// (`priority-and-fairness-*`), `aggregator-reload-proxy-client-cert`, and the aggregator's remote availability,
 /// discovery and OpenAPI controllers (`apiservice-status-remote-available-controller`,
 /// `apiservice-discovery-controller`, `apiservice-openapi-controller`,
 /// `apiservice-openapiv3-controller`), which konverge does not run.
-const POST_START_HOOKS: [&str; 20] = [
+const POST_START_HOOKS: [&str; 21] = [
     "poststarthook/start-apiserver-admission-initializer",
     "poststarthook/generic-apiserver-start-informers",
     "poststarthook/storage-object-count-tracker-hook",
@@ -27,6 +26,7 @@ const POST_START_HOOKS: [&str; 20] = [
     "poststarthook/start-kube-apiserver-identity-lease-controller",
     "poststarthook/start-kube-apiserver-identity-lease-garbage-collector",
     "poststarthook/start-legacy-token-tracking-controller",
+    "poststarthook/start-service-ip-repair-controllers",
     "poststarthook/rbac/bootstrap-roles",
     "poststarthook/scheduling/bootstrap-system-priority-classes",
     "poststarthook/bootstrap-controller",

@@ -13,7 +13,7 @@
 //! one etcd) never both get it. A store that has no bitmap yet (written before konverge kept
 //! one) gets it from the Services it holds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use base64::Engine;
@@ -704,6 +704,131 @@ impl Registry {
     }
 }
 
+/// What the repair remembers between rounds: how many rounds in a row each node port and
+/// cluster IP was seen taken with no Service holding it.
+#[derive(Debug, Default)]
+pub(crate) struct Leaks {
+    ports: BTreeMap<i64, u32>,
+    ips: BTreeMap<String, u32>,
+}
+
+/// Rounds an address must be seen taken by no Service before it is given back (kube's
+/// `numRepairsBeforeLeakCleanup`): a create between taking an address and storing its
+/// Service is not mistaken for a leak.
+const ROUNDS_BEFORE_RELEASE: u32 = 3;
+
+/// One round of leak counting over `taken` against `in_use`: what stays taken (everything
+/// in use, and leaked addresses not yet seen often enough), with `counts` moved on (a leak
+/// seen again counts one more; one released or back in use is forgotten).
+fn count_leaks<T: Ord + Clone>(
+    taken: &BTreeSet<T>,
+    in_use: &BTreeSet<T>,
+    counts: &BTreeMap<T, u32>,
+) -> (BTreeSet<T>, BTreeMap<T, u32>) {
+    let mut kept = in_use.clone();
+    let mut next = BTreeMap::new();
+    for leaked in taken.difference(in_use) {
+        let seen = counts.get(leaked).copied().unwrap_or(0) + 1;
+        if seen < ROUNDS_BEFORE_RELEASE {
+            kept.insert(leaked.clone());
+            next.insert(leaked.clone(), seen);
+        }
+    }
+    (kept, next)
+}
+
+impl Registry {
+    /// One round of kube-apiserver's service address repair (`start-service-ip-repair-controllers`):
+    /// node ports the Services hold are marked taken, and ports taken by no Service for
+    /// [`ROUNDS_BEFORE_RELEASE`] rounds are given back; a Service's cluster IP without its
+    /// `IPAddress` gets one, and an `IPAddress` whose Service is gone or holds another IP is
+    /// deleted after as many rounds.
+    pub(crate) async fn repair_service_addresses(&self, leaks: &mut Leaks) -> Result<()> {
+        let Some(services) = self.catalog.get("", "v1", "services") else {
+            return Ok(());
+        };
+        let listed = self.list(&services, None, &ListOptions::default()).await?;
+        let in_use: BTreeSet<i64> = listed
+            .items
+            .iter()
+            .flat_map(|s| node_ports_of(s).collect::<Vec<_>>())
+            .collect();
+        let counts = leaks.ports.clone();
+        let mut counted = BTreeMap::new();
+        self.change_node_ports(|taken| {
+            let (kept, next) = count_leaks(taken, &in_use, &counts);
+            *taken = kept;
+            counted = next;
+            Ok(())
+        })
+        .await?;
+        leaks.ports = counted;
+
+        let Some(addresses) = self.catalog.get("networking.k8s.io", "v1", "ipaddresses") else {
+            return Ok(());
+        };
+        let mut held: BTreeMap<String, (Option<String>, String)> = BTreeMap::new();
+        for svc in &listed.items {
+            let ns = crate::resources::meta::meta_str(svc, "namespace").map(String::from);
+            let name = crate::resources::meta::meta_str(svc, "name")
+                .unwrap_or("")
+                .to_string();
+            for ip in svc
+                .pointer("/spec/clusterIPs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .filter(|ip| !ip.is_empty() && *ip != "None")
+            {
+                held.insert(ip.to_string(), (ns.clone(), name.clone()));
+            }
+        }
+        let stored = self.list(&addresses, None, &ListOptions::default()).await?;
+        let mut taken = BTreeSet::new();
+        let mut allocated = BTreeSet::new();
+        for address in &stored.items {
+            let text = |pointer: &str| address.pointer(pointer).and_then(Value::as_str);
+            let Some(ip) = crate::resources::meta::meta_str(address, "name") else {
+                continue;
+            };
+            if text("/metadata/labels/ipaddress.kubernetes.io~1managed-by")
+                != Some("ipallocator.k8s.io")
+                || text("/spec/parentRef/resource") != Some("services")
+            {
+                continue;
+            }
+            taken.insert(ip.to_string());
+            let parent = |field: &str| text(&format!("/spec/parentRef/{field}")).unwrap_or("");
+            if held.get(ip).is_some_and(|(ns, name)| {
+                ns.as_deref().unwrap_or("") == parent("namespace") && name == parent("name")
+            }) {
+                allocated.insert(ip.to_string());
+            }
+        }
+        let (kept, next) = count_leaks(&taken, &allocated, &leaks.ips);
+        leaks.ips = next;
+        for ip in taken.difference(&kept) {
+            tracing::info!(
+                ip,
+                "the cluster IP's IPAddress has no Service holding it; releasing"
+            );
+            self.release_ip(ip).await;
+        }
+        for (ip, (ns, name)) in &held {
+            if !taken.contains(ip) {
+                tracing::info!(ip, service = %name, "the Service's cluster IP has no IPAddress; repairing");
+                match self.claim_ip(ip, ns.as_deref(), name).await {
+                    Ok(()) => {}
+                    Err(e) if e.reason == Reason::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What an update that changes a Service's type no longer needs, cleared when the client
 /// left it as it was (kube's `dropTypeDependentFields`): cluster IPs, IP families and their
 /// policy of a Service that became an ExternalName; node ports of one that is no longer a
@@ -884,6 +1009,30 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(ranges, ["10.96.0.0/12", "10.1.0.0/24", "10.4.0.0/24"]);
+    }
+
+    #[test]
+    fn leaks_are_released_on_their_third_round() {
+        let set = |v: &[i64]| v.iter().copied().collect::<BTreeSet<i64>>();
+        let taken = set(&[1, 2, 3]);
+        let in_use = set(&[1, 4]);
+        let (kept, counts) = count_leaks(&taken, &in_use, &BTreeMap::new());
+        assert_eq!(
+            kept,
+            set(&[1, 2, 3, 4]),
+            "in use is taken; leaks stay for now"
+        );
+        assert_eq!(counts, [(2, 1), (3, 1)].into_iter().collect());
+        let (kept, counts) = count_leaks(&kept, &set(&[1, 3, 4]), &counts);
+        assert_eq!(kept, set(&[1, 2, 3, 4]));
+        assert_eq!(
+            counts,
+            [(2, 2)].into_iter().collect(),
+            "3 is back in use: forgotten"
+        );
+        let (kept, counts) = count_leaks(&kept, &set(&[1, 3, 4]), &counts);
+        assert_eq!(kept, set(&[1, 3, 4]), "2 is released on its third round");
+        assert!(counts.is_empty());
     }
 
     #[test]

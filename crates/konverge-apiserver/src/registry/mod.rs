@@ -29,6 +29,7 @@ use bytes::Bytes;
 use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
 use serde_json::{Value, json};
 
+pub(crate) use allocate::Leaks;
 pub use allocate::ServiceIpRange;
 pub use cache::WatchCacheConfig;
 pub(crate) use list::Item;
