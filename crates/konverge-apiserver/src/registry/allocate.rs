@@ -506,7 +506,9 @@ impl Registry {
             };
             let before = taken.clone();
             let answer = change(&mut taken)?;
-            if taken == before && revision.is_some() {
+            // Nothing to write: unchanged, or still empty on a store that has no bitmap
+            // (an idle new cluster writes nothing).
+            if taken == before && (revision.is_some() || taken.is_empty()) {
                 return Ok(answer);
             }
             let value = encode_node_ports(&taken);
