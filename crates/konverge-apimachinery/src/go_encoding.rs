@@ -158,25 +158,16 @@ pub fn shape(kind: &str, obj: &mut Value) -> bool {
 /// the package below `k8s.io/api` or `k8s.io/apimachinery/pkg/apis`, and the type's name)
 /// as Go writes it. Whether the type is known.
 pub fn shape_type(go_type: &str, value: &mut Value) -> bool {
-    let types = types();
-    match types.names.get(go_type) {
-        Some(&ty) => {
-            walk(types, ty, value, true);
-            true
-        }
-        None => false,
-    }
+    walk_known(types().names.get(go_type), value, true)
 }
 
 fn shape_kind(kind: &str, obj: &mut Value, fill: bool) -> bool {
-    let types = types();
-    match types.kinds.get(kind) {
-        Some(&ty) => {
-            walk(types, ty, obj, fill);
-            true
-        }
-        None => false,
-    }
+    walk_known(types().kinds.get(kind), obj, fill)
+}
+
+/// Walks `value` as the type at `ty`, if there is one; whether there was.
+fn walk_known(ty: Option<&usize>, value: &mut Value, fill: bool) -> bool {
+    ty.map(|&ty| walk(types(), ty, value, fill)).is_some()
 }
 
 /// Whether Go's `omitempty` leaves this value out (`null`, `false`, `0`, `""`, `[]`, `{}`):

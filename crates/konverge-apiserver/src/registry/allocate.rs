@@ -838,21 +838,21 @@ impl Registry {
 /// `allocateLoadBalancerNodePorts` and `loadBalancerClass` of one that no longer needs them.
 /// What the client changed as well is left for validation to refuse.
 pub(crate) fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
-    let spec_of = |svc: &Value| svc.get("spec").cloned().unwrap_or_else(|| json!({}));
-    let before = spec_of(old);
-    let after = spec_of(new);
+    let none = json!({});
+    let before = old.get("spec").unwrap_or(&none);
+    let after = new.get("spec").unwrap_or(&none);
     let field = |spec: &Value, name: &str| spec.get(name).cloned().unwrap_or(Value::Null);
     let ty = |spec: &Value| spec.get("type").and_then(Value::as_str).map(String::from);
     let mut cleared: Vec<&str> = Vec::new();
     let needs_ip = |spec: &Value| ty(spec).as_deref() != Some("ExternalName");
-    if needs_ip(&before) && !needs_ip(&after) {
+    if needs_ip(before) && !needs_ip(after) {
         let empty_is_null = |v: Value| match v {
             Value::String(s) if s.is_empty() => Value::Null,
             Value::Array(a) if a.is_empty() => Value::Null,
             v => v,
         };
         let same =
-            |name: &str| empty_is_null(field(&before, name)) == empty_is_null(field(&after, name));
+            |name: &str| empty_is_null(field(before, name)) == empty_is_null(field(after, name));
         if same("clusterIP") && same("clusterIPs") {
             cleared.extend(["clusterIP", "clusterIPs"]);
         }
@@ -875,26 +875,25 @@ pub(crate) fn drop_type_dependent_fields(new: &mut Value, old: &Value) {
             .collect()
     };
     let drop_node_ports =
-        needs_ports(&before) && !needs_ports(&after) && ports(&after).is_subset(&ports(&before));
+        needs_ports(before) && !needs_ports(after) && ports(after).is_subset(&ports(before));
     let load_balancer = |spec: &Value| ty(spec).as_deref() == Some("LoadBalancer");
     let needs_health_check = |spec: &Value| {
         load_balancer(spec)
             && spec.get("externalTrafficPolicy").and_then(Value::as_str) == Some("Local")
     };
-    if needs_health_check(&before)
-        && !needs_health_check(&after)
-        && field(&before, "healthCheckNodePort") == field(&after, "healthCheckNodePort")
+    if needs_health_check(before)
+        && !needs_health_check(after)
+        && field(before, "healthCheckNodePort") == field(after, "healthCheckNodePort")
     {
         cleared.push("healthCheckNodePort");
     }
-    if load_balancer(&before) && !load_balancer(&after) {
+    if load_balancer(before) && !load_balancer(after) {
         let allocate = "allocateLoadBalancerNodePorts";
-        if field(&before, allocate).is_boolean()
-            && field(&before, allocate) == field(&after, allocate)
+        if field(before, allocate).is_boolean() && field(before, allocate) == field(after, allocate)
         {
             cleared.push(allocate);
         }
-        if field(&before, "loadBalancerClass") == field(&after, "loadBalancerClass") {
+        if field(before, "loadBalancerClass") == field(after, "loadBalancerClass") {
             cleared.push("loadBalancerClass");
         }
     }

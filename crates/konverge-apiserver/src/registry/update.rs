@@ -95,9 +95,11 @@ impl Registry {
                 Some(hook) => self.served_one(rt, hook, decode(&kv)?).await?,
             };
             let before = checked.then(|| current.clone());
-            // A Service's addresses are allocated and given back around its write.
+            // A Service's addresses are allocated and given back around a write of its spec
+            // (a status write keeps the spec).
             let previous =
-                (rt.allocates_addresses && operation == Operation::Update).then(|| current.clone());
+                (rt.allocates_addresses && operation == Operation::Update && subresource.is_none())
+                    .then(|| current.clone());
             let decided = decide(&kv, current)?;
             let admitting = crate::admission::Attributes {
                 operation,

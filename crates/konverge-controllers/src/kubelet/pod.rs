@@ -84,6 +84,11 @@ pub(super) fn record_events(ctx: &PodCtx, pod: &Pod, uid: &str, planned: &[Plann
 }
 
 pub(super) async fn write_status(ctx: &PodCtx, pod: &Pod, status: PodStatus) -> Result<()> {
+    // The stored status is already as the server stores it; only a status that differs
+    // from it as it is needs shaping to tell a real change from empty fields.
+    if pod.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
     let status = as_stored(status);
     if pod.status.clone().map(as_stored).as_ref() == Some(&status) {
         return Ok(());
