@@ -34,6 +34,9 @@
 //! - [`metrics`]: `GET /metrics`, kube-apiserver's Prometheus metrics (requests, latencies,
 //!   in-flight and long-running requests, watch events, stored objects, store latency) under
 //!   kube's names, labels and buckets, recorded once per request by the dispatcher.
+//! - [`flowcontrol`]: API Priority and Fairness: which FlowSchema and priority level take
+//!   each request (named in its response's headers), the bootstrap configuration, seat
+//!   limits.
 //! - [`auth`]: who is asking (the admin token, ServiceAccount tokens, client certificates,
 //!   impersonation) and whether they may (RBAC, or everything allowed).
 //! - [`serve`]: the network around the API: HTTPS or HTTP serving with graceful shutdown,
@@ -48,6 +51,7 @@ pub mod audit;
 pub mod auth;
 pub mod controllers;
 pub mod error;
+pub mod flowcontrol;
 pub mod http;
 mod json;
 pub mod lister;
@@ -397,10 +401,15 @@ impl ApiServerBuilder {
             chain = chain.logged(capacity);
         }
         let registry = registry.with_admission(chain);
+        let flow_control = Arc::new(flowcontrol::FlowControl::new(
+            Arc::new(registry.clone()),
+            metrics.clone(),
+        ));
         let stop = CancellationToken::new();
         let server = Arc::new(ApiServer {
             registry,
             metrics,
+            flow_control,
             authenticator: auth::authn::Authenticator::new(self.token, tokens.clone()),
             authorization,
             rbac,
@@ -449,6 +458,7 @@ impl ApiServerBuilder {
             self.compaction_interval,
         ));
         server.background(controllers::service_repair::run(server.registry.clone()));
+        server.background(controllers::flowcontrol::run(server.registry.clone()));
         if self.control_loops {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
@@ -477,6 +487,8 @@ impl ApiServerBuilder {
 pub struct ApiServer {
     registry: Registry,
     metrics: Arc<metrics::Metrics>,
+    /// Classifies requests by the stored FlowSchemas.
+    flow_control: Arc<flowcontrol::FlowControl>,
     authenticator: auth::authn::Authenticator,
     authorization: auth::authz::Authorization,
     rbac: Option<Arc<auth::rbac::Rbac>>,
@@ -539,6 +551,11 @@ impl ApiServer {
     /// The key ServiceAccount tokens are signed with.
     pub fn service_account_tokens(&self) -> &Arc<auth::tokens::ServiceAccountTokens> {
         &self.tokens
+    }
+
+    /// The classifier of requests (API Priority and Fairness).
+    pub fn flow_control(&self) -> &Arc<flowcontrol::FlowControl> {
+        &self.flow_control
     }
 
     /// The metrics `GET /metrics` serves.

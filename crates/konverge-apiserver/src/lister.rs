@@ -31,6 +31,13 @@ pub enum Changes {
     Admission,
     /// ResourceQuotas.
     Quota,
+    /// FlowSchemas and PriorityLevelConfigurations.
+    FlowControl,
+}
+
+impl Changes {
+    /// How many kinds of counted configuration there are.
+    pub(crate) const COUNT: usize = 4;
 }
 
 /// Reads of stored objects, for the code the registry runs.

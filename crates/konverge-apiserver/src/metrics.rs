@@ -10,6 +10,8 @@
 //! | `apiserver_response_sizes` | histogram | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_longrunning_requests` | gauge | verb, group, version, resource, subresource, scope, component |
 //! | `apiserver_current_inflight_requests`, `apiserver_current_inqueue_requests` (0) | gauge | request_kind (`readOnly`, `mutating`) |
+//! | `apiserver_flowcontrol_dispatched_requests_total` | counter | flow_schema, priority_level |
+//! | `apiserver_flowcontrol_nominal_limit_seats`, `..._lower_limit_seats`, `..._upper_limit_seats` | gauge | priority_level |
 //! | `apiserver_watch_events_total`, `apiserver_watch_events_sizes` | counter, histogram | group, version, kind |
 //! | `apiserver_storage_objects` | gauge | resource (`configmaps`, `deployments.apps`) |
 //! | `etcd_request_duration_seconds`, `etcd_requests_total`, `etcd_request_errors_total` | histogram, counters | operation, type |
@@ -121,6 +123,19 @@ struct KindLabels {
     request_kind: &'static str,
 }
 
+/// `apiserver_flowcontrol_*_limit_seats`' label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PriorityLevelLabels {
+    priority_level: String,
+}
+
+/// `apiserver_flowcontrol_dispatched_requests_total`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlowLabels {
+    flow_schema: String,
+    priority_level: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WatchLabels {
     group: String,
@@ -176,6 +191,10 @@ pub struct Metrics {
     inflight_gauge: Family<KindLabels, Gauge>,
     inqueue_gauge: Family<KindLabels, Gauge>,
     inflight: Inflight,
+    dispatched: Family<FlowLabels, Counter>,
+    lower_seats: Family<PriorityLevelLabels, Gauge>,
+    nominal_seats: Family<PriorityLevelLabels, Gauge>,
+    upper_seats: Family<PriorityLevelLabels, Gauge>,
     watch_events: Family<WatchLabels, Counter>,
     watch_event_sizes: Histograms<WatchLabels>,
     storage_objects: Family<ResourceLabels, Gauge>,
@@ -212,6 +231,10 @@ impl Metrics {
             inflight_gauge: Family::default(),
             inqueue_gauge: Family::default(),
             inflight: Inflight::default(),
+            dispatched: Family::default(),
+            lower_seats: Family::default(),
+            nominal_seats: Family::default(),
+            upper_seats: Family::default(),
             watch_events: Family::default(),
             watch_event_sizes: Family::new_with_constructor(watch_event_size_histogram),
             storage_objects: Family::default(),
@@ -234,6 +257,26 @@ impl Metrics {
             "apiserver_current_inqueue_requests",
             "[ALPHA] Maximal number of queued requests in this apiserver per request kind in last second.",
             m.inqueue_gauge.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_dispatched_requests",
+            "[BETA] Number of requests executed by API Priority and Fairness subsystem",
+            m.dispatched.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_lower_limit_seats",
+            "[ALPHA] Configured lower bound on number of execution seats available to each priority level",
+            m.lower_seats.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_nominal_limit_seats",
+            "[BETA] Nominal number of execution seats configured for each priority level",
+            m.nominal_seats.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_upper_limit_seats",
+            "[ALPHA] Configured upper bound on number of execution seats available to each priority level",
+            m.upper_seats.clone(),
         );
         r.register(
             "apiserver_longrunning_requests",
@@ -314,6 +357,35 @@ impl Metrics {
                 platform: field("platform"),
             })
             .set(1);
+    }
+
+    /// Sets a priority level's seats (`apiserver_flowcontrol_{nominal,lower,upper}_limit_seats`),
+    /// as kube sets them whenever its configuration changes; a level that goes away keeps
+    /// its last values, as in kube.
+    pub(crate) fn set_priority_level_seats(
+        &self,
+        level: &str,
+        nominal: i64,
+        lower: i64,
+        upper: i64,
+    ) {
+        let labels = PriorityLevelLabels {
+            priority_level: level.to_string(),
+        };
+        self.nominal_seats.get_or_create(&labels).set(nominal);
+        self.lower_seats.get_or_create(&labels).set(lower);
+        self.upper_seats.get_or_create(&labels).set(upper);
+    }
+
+    /// Counts a request classified into `level` by `schema` as dispatched (nothing waits for
+    /// a seat here: every classified request is dispatched at once).
+    pub(crate) fn dispatched(&self, level: &str, schema: &str) {
+        self.dispatched
+            .get_or_create(&FlowLabels {
+                flow_schema: schema.to_string(),
+                priority_level: level.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a request as in flight until the guard drops (`readOnly` for gets and lists,

@@ -1641,8 +1641,8 @@ async fn health_checks_are_named_and_timeouts_checked() {
     let (code, verbose) = text("/readyz?verbose").await;
     assert_eq!(code, 200);
     // kube-apiserver 1.33's checks and post-start hooks, in its order (as a v1.33.1 cluster
-    // lists them), less those konverge has no counterpart for (flow control, the
-    // aggregator's proxy, remote availability, discovery and OpenAPI controllers).
+    // lists them), less those konverge has no counterpart for (the aggregator's proxy,
+    // remote availability, discovery and OpenAPI controllers).
     let lines: Vec<&str> = verbose.lines().collect();
     assert_eq!(
         lines,
@@ -1654,6 +1654,8 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]informer-sync ok",
             "[+]poststarthook/start-apiserver-admission-initializer ok",
             "[+]poststarthook/generic-apiserver-start-informers ok",
+            "[+]poststarthook/priority-and-fairness-config-consumer ok",
+            "[+]poststarthook/priority-and-fairness-filter ok",
             "[+]poststarthook/storage-object-count-tracker-hook ok",
             "[+]poststarthook/start-apiextensions-informers ok",
             "[+]poststarthook/start-apiextensions-controllers ok",
@@ -1666,6 +1668,7 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]poststarthook/start-service-ip-repair-controllers ok",
             "[+]poststarthook/rbac/bootstrap-roles ok",
             "[+]poststarthook/scheduling/bootstrap-system-priority-classes ok",
+            "[+]poststarthook/priority-and-fairness-config-producer ok",
             "[+]poststarthook/bootstrap-controller ok",
             "[+]poststarthook/start-kubernetes-service-cidr-controller ok",
             "[+]poststarthook/start-kube-aggregator-informers ok",

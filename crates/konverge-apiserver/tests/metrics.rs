@@ -567,3 +567,183 @@ async fn watches_over_http_are_recorded_when_they_end() {
         "{text}"
     );
 }
+
+/// A request's FlowSchema and priority level uids, from its response's headers.
+async fn classified(
+    router: &axum::Router,
+    user: Option<&str>,
+    path: &str,
+) -> (u16, String, String) {
+    let mut req = http::Request::builder().method("GET").uri(path);
+    if let Some(user) = user {
+        req = req
+            .header("impersonate-user", user)
+            .header("impersonate-group", "system:authenticated");
+    }
+    let response = router
+        .clone()
+        .oneshot(req.body(Body::empty()).expect("request"))
+        .await
+        .expect("infallible");
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|| "<none>".to_string())
+    };
+    (
+        response.status().as_u16(),
+        header("x-kubernetes-pf-flowschema-uid"),
+        header("x-kubernetes-pf-prioritylevel-uid"),
+    )
+}
+
+/// Kubernetes' e2e "API priority and fairness" specs as a Go client runs them: a
+/// PriorityLevelConfiguration and a FlowSchema for one user are created; once the schema's
+/// `Dangling` condition is `False` and the level's seats are published, that user's requests
+/// answer with their uids, and everyone else's with the bootstrap schemas'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_classified_by_flow_schemas() {
+    let server = ApiServer::builder(Arc::new(MemStore::new()))
+        .authorization(konverge_apiserver::AuthorizationMode::Rbac)
+        .build()
+        .await
+        .expect("server");
+    let router = server.router();
+    let base = "/apis/flowcontrol.apiserver.k8s.io/v1";
+    let (code, level) = send(
+        &router,
+        "POST",
+        &format!("{base}/prioritylevelconfigurations"),
+        "application/json",
+        json!({"metadata": {"name": "e2e-testing-prioritylevel"},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1,
+                "limitResponse": {"type": "Reject"}}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{level}");
+    let (code, schema) = send(
+        &router,
+        "POST",
+        &format!("{base}/flowschemas"),
+        "application/json",
+        json!({"metadata": {"name": "e2e-testing-flowschema"},
+            "spec": {"matchingPrecedence": 1000,
+                "priorityLevelConfiguration": {"name": "e2e-testing-prioritylevel"},
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [{"subjects": [{"kind": "User", "user": {"name": "noxu"}}],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{schema}");
+    let uid = |text: &str| {
+        serde_json::from_str::<serde_json::Value>(text).expect("json")["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string()
+    };
+    let (level_uid, schema_uid) = (uid(&level), uid(&schema));
+    let path = format!("{base}/flowschemas/e2e-testing-flowschema");
+    common::eventually::eventually("the schema's Dangling condition is False", || {
+        let (router, path) = (router.clone(), path.clone());
+        async move {
+            let (_, text) = send(&router, "GET", &path, "", serde_json::Value::Null).await;
+            let schema: serde_json::Value = serde_json::from_str(&text).expect("json");
+            let condition = &schema["status"]["conditions"][0];
+            condition["type"] == "Dangling" && condition["status"] == "False"
+        }
+    })
+    .await;
+    // 600 seats shared by 245 + 1 shares.
+    let text = metrics(&router).await;
+    assert_eq!(
+        value(
+            &text,
+            r#"apiserver_flowcontrol_nominal_limit_seats{priority_level="e2e-testing-prioritylevel"}"#
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert!(text.contains("# HELP apiserver_flowcontrol_nominal_limit_seats [BETA] Nominal number of execution seats configured for each priority level\n"));
+    assert_eq!(
+        value(
+            &text,
+            r#"apiserver_flowcontrol_nominal_limit_seats{priority_level="global-default"}"#
+        ),
+        Some(49.0)
+    );
+
+    // The matching user: the created schema and level, even when refused (forbidden after
+    // classification, as in kube).
+    assert_eq!(
+        classified(&router, Some("noxu"), "/version").await,
+        (200, schema_uid.clone(), level_uid.clone())
+    );
+    let (code, fs, pl) = classified(&router, Some("noxu"), "/api/v1/namespaces/default/pods").await;
+    assert_eq!(code, 403);
+    assert!(!fs.is_empty() && fs != "<none>" && fs != schema_uid, "{fs}");
+    assert!(!pl.is_empty() && pl != "<none>" && pl != level_uid, "{pl}");
+    // Anyone else: global-default's.
+    let (code, global_fs, global_pl) = classified(&router, Some("foo"), "/version").await;
+    assert_eq!(code, 200);
+    assert_eq!((global_fs.clone(), global_pl.clone()), (fs, pl));
+    let (_, text) = send(
+        &router,
+        "GET",
+        &format!("{base}/flowschemas/global-default"),
+        "",
+        serde_json::Value::Null,
+    )
+    .await;
+    assert_eq!(global_fs, uid(&text));
+    // The admin (system:masters): exempt.
+    let (_, text) = send(
+        &router,
+        "GET",
+        &format!("{base}/flowschemas/exempt"),
+        "",
+        serde_json::Value::Null,
+    )
+    .await;
+    let (_, exempt_fs, _) = classified(&router, None, "/version").await;
+    assert_eq!(exempt_fs, uid(&text));
+    // Pods' logs are long-running: not classified.
+    let (_, fs, pl) = classified(&router, None, "/api/v1/namespaces/default/pods/p/log").await;
+    assert_eq!((fs.as_str(), pl.as_str()), ("<none>", "<none>"));
+    let text = metrics(&router).await;
+    // One request of noxu's was not a resource request: only it went to noxu's schema.
+    assert_eq!(
+        value(
+            &text,
+            r#"apiserver_flowcontrol_dispatched_requests_total{flow_schema="e2e-testing-flowschema",priority_level="e2e-testing-prioritylevel"}"#
+        ),
+        Some(1.0),
+        "{text}"
+    );
+
+    // The level deleted: the schema dangles, and its user goes to global-default.
+    let (code, _) = send(
+        &router,
+        "DELETE",
+        &format!("{base}/prioritylevelconfigurations/e2e-testing-prioritylevel"),
+        "",
+        serde_json::Value::Null,
+    )
+    .await;
+    assert_eq!(code, 200);
+    common::eventually::eventually("the schema dangles", || {
+        let (router, path) = (router.clone(), path.clone());
+        async move {
+            let (_, text) = send(&router, "GET", &path, "", serde_json::Value::Null).await;
+            let schema: serde_json::Value = serde_json::from_str(&text).expect("json");
+            let condition = &schema["status"]["conditions"][0];
+            condition["status"] == "True" && condition["reason"] == "NotFound"
+        }
+    })
+    .await;
+    assert_eq!(
+        classified(&router, Some("noxu"), "/version").await,
+        (200, global_fs, global_pl)
+    );
+}

@@ -5,10 +5,13 @@
 //! another), the system PriorityClasses, every bootstrap RBAC role and binding of
 //! kube-apiserver 1.33 (the user-facing `cluster-admin`, `admin`, `edit`, `view`, the
 //! `system:` roles of discovery, nodes, the scheduler, kube-controller-manager and each of its
-//! controllers, and the Roles and RoleBindings in `kube-system` and `kube-public`), and an
-//! APIService for every built-in group-version.
+//! controllers, and the Roles and RoleBindings in `kube-system` and `kube-public`), API
+//! Priority and Fairness' priority levels and FlowSchemas (created as its config producer,
+//! which [`super::flowcontrol`] goes on running), and an APIService for every built-in
+//! group-version.
 //!
-//! The objects themselves are data, in `bootstrap.json`, as Kubernetes 1.33 creates them.
+//! The objects themselves are data, in `bootstrap.json` (and
+//! [`crate::flowcontrol::bootstrap`]), as Kubernetes 1.33 creates them.
 //! In a store never written to, the ones that are the same for every server (all but the
 //! namespaces, the ServiceCIDR and the `kubernetes` Service and its endpoints) are made by
 //! the create path once per process, as dry runs, and stored from what it would store
@@ -23,7 +26,7 @@ use bytes::Bytes;
 use konverge_store::{KeyRange, RangeRequest};
 use serde_json::{Value, json};
 
-use super::fixed::{KUBERNETES, ensure, ensure_as, reconcile, write_options};
+use super::fixed::{KUBERNETES, ensure, ensure_as, manager, reconcile, write_options_of};
 use crate::error::{ApiError, Reason, Target};
 use crate::registry::{Prepared, Registry, ServiceIpRange, WriteOptions};
 use crate::resources::{ResourceType, meta};
@@ -175,7 +178,14 @@ pub async fn run(
             continue;
         }
         let namespace = meta::meta_str(object.value, "namespace");
-        ensure_as(registry, &object.rt, namespace, object.value.clone()).await?;
+        ensure_as(
+            registry,
+            &object.rt,
+            namespace,
+            object.value.clone(),
+            object.manager,
+        )
+        .await?;
     }
     Ok(Bootstrapped::Existing)
 }
@@ -200,11 +210,14 @@ async fn stored_keys(registry: &Registry, fixed: &[Fixed]) -> Result<HashSet<Byt
 struct Fixed {
     rt: Arc<ResourceType>,
     value: &'static Value,
+    /// The field manager it is created as.
+    manager: &'static str,
 }
 
 /// The objects every server bootstraps the same way, in the order they are created: the
-/// priority classes, the RBAC roles and bindings, and the APIService of every built-in
-/// group-version this server serves.
+/// priority classes, the RBAC roles and bindings, API Priority and Fairness' priority levels
+/// and FlowSchemas (suggested, then mandatory, as kube's config producer ensures them), and
+/// the APIService of every built-in group-version this server serves.
 fn fixed_objects(registry: &Registry) -> Vec<Fixed> {
     let data = bootstrap_data();
     let catalog = registry.catalog();
@@ -224,7 +237,27 @@ fn fixed_objects(registry: &Registry) -> Vec<Fixed> {
             fixed.push(Fixed {
                 rt: rt.clone(),
                 value,
+                manager: manager(),
             });
+        }
+    }
+    let flow = crate::flowcontrol::bootstrap();
+    let group = crate::flowcontrol::GROUP;
+    if let (Some(levels), Some(schemas)) = (
+        catalog.get(group, "v1", "prioritylevelconfigurations"),
+        catalog.get(group, "v1", "flowschemas"),
+    ) {
+        for (rt, list) in [
+            (&levels, &flow.suggested_priority_levels),
+            (&schemas, &flow.suggested_flow_schemas),
+            (&levels, &flow.mandatory_priority_levels),
+            (&schemas, &flow.mandatory_flow_schemas),
+        ] {
+            fixed.extend(list.iter().map(|value| Fixed {
+                rt: rt.clone(),
+                value,
+                manager: crate::flowcontrol::PRODUCER,
+            }));
         }
     }
     let Some(api_service_rt) = catalog.get("apiregistration.k8s.io", "v1", "apiservices") else {
@@ -240,6 +273,7 @@ fn fixed_objects(registry: &Registry) -> Vec<Fixed> {
             fixed.push(Fixed {
                 rt: api_service_rt.clone(),
                 value,
+                manager: manager(),
             });
         }
     }
@@ -295,12 +329,12 @@ async fn create_fixed(
     let (prepared, bootstrapped) = match ready {
         Some(ready) => ready,
         None => {
-            let opts = WriteOptions {
-                dry_run: true,
-                ..write_options()
-            };
             let mut prepared = Vec::with_capacity(fixed.len());
             for object in fixed {
+                let opts = WriteOptions {
+                    dry_run: true,
+                    ..write_options_of(object.manager)
+                };
                 let namespace = meta::meta_str(object.value, "namespace");
                 let written = registry
                     .create(&object.rt, namespace, object.value.clone(), &opts)

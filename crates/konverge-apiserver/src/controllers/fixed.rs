@@ -28,15 +28,16 @@ pub(crate) async fn ensure(
     let Some(rt) = registry.catalog().get(group, version, plural) else {
         return Ok(());
     };
-    ensure_as(registry, &rt, namespace, obj).await
+    ensure_as(registry, &rt, namespace, obj, MANAGER).await
 }
 
-/// [`ensure`], for a resource looked up already.
+/// [`ensure`], for a resource looked up already, written as `manager`.
 pub(crate) async fn ensure_as(
     registry: &Registry,
     rt: &ResourceType,
     namespace: Option<&str>,
     obj: Value,
+    manager: &str,
 ) -> Result<(), ApiError> {
     // Looked up first, as kube-apiserver's bootstrap controllers do: creating a Service
     // that exists would first fail to allocate its (taken) cluster IP.
@@ -49,7 +50,10 @@ pub(crate) async fn ensure_as(
         Err(e) if e.reason == Reason::NotFound => {}
         Err(e) => return Err(e),
     }
-    match registry.create(rt, namespace, obj, &write_options()).await {
+    match registry
+        .create(rt, namespace, obj, &write_options_of(manager))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) if e.reason == Reason::AlreadyExists => Ok(()),
         Err(e) => Err(e),
@@ -58,10 +62,20 @@ pub(crate) async fn ensure_as(
 
 /// How the server writes what it bootstraps.
 pub(crate) fn write_options() -> WriteOptions {
+    write_options_of(MANAGER)
+}
+
+/// How the server writes what it bootstraps as `manager`.
+pub(crate) fn write_options_of(manager: &str) -> WriteOptions {
     WriteOptions {
-        field_manager: Some(MANAGER.into()),
+        field_manager: Some(manager.into()),
         ..WriteOptions::default()
     }
+}
+
+/// The field manager of most objects the server bootstraps.
+pub(crate) const fn manager() -> &'static str {
+    MANAGER
 }
 
 /// Creates `desired` as `resource` if it is missing, or brings the fields at `fields` (JSON

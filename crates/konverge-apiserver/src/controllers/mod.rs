@@ -4,7 +4,8 @@
 //! every namespace holds ([`namespace_defaults`]), ClusterRole aggregation ([`aggregation`]),
 //! ResourceQuota usage ([`quota`], with its own watch) and the type checking of
 //! ValidatingAdmissionPolicies ([`policy_status`]). And kube-apiserver's own, which always
-//! run: store compaction ([`compaction`]), the repair of Services' node ports and cluster IPs
+//! run: store compaction ([`compaction`]), API Priority and Fairness' bootstrap objects and
+//! FlowSchema conditions ([`flowcontrol`]), the repair of Services' node ports and cluster IPs
 //! ([`service_repair`]), the definition controller ([`crd`]), which serves
 //! custom resources and registers their groups' APIServices ([`api_services`]), the objects a new cluster starts with ([`bootstrap`]), the
 //! `kubernetes` Service's endpoints listing the live servers ([`endpoints`]) and what the
@@ -24,6 +25,7 @@ pub mod crd;
 mod decode;
 pub mod endpoints;
 mod fixed;
+pub(crate) mod flowcontrol;
 pub mod gc;
 pub mod kube_system;
 pub mod namespace_defaults;

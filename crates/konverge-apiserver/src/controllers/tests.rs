@@ -623,3 +623,177 @@ async fn leaked_service_addresses_are_given_back_after_three_rounds() {
         }
     }
 }
+
+/// kube-apiserver's API Priority and Fairness controllers: a new server stores the bootstrap
+/// objects as kube ships them, every FlowSchema gets its `Dangling` condition, and each
+/// minute the producer puts back what the server keeps (and only that), recreates what is
+/// missing and deletes what it no longer ships; then, with nothing changed, writes nothing.
+#[tokio::test(start_paused = true)]
+async fn flow_control_bootstrap_objects_are_kept_as_kube_keeps_them() {
+    use crate::flowcontrol::{AUTO_UPDATE_ANNOTATION, CONSUMER, GROUP, PRODUCER, bootstrap};
+    let c = Cluster::start(Settings::default()).await;
+    let schemas = c.rt(GROUP, "v1", "flowschemas");
+    let levels = c.rt(GROUP, "v1", "prioritylevelconfigurations");
+    let boot = bootstrap();
+    let shipped = |list: &[Value]| -> Vec<(String, Value)> {
+        list.iter()
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    o.clone(),
+                )
+            })
+            .collect()
+    };
+    let all_schemas = shipped(
+        &[
+            boot.suggested_flow_schemas.clone(),
+            boot.mandatory_flow_schemas.clone(),
+        ]
+        .concat(),
+    );
+    let all_levels = shipped(
+        &[
+            boot.suggested_priority_levels.clone(),
+            boot.mandatory_priority_levels.clone(),
+        ]
+        .concat(),
+    );
+    // Stored as shipped (the create path changes nothing in them), by the producer.
+    for (rt, list) in [(&levels, &all_levels), (&schemas, &all_schemas)] {
+        for (name, wanted) in list {
+            let stored = c.get(rt, None, name).await.expect("bootstrapped");
+            assert_eq!(stored["spec"], wanted["spec"], "{name}");
+            let producer = stored["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["manager"] == PRODUCER)
+                .expect("created by the producer");
+            assert_eq!(producer["operation"], "Update");
+        }
+    }
+    // Every FlowSchema's level exists: `Dangling` is `False`, written by the consumer.
+    for (name, _) in &all_schemas {
+        let stored = c.get(&schemas, None, name).await.expect("stored");
+        let condition = &stored["status"]["conditions"][0];
+        assert_eq!(condition["type"], "Dangling", "{name}: {stored}");
+        assert_eq!(condition["status"], "False");
+        assert_eq!(condition["reason"], "Found");
+        let managers: Vec<&Value> = stored["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| &m["manager"])
+            .collect();
+        assert!(managers.contains(&&json!(CONSUMER)), "{managers:?}");
+    }
+
+    // What clients do meanwhile.
+    let update = |rt: Arc<ResourceType>, name: &'static str, edit: fn(&mut Value)| {
+        let registry = c.registry.clone();
+        async move {
+            let apply = move |current: &Value| {
+                let mut next = current.clone();
+                edit(&mut next);
+                Ok(next)
+            };
+            registry
+                .patch(&rt, None, name, None, &WriteOptions::default(), &apply)
+                .await
+                .expect("patched");
+        }
+    };
+    update(levels.clone(), "catch-all", |o| {
+        o["spec"]["limited"]["nominalConcurrencyShares"] = json!(50);
+        o["metadata"]["annotations"][AUTO_UPDATE_ANNOTATION] = json!("false");
+    })
+    .await;
+    update(levels.clone(), "system", |o| {
+        o["spec"]["limited"]["nominalConcurrencyShares"] = json!(2);
+    })
+    .await;
+    update(levels.clone(), "workload-low", |o| {
+        o["spec"]["limited"]["nominalConcurrencyShares"] = json!(1);
+        o["metadata"]["annotations"][AUTO_UPDATE_ANNOTATION] = json!("false");
+    })
+    .await;
+    update(levels.clone(), "exempt", |o| {
+        o["spec"]["exempt"]["nominalConcurrencyShares"] = json!(7);
+    })
+    .await;
+    c.delete(&schemas, None, "global-default", Propagation::Background)
+        .await;
+    let schema = |name: &str, annotation: &str| {
+        json!({"metadata": {"name": name, "annotations": {AUTO_UPDATE_ANNOTATION: annotation}},
+            "spec": {"priorityLevelConfiguration": {"name": "missing"}, "matchingPrecedence": 500,
+                "rules": []}})
+    };
+    c.create(&schemas, None, schema("retired", "true")).await;
+    c.create(&schemas, None, schema("mine", "false")).await;
+    tokio::time::sleep(A_MOMENT).await;
+    // A level that does not exist: its FlowSchemas dangle at once.
+    let mine = c.get(&schemas, None, "mine").await.expect("kept");
+    assert_eq!(mine["status"]["conditions"][0]["status"], "True");
+    assert_eq!(mine["status"]["conditions"][0]["reason"], "NotFound");
+    assert_eq!(
+        mine["status"]["conditions"][0]["message"],
+        "This FlowSchema references the PriorityLevelConfiguration object named \"missing\" but there is no such object"
+    );
+
+    // The producer's next pass, within a minute.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let spec_of = |list: &[(String, Value)], name: &str| {
+        list.iter().find(|(n, _)| n == name).unwrap().1["spec"].clone()
+    };
+    let catch_all = c.get(&levels, None, "catch-all").await.unwrap();
+    assert_eq!(catch_all["spec"], spec_of(&all_levels, "catch-all"));
+    assert_eq!(
+        catch_all["metadata"]["annotations"][AUTO_UPDATE_ANNOTATION],
+        "true"
+    );
+    let system = c.get(&levels, None, "system").await.unwrap();
+    assert_eq!(system["spec"], spec_of(&all_levels, "system"));
+    let workload_low = c.get(&levels, None, "workload-low").await.unwrap();
+    assert_eq!(
+        workload_low["spec"]["limited"]["nominalConcurrencyShares"],
+        1
+    );
+    let exempt = c.get(&levels, None, "exempt").await.unwrap();
+    assert_eq!(exempt["spec"]["exempt"]["nominalConcurrencyShares"], 7);
+    let global = c.get(&schemas, None, "global-default").await;
+    assert_eq!(
+        global.expect("recreated")["spec"],
+        spec_of(&all_schemas, "global-default")
+    );
+    assert!(c.get(&schemas, None, "retired").await.is_none());
+    assert!(c.get(&schemas, None, "mine").await.is_some());
+
+    // Settled: more passes, and neither the producer nor the conditions write anything
+    // (other loops, the server's lease renewals, still move the store's revision).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let versions = |c: &Cluster| {
+        let (levels, schemas) = (levels.clone(), schemas.clone());
+        let registry = c.registry.clone();
+        async move {
+            let mut versions = Vec::new();
+            for rt in [levels, schemas] {
+                let listed = registry
+                    .list(&rt, None, &crate::registry::ListOptions::default())
+                    .await
+                    .expect("listed");
+                versions.extend(listed.items.iter().map(|o| {
+                    let name = o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    (name, o["metadata"]["resourceVersion"].clone())
+                }));
+            }
+            versions
+        }
+    };
+    let before = versions(&c).await;
+    tokio::time::sleep(Duration::from_secs(125)).await;
+    assert_eq!(versions(&c).await, before);
+}

@@ -9,14 +9,16 @@ use crate::error::{ApiError, Result};
 
 /// The start-up work the server has done once it serves: kube-apiserver's post-start hooks
 /// that have a counterpart here, and its boot check `autoregister-completion`, named and
-/// ordered as a kube-apiserver 1.33.1 lists them in `/readyz?verbose`. Left out: flow control
-/// (`priority-and-fairness-*`), `aggregator-reload-proxy-client-cert`, and the aggregator's remote availability,
+/// ordered as a kube-apiserver 1.33.1 lists them in `/readyz?verbose`. Left out:
+/// `aggregator-reload-proxy-client-cert`, and the aggregator's remote availability,
 /// discovery and OpenAPI controllers (`apiservice-status-remote-available-controller`,
 /// `apiservice-discovery-controller`, `apiservice-openapi-controller`,
 /// `apiservice-openapiv3-controller`), which konverge does not run.
-const POST_START_HOOKS: [&str; 21] = [
+const POST_START_HOOKS: [&str; 24] = [
     "poststarthook/start-apiserver-admission-initializer",
     "poststarthook/generic-apiserver-start-informers",
+    "poststarthook/priority-and-fairness-config-consumer",
+    "poststarthook/priority-and-fairness-filter",
     "poststarthook/storage-object-count-tracker-hook",
     "poststarthook/start-apiextensions-informers",
     "poststarthook/start-apiextensions-controllers",
@@ -29,6 +31,7 @@ const POST_START_HOOKS: [&str; 21] = [
     "poststarthook/start-service-ip-repair-controllers",
     "poststarthook/rbac/bootstrap-roles",
     "poststarthook/scheduling/bootstrap-system-priority-classes",
+    "poststarthook/priority-and-fairness-config-producer",
     "poststarthook/bootstrap-controller",
     "poststarthook/start-kubernetes-service-cidr-controller",
     "poststarthook/start-kube-aggregator-informers",

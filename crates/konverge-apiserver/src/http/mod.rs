@@ -168,7 +168,8 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     // does not count them.
     let (parts, body) = req.into_parts();
     let mut who = audited::Who::default();
-    let admitted = admit(&server, &parts, &info, &mut who).await;
+    let mut classified = None;
+    let admitted = admit(&server, &parts, &info, &mut who, &mut classified).await;
     let mut audited = server
         .audit()
         .and_then(|audit| audited::Audited::begin(audit, &parts, &info, &who, received));
@@ -176,7 +177,10 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     let user = match admitted {
         Ok(user) => user,
         Err(err) => {
-            let response = respond(err.code, &err.to_status(), protobuf);
+            let mut response = respond(err.code, &err.to_status(), protobuf);
+            if let Some(classified) = &classified {
+                classified.set_headers(response.headers_mut());
+            }
             return match audited {
                 Some(audited) => audited.finish(response, false).await,
                 None => response,
@@ -203,6 +207,9 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
         Ok(response) => response,
         Err(err) => respond(err.code, &err.to_status(), protobuf),
     };
+    if let Some(classified) = &classified {
+        classified.set_headers(response.headers_mut());
+    }
     if pretty {
         response = prettified(response).await;
     }
@@ -446,14 +453,16 @@ impl Drop for Open {
     }
 }
 
-/// Who asks, who they act as, and whether they may: before routing, as in kube-apiserver
-/// (a request for a resource that does not exist is forbidden before it is not found).
-/// `who` learns each as it is known, for the audit log.
+/// Who asks, who they act as, which FlowSchema takes the request, and whether they may:
+/// before routing, as in kube-apiserver (a request for a resource that does not exist is
+/// forbidden before it is not found). `who` learns each as it is known, for the audit log;
+/// `classified` the FlowSchema and priority level, for the response's headers.
 async fn admit(
     server: &ApiServer,
     parts: &http::request::Parts,
     info: &RequestInfo,
     who: &mut audited::Who,
+    classified: &mut Option<crate::flowcontrol::Classification>,
 ) -> Result<crate::auth::user::UserInfo> {
     let requester = server
         .authenticator()
@@ -469,6 +478,8 @@ async fn admit(
     let user =
         crate::auth::authn::impersonate(server.authorization(), requester, &parts.headers).await?;
     who.user = Some(user.clone());
+    // kube's priority-and-fairness filter runs after impersonation, before authorization.
+    *classified = server.flow_control.classify(&user, info).await;
     let attributes = crate::auth::authz::Attributes::of_request(&user, info);
     match server.authorization().decide_observed(&attributes).await {
         crate::auth::authz::Decision::Allow(reason) => {

@@ -112,7 +112,7 @@ pub(crate) struct Caches {
     caches: Mutex<HashMap<String, Arc<Cache>>>,
     /// The registry's counters of [`Changes`](crate::lister::Changes), which the caches of
     /// the counted kinds move for every change they apply.
-    changes: Arc<[AtomicU64; 3]>,
+    changes: Arc<[AtomicU64; crate::lister::Changes::COUNT]>,
     /// Dropped with the registry, or sent on by [`Caches::stop`]: the feeders stop.
     shutdown: watch::Sender<()>,
     shutdown_rx: watch::Receiver<()>,
@@ -123,7 +123,7 @@ impl Caches {
         store: Arc<dyn KvStore>,
         config: WatchCacheConfig,
         metrics: Arc<crate::metrics::Metrics>,
-        changes: Arc<[AtomicU64; 3]>,
+        changes: Arc<[AtomicU64; crate::lister::Changes::COUNT]>,
     ) -> Self {
         let (shutdown, shutdown_rx) = watch::channel(());
         Caches {
@@ -470,7 +470,7 @@ struct StoreTimer {
 
 /// The counter of [`Changes`](crate::lister::Changes) a cache moves.
 struct Counter {
-    all: Arc<[AtomicU64; 3]>,
+    all: Arc<[AtomicU64; crate::lister::Changes::COUNT]>,
     index: usize,
 }
 

@@ -165,7 +165,7 @@ pub struct Registry {
     /// Counts changes of each kind of [`Changes`], in its order: moved by this registry's
     /// own writes before they are answered, and by the watch caches of those kinds for every
     /// change they see in the store, whichever server made it.
-    changes: Arc<[AtomicU64; 3]>,
+    changes: Arc<[AtomicU64; Changes::COUNT]>,
     /// Checks clients' writes before they are stored.
     write_check: Option<Arc<dyn WriteCheck>>,
     /// The admission plugins every create and update goes through.
@@ -276,6 +276,7 @@ pub(crate) fn changes_of(rt: &ResourceType) -> Option<Changes> {
         (crate::auth::rbac::GROUP, _) => Some(Changes::Policy),
         ("admissionregistration.k8s.io", _) => Some(Changes::Admission),
         _ if rt.is(crate::resources::RESOURCE_QUOTAS) => Some(Changes::Quota),
+        (crate::flowcontrol::GROUP, _) => Some(Changes::FlowControl),
         _ => None,
     }
 }
@@ -288,7 +289,7 @@ impl Registry {
     /// A registry serving `catalog` from `store`.
     pub fn new(store: Arc<dyn KvStore>, catalog: Arc<Catalog>) -> Self {
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        let changes: Arc<[AtomicU64; 3]> = Arc::default();
+        let changes: Arc<[AtomicU64; Changes::COUNT]> = Arc::default();
         let caches = Arc::new(cache::Caches::new(
             store.clone(),
             WatchCacheConfig::default(),
