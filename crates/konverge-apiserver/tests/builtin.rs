@@ -3079,3 +3079,147 @@ async fn query_options_are_read_and_validated_as_kube_apiserver_does() {
     let (code, _) = t.call("GET", &one, Value::Null).await;
     assert_eq!(code, 404, "deleted");
 }
+
+/// What a create owns, as kube's field manager records it: the new object compared with the
+/// empty object of its Go type, in which `spec`, `strategy`, `template` and their like
+/// already exist (so they own no `.`), while maps and pointers (`labels`, `data`,
+/// `rollingUpdate`, a container) do not (so they do). The Deployment is what
+/// `kubectl create deployment nginx --image=nginx` sends; the fields owned are what a
+/// cluster records for it.
+#[tokio::test]
+async fn a_create_owns_what_kubes_field_manager_records() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, created) = t
+        .call(
+            "POST",
+            "/apis/apps/v1/namespaces/default/deployments?fieldManager=kubectl-create",
+            json!({"kind": "Deployment", "apiVersion": "apps/v1",
+                "metadata": {"name": "nginx", "creationTimestamp": null, "labels": {"app": "nginx"}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "nginx"}},
+                    "template": {"metadata": {"creationTimestamp": null, "labels": {"app": "nginx"}},
+                        "spec": {"containers": [{"name": "nginx", "image": "nginx", "resources": {}}]}},
+                    "strategy": {}},
+                "status": {}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{created}");
+    let entry = &created["metadata"]["managedFields"][0];
+    assert_eq!(entry["manager"], "kubectl-create");
+    assert_eq!(entry["operation"], "Update");
+    assert_eq!(
+        entry["fieldsV1"],
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {
+                "f:progressDeadlineSeconds": {}, "f:replicas": {}, "f:revisionHistoryLimit": {},
+                "f:selector": {},
+                "f:strategy": {
+                    "f:rollingUpdate": {".": {}, "f:maxSurge": {}, "f:maxUnavailable": {}},
+                    "f:type": {},
+                },
+                "f:template": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {
+                        "f:containers": {"k:{\"name\":\"nginx\"}": {
+                            ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                            "f:resources": {}, "f:terminationMessagePath": {},
+                            "f:terminationMessagePolicy": {},
+                        }},
+                        "f:dnsPolicy": {}, "f:restartPolicy": {}, "f:schedulerName": {},
+                        "f:securityContext": {}, "f:terminationGracePeriodSeconds": {},
+                    },
+                },
+            },
+        })
+    );
+    // A Secret's `data` is a map a new Secret does not have; its `type` a string it has not.
+    let (code, secret) = t
+        .call(
+            "POST",
+            "/api/v1/namespaces/default/secrets?fieldManager=kubectl-create",
+            json!({"metadata": {"name": "s"}, "data": {"a": "Yg=="}, "type": "Opaque"}),
+        )
+        .await;
+    assert_eq!(code, 201, "{secret}");
+    assert_eq!(
+        secret["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({"f:data": {".": {}, "f:a": {}}, "f:type": {}})
+    );
+}
+
+/// A dry run of a Service answers with addresses as kube's dry-run allocators give them,
+/// taking none: node ports asked for are checked (a taken one is refused), those not asked
+/// for are stand-ins (32769, then one more than the highest given), and the cluster IP is
+/// the range's network address; an update to NodePort shows its ports the same way.
+#[tokio::test]
+async fn dry_run_services_show_addresses_and_take_none() {
+    let t = TestServer::start(Backend::Memory).await;
+    let path = "/api/v1/namespaces/default/services";
+    let node_ports = |svc: &Value| -> Vec<i64> {
+        svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["nodePort"].as_i64())
+            .collect()
+    };
+    let service = |name: &str| {
+        json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": [
+            {"name": "a", "port": 80},
+            {"name": "b", "port": 81, "nodePort": 30080},
+            {"name": "c", "port": 82},
+        ]}})
+    };
+    let (code, dry) = t
+        .call("POST", &format!("{path}?dryRun=All"), service("web"))
+        .await;
+    assert_eq!(code, 201, "{dry}");
+    assert_eq!(node_ports(&dry), [32769, 30080, 32770]);
+    assert_eq!(dry["spec"]["clusterIP"], "10.96.0.0");
+    assert_eq!(dry["spec"]["clusterIPs"], json!(["10.96.0.0"]));
+    // Nothing was taken: the real create gets 30080 and an address of its own.
+    let (code, real) = t.call("POST", path, service("web")).await;
+    assert_eq!(code, 201, "{real}");
+    assert_eq!(node_ports(&real)[1], 30080);
+    let ip = real["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert_ne!(ip, "10.96.0.0");
+    let (code, _) = t
+        .call(
+            "GET",
+            &format!("/apis/networking.k8s.io/v1/ipaddresses/{ip}"),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(code, 200);
+    // Now taken: a dry run asking for it is refused in kube's words.
+    let (code, refused) = t
+        .call("POST", &format!("{path}?dryRun=All"), service("other"))
+        .await;
+    assert_eq!(code, 422, "{refused}");
+    assert_eq!(
+        refused["message"],
+        "Service \"other\" is invalid: spec.ports[1].nodePort: Invalid value: 30080: provided port is already allocated"
+    );
+    // A dry-run update to NodePort shows stand-in ports and keeps the stored Service as it is.
+    let (code, plain) = t
+        .call(
+            "POST",
+            path,
+            json!({"metadata": {"name": "plain"}, "spec": {"ports": [{"port": 80}]}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{plain}");
+    let (code, patched) = t
+        .raw(
+            "PATCH",
+            &format!("{path}/plain?dryRun=All"),
+            Some("application/merge-patch+json"),
+            serde_json::to_vec(&json!({"spec": {"type": "NodePort"}})).unwrap(),
+        )
+        .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(node_ports(&patched), [32769]);
+    let (_, stored) = t.call("GET", &format!("{path}/plain"), Value::Null).await;
+    assert_eq!(stored["spec"]["type"], "ClusterIP");
+    assert!(node_ports(&stored).is_empty());
+}

@@ -300,6 +300,24 @@ fn node_ports_of(svc: &Value) -> impl Iterator<Item = i64> + '_ {
         .filter(|n| *n != 0)
 }
 
+/// Writes the cluster IP `ip` and its family into `svc`; returns `ip`.
+fn finish_cluster_ip(svc: &mut Value, ip: String) -> String {
+    let spec = &mut svc["spec"];
+    spec["clusterIP"] = json!(ip);
+    spec["clusterIPs"] = json!([ip]);
+    spec["ipFamilies"] = json!(["IPv4"]);
+    if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
+        spec["ipFamilyPolicy"] = json!("SingleStack");
+    }
+    ip
+}
+
+/// kube's dry-run stand-in for a node port not asked for: one more than the highest port
+/// the operation has taken so far, or 32769 for its first.
+fn dry_run_node_port(taken: &[i64]) -> i64 {
+    taken.iter().max().copied().unwrap_or(32768) + 1
+}
+
 fn invalid(svc: &Value, causes: Vec<Cause>) -> ApiError {
     let name = crate::resources::meta::meta_str(svc, "name").unwrap_or("");
     ApiError::invalid("Service", "", name, causes)
@@ -307,13 +325,15 @@ fn invalid(svc: &Value, causes: Vec<Cause>) -> ApiError {
 
 impl Registry {
     /// Allocates the cluster IP and node ports a new Service needs (keeping those it asks
-    /// for, when free), and writes them into it.
+    /// for, when free), and writes them into it. A dry run takes nothing and writes what
+    /// kube's dry-run allocators answer (see [`Registry::allocate_addresses`]).
     pub(crate) async fn allocate_service(
         &self,
         ns: Option<&str>,
         svc: &mut Value,
+        dry_run: bool,
     ) -> Result<Allocated> {
-        self.allocate_addresses(ns, None, svc).await
+        self.allocate_addresses(ns, None, svc, dry_run).await
     }
 
     /// Allocates what an updated Service newly needs (kube's `allocateUpdate`): node ports
@@ -324,21 +344,26 @@ impl Registry {
         ns: Option<&str>,
         old: &Value,
         svc: &mut Value,
+        dry_run: bool,
     ) -> Result<Allocated> {
-        self.allocate_addresses(ns, Some(old), svc).await
+        self.allocate_addresses(ns, Some(old), svc, dry_run).await
     }
 
     /// Node ports, then a cluster IP when the Service needs one and has none (on an update,
     /// only when it was an ExternalName): what a create (`old` is `None`) or an update
-    /// needs; nothing stays taken when it fails.
+    /// needs; nothing stays taken when it fails. A dry run takes nothing, as kube's dry-run
+    /// allocators: a node port asked for is refused when taken, one not asked for is a
+    /// stand-in (32769, then one more than the highest given), and a cluster IP not asked
+    /// for is the range's network address.
     async fn allocate_addresses(
         &self,
         ns: Option<&str>,
         old: Option<&Value>,
         svc: &mut Value,
+        dry_run: bool,
     ) -> Result<Allocated> {
         let mut allocated = Allocated {
-            node_ports: self.allocate_node_ports(old, svc).await?,
+            node_ports: self.allocate_node_ports(old, svc, dry_run).await?,
             ..Allocated::default()
         };
         let needs_ip = match old {
@@ -353,7 +378,7 @@ impl Registry {
             }
         };
         if needs_ip {
-            match self.allocate_cluster_ip(ns, svc).await {
+            match self.allocate_cluster_ip(ns, svc, dry_run).await {
                 Ok(ip) => allocated.ip = Some(ip),
                 Err(e) => {
                     self.release_allocated(allocated).await;
@@ -384,7 +409,12 @@ impl Registry {
     }
 
     /// Gives `svc` a cluster IP: the one it asks for when free, otherwise a random free one.
-    async fn allocate_cluster_ip(&self, ns: Option<&str>, svc: &mut Value) -> Result<String> {
+    async fn allocate_cluster_ip(
+        &self,
+        ns: Option<&str>,
+        svc: &mut Value,
+        dry_run: bool,
+    ) -> Result<String> {
         let asked = svc
             .pointer("/spec/clusterIP")
             .and_then(Value::as_str)
@@ -415,6 +445,9 @@ impl Registry {
                         vec![Cause::invalid("spec.clusterIPs", &json!([ip]), problem)],
                     ));
                 }
+                if dry_run {
+                    return Ok(finish_cluster_ip(svc, ip));
+                }
                 match self.claim_ip(&ip, ns, &name).await {
                     Ok(()) => ip,
                     Err(e) if e.reason == Reason::AlreadyExists => {
@@ -432,6 +465,14 @@ impl Registry {
                     Err(e) => return Err(e),
                 }
             }
+            None if dry_run => match ranges.first() {
+                Some(range) => range.network().to_string(),
+                None => {
+                    return Err(ApiError::internal(
+                        "failed to allocate a serviceIP: range is full",
+                    ));
+                }
+            },
             None => {
                 let mut picked = None;
                 'ranges: for range in &ranges {
@@ -452,14 +493,7 @@ impl Registry {
                 })?
             }
         };
-        let spec = &mut svc["spec"];
-        spec["clusterIP"] = json!(ip);
-        spec["clusterIPs"] = json!([ip]);
-        spec["ipFamilies"] = json!(["IPv4"]);
-        if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
-            spec["ipFamilyPolicy"] = json!("SingleStack");
-        }
-        Ok(ip)
+        Ok(finish_cluster_ip(svc, ip))
     }
 
     /// The ranges cluster IPs are allocated from: those of the ServiceCIDRs that take
@@ -482,6 +516,20 @@ impl Registry {
             self.release_ip(&ip).await;
         }
         self.release_node_ports(&allocated.node_ports).await;
+    }
+
+    /// The node ports taken now, as [`Registry::change_node_ports`] reads them.
+    async fn taken_node_ports(&self) -> Result<BTreeSet<i64>> {
+        let key = Bytes::from_static(NODE_PORT_RANGE_KEY.as_bytes());
+        let current = self
+            .store
+            .get(key)
+            .await
+            .map_err(|e| ApiError::internal(format!("the node port allocator failed: {e}")))?;
+        match current {
+            Some(kv) => Ok(decode_node_ports(&kv.value).unwrap_or_default()),
+            None => self.node_ports_in_services().await,
+        }
     }
 
     /// Changes the taken node ports with `change` (run again when another writer got there
@@ -611,7 +659,12 @@ impl Registry {
     /// policy its health check node port, keeping those it asks for when they are free. On
     /// an update (`old`), the ports the Service already holds stay its own. Returns the
     /// ports newly taken.
-    async fn allocate_node_ports(&self, old: Option<&Value>, svc: &mut Value) -> Result<Vec<i64>> {
+    async fn allocate_node_ports(
+        &self,
+        old: Option<&Value>,
+        svc: &mut Value,
+        dry_run: bool,
+    ) -> Result<Vec<i64>> {
         let ports_wanted = wants_node_ports(svc);
         let health_check = wants_health_check_port(svc);
         if !ports_wanted && !health_check {
@@ -642,14 +695,13 @@ impl Registry {
                 .filter(|n| *n != 0);
             slots.push((ports.len(), "spec.healthCheckNodePort".into(), asked));
         }
-        let (given, taken) = self
-            .change_node_ports(|bitmap| {
-                let mut causes = Vec::new();
-                let mut given = Vec::new();
-                let mut taken = Vec::new();
-                let mut mine: BTreeSet<i64> = BTreeSet::new();
-                for (slot, field, asked) in &slots {
-                    match asked {
+        let choose = |bitmap: &mut BTreeSet<i64>| {
+            let mut causes = Vec::new();
+            let mut given = Vec::new();
+            let mut taken = Vec::new();
+            let mut mine: BTreeSet<i64> = BTreeSet::new();
+            for (slot, field, asked) in &slots {
+                match asked {
                         Some(n) if !NODE_PORTS.contains(n) => causes.push(Cause::invalid(
                             field,
                             &json!(n),
@@ -672,6 +724,12 @@ impl Registry {
                             mine.insert(*n);
                             taken.push(*n);
                         }
+                        None if dry_run => {
+                            let n = dry_run_node_port(&taken);
+                            mine.insert(n);
+                            taken.push(n);
+                            given.push((*slot, n));
+                        }
                         None => {
                             use rand::Rng;
                             let free: Vec<i64> = NODE_PORTS.filter(|p| !bitmap.contains(p)).collect();
@@ -687,14 +745,21 @@ impl Registry {
                             given.push((*slot, n));
                         }
                     }
-                }
-                if causes.is_empty() {
-                    Ok((given, taken))
-                } else {
-                    Err(invalid(svc, causes))
-                }
-            })
-            .await?;
+            }
+            if causes.is_empty() {
+                Ok((given, taken))
+            } else {
+                Err(invalid(svc, causes))
+            }
+        };
+        let (given, taken) = if dry_run {
+            // Checked against what is taken, nothing written.
+            let mut taken = self.taken_node_ports().await?;
+            let (given, _) = choose(&mut taken)?;
+            (given, Vec::new())
+        } else {
+            self.change_node_ports(choose).await?
+        };
         for (slot, n) in given {
             if slot == ports.len() {
                 svc["spec"]["healthCheckNodePort"] = json!(n);

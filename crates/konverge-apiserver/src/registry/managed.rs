@@ -59,6 +59,33 @@ pub(super) fn request<'a>(
     }
 }
 
+/// Built-in kinds' empty objects as Go writes them, by `apiVersion/kind`.
+static EMPTY_OBJECTS: LazyLock<Mutex<HashMap<String, Arc<Value>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// What a create is compared with: for a built-in kind, the empty object of its Go type as
+/// kube's field manager sees it (`runtime.DefaultUnstructuredConverter` of the zero value:
+/// struct fields and fields without `omitempty` present, at their zero), so a create owns
+/// no `.` of `spec`, `template` or `strategy`, which exist before anything is set, and owns
+/// a `.` of `data`, `labels` or `rollingUpdate`, which do not; for a custom resource, `{}`.
+fn created_from(rt: &ResourceType) -> Arc<Value> {
+    if rt.custom.is_some() {
+        static NOTHING: LazyLock<Arc<Value>> =
+            LazyLock::new(|| Arc::new(Value::Object(serde_json::Map::new())));
+        return NOTHING.clone();
+    }
+    let kind = format!("{}/{}", rt.api_version(), rt.kind);
+    let mut objects = EMPTY_OBJECTS.lock().unwrap_or_else(|e| e.into_inner());
+    objects
+        .entry(kind)
+        .or_insert_with(|| {
+            let mut empty = Value::Object(serde_json::Map::new());
+            crate::resources::builtin::shape_as_go(rt, &mut empty);
+            Arc::new(empty)
+        })
+        .clone()
+}
+
 /// Records an ordinary write (`old` is `None` for a create) as an `Update` by `manager`, the
 /// request's field manager. Writes without one (the server's own bookkeeping, and applies,
 /// which compute the managed fields themselves) leave the managed fields as they are.
@@ -75,7 +102,15 @@ pub(crate) fn record_update(
     let api_version = rt.api_version();
     let now = crate::resources::meta::now();
     let req = request(&api_version, manager, subresource, &now, false);
-    ssa::update_owned(&shape(rt), old, new, &req).map_err(apply_error)
+    let empty;
+    let old = match old {
+        Some(old) => old,
+        None => {
+            empty = created_from(rt);
+            &*empty
+        }
+    };
+    ssa::update_owned(&shape(rt), Some(old), new, &req).map_err(apply_error)
 }
 
 /// An apply failure as the status kube-apiserver answers with.

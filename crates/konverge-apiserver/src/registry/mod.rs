@@ -791,6 +791,9 @@ impl Registry {
         crate::resources::builtin::shape_as_go(rt, &mut obj);
         warnings.extend(trace.warnings());
         if opts.dry_run {
+            if rt.allocates_addresses {
+                self.allocate_service(ns, &mut obj, true).await?;
+            }
             // A webhook-converted object goes to the storage version and back, as a dry run
             // in kube-apiserver encodes and decodes what it would store.
             let stored = match conversion::webhook(rt) {
@@ -817,7 +820,7 @@ impl Registry {
             });
         }
         let allocated = if rt.allocates_addresses {
-            self.allocate_service(ns, &mut obj).await?
+            self.allocate_service(ns, &mut obj, false).await?
         } else {
             allocate::Allocated::default()
         };

@@ -138,8 +138,9 @@ impl Registry {
                 self.check_write(rt, before.as_ref(), &object, opts).await?;
             }
             let allocated = match &previous {
-                Some(old) if outcome == Outcome::Stored && !dry_run => {
-                    self.allocate_service_update(ns, old, &mut object).await?
+                Some(old) if outcome == Outcome::Stored => {
+                    self.allocate_service_update(ns, old, &mut object, dry_run)
+                        .await?
                 }
                 _ => super::allocate::Allocated::default(),
             };
