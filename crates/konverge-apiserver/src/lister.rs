@@ -6,13 +6,17 @@
 //!   configuration changed ([`Changes`]), and make their one write (ResourceQuota admission
 //!   recording usage in a quota's status). The [`Registry`](crate::registry::Registry)
 //!   implements it; kube-apiserver's plugins read listers over informers the same way.
+//! - [`View`]: what such a reader keeps of one kind of configuration (RBAC's policy, the
+//!   admission webhooks and policies, API Priority and Fairness), rebuilt when, and only
+//!   when, its [`Changes`] count moved.
 //! - [`WriteCheck`]: what the registry asks before storing a client's write of a kind that
 //!   needs one (RBAC's escalation check).
 //!
 //! Both depend on nothing but the catalog of resources, so the registry may run admission and
 //! authorization code that reads through them without an import circle.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use konverge_apimachinery::selector::LabelSelector;
 use serde_json::Value;
@@ -77,6 +81,74 @@ pub trait Lister: Send + Sync + std::fmt::Debug {
         name: &str,
         object: Value,
     ) -> Result<()>;
+}
+
+/// A reader's view of one kind of counted configuration, built from its stored objects and
+/// rebuilt when, and only when, its [`Changes`] count moved since: readers share the current
+/// view, and one reader at a time rebuilds it (the others wait, then share what it built).
+pub struct View<T> {
+    of: Changes,
+    current: RwLock<Option<(u64, Arc<T>)>>,
+    rebuild: tokio::sync::Mutex<()>,
+}
+
+impl<T> std::fmt::Debug for View<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("View")
+            .field("of", &self.of)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> View<T> {
+    /// A view of `of`, built at its first use.
+    pub fn new(of: Changes) -> View<T> {
+        View {
+            of,
+            current: RwLock::new(None),
+            rebuild: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The view, if its configuration did not change since it was built.
+    pub fn fresh(&self, lister: &dyn Lister) -> Option<Arc<T>> {
+        let count = lister.changes(self.of);
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|(built_at, _)| *built_at == count)
+            .map(|(_, view)| view.clone())
+    }
+
+    /// The view as of the configuration's latest change: `build` makes it, given the
+    /// previous one (to keep what did not change), when the count moved since.
+    pub async fn get<F, Fut>(&self, lister: &dyn Lister, build: F) -> Result<Arc<T>>
+    where
+        F: FnOnce(Option<Arc<T>>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        if let Some(view) = self.fresh(lister) {
+            return Ok(view);
+        }
+        let _one = self.rebuild.lock().await;
+        if let Some(view) = self.fresh(lister) {
+            return Ok(view);
+        }
+        // Counted before reading: a write committed while building moves the count again,
+        // and the next use builds once more.
+        let count = lister.changes(self.of);
+        let previous = self
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, view)| view.clone());
+        let built = Arc::new(build(previous).await?);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) =
+            Some((count, built.clone()));
+        Ok(built)
+    }
 }
 
 /// Checks a client's create or update before it is stored, knowing who writes — as

@@ -1321,14 +1321,6 @@ async fn service_type_changes_allocate_and_release() {
             .await
         }
     };
-    let node_ports = |svc: &Value| -> Vec<i64> {
-        svc["spec"]["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p["nodePort"].as_i64())
-            .collect()
-    };
     let (code, svc) = send(
         &t,
         "POST",
@@ -1343,7 +1335,7 @@ async fn service_type_changes_allocate_and_release() {
     // ClusterIP -> NodePort: every port gets a node port.
     let (code, svc) = patch("s", json!({"spec": {"type": "NodePort"}})).await;
     assert_eq!(code, 200, "{svc}");
-    let ports = node_ports(&svc);
+    let ports = node_ports_of(&svc);
     assert_eq!(ports.len(), 2, "{svc}");
     assert!(
         ports.iter().all(|p| (30000..=32767).contains(p)),
@@ -1382,7 +1374,7 @@ async fn service_type_changes_allocate_and_release() {
     // NodePort -> ClusterIP: the node ports go, and are free again.
     let (code, svc) = patch("s", json!({"spec": {"type": "ClusterIP"}})).await;
     assert_eq!(code, 200, "{svc}");
-    assert!(node_ports(&svc).is_empty(), "{svc}");
+    assert!(node_ports_of(&svc).is_empty(), "{svc}");
     let (code, other) = patch(
         "o",
         json!({"spec": {"ports": [{"port": 80, "nodePort": ports[0]}]}}),
@@ -1434,7 +1426,7 @@ async fn service_type_changes_allocate_and_release() {
     assert_eq!(code, 200, "{svc}");
     let health = svc["spec"]["healthCheckNodePort"].as_i64().unwrap_or(0);
     assert!((30000..=32767).contains(&health), "{svc}");
-    assert!(!node_ports(&svc).contains(&health), "{svc}");
+    assert!(!node_ports_of(&svc).contains(&health), "{svc}");
     let (code, svc) = patch("s", json!({"spec": {"externalTrafficPolicy": "Cluster"}})).await;
     assert_eq!(code, 200, "{svc}");
     assert!(svc["spec"].get("healthCheckNodePort").is_none(), "{svc}");
@@ -1448,7 +1440,7 @@ async fn service_type_changes_allocate_and_release() {
     )
     .await;
     assert_eq!(code, 200, "{lb}");
-    assert!(node_ports(&lb).is_empty(), "{lb}");
+    assert!(node_ports_of(&lb).is_empty(), "{lb}");
 }
 
 /// Node ports are taken by compare-and-swap on kube's allocator bitmap: of ten Services
@@ -3040,6 +3032,45 @@ async fn query_options_are_read_and_validated_as_kube_apiserver_does() {
             r#"PatchOptions.meta.k8s.io "" is invalid: [force: Forbidden: may not be specified for non-apply patch, dryRun: Unsupported value: []string{""}: supported values: "All"]"#
         )
     );
+    // As kube-apiserver's handlers: a patch type it does not take is refused first, then
+    // the options, before the body is read as anything.
+    let (code, status) = t
+        .raw(
+            "PATCH",
+            &format!("{one}?force=true"),
+            Some("application/merge-patch+json"),
+            "{not json",
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch"#
+        )
+    );
+    let (code, _) = t
+        .raw(
+            "PATCH",
+            &format!("{one}?force=true"),
+            Some("text/plain"),
+            "{not json",
+        )
+        .await;
+    assert_eq!(code, 415);
+    let (code, status) = t
+        .raw(
+            "PUT",
+            &format!("{one}?fieldValidation=strict"),
+            Some("application/json"),
+            "{not json",
+        )
+        .await;
+    assert_eq!(
+        refused(code, &status),
+        invalid(
+            r#"UpdateOptions.meta.k8s.io "" is invalid: fieldValidation: Unsupported value: "strict": supported values: "", "Ignore", "Strict", "Warn""#
+        )
+    );
 
     let (code, status) = t
         .call(
@@ -3155,14 +3186,6 @@ async fn a_create_owns_what_kubes_field_manager_records() {
 async fn dry_run_services_show_addresses_and_take_none() {
     let t = TestServer::start(Backend::Memory).await;
     let path = "/api/v1/namespaces/default/services";
-    let node_ports = |svc: &Value| -> Vec<i64> {
-        svc["spec"]["ports"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p["nodePort"].as_i64())
-            .collect()
-    };
     let service = |name: &str| {
         json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": [
             {"name": "a", "port": 80},
@@ -3174,13 +3197,13 @@ async fn dry_run_services_show_addresses_and_take_none() {
         .call("POST", &format!("{path}?dryRun=All"), service("web"))
         .await;
     assert_eq!(code, 201, "{dry}");
-    assert_eq!(node_ports(&dry), [32769, 30080, 32770]);
+    assert_eq!(node_ports_of(&dry), [32769, 30080, 32770]);
     assert_eq!(dry["spec"]["clusterIP"], "10.96.0.0");
     assert_eq!(dry["spec"]["clusterIPs"], json!(["10.96.0.0"]));
     // Nothing was taken: the real create gets 30080 and an address of its own.
     let (code, real) = t.call("POST", path, service("web")).await;
     assert_eq!(code, 201, "{real}");
-    assert_eq!(node_ports(&real)[1], 30080);
+    assert_eq!(node_ports_of(&real)[1], 30080);
     let ip = real["spec"]["clusterIP"].as_str().unwrap().to_string();
     assert_ne!(ip, "10.96.0.0");
     let (code, _) = t
@@ -3218,8 +3241,18 @@ async fn dry_run_services_show_addresses_and_take_none() {
         )
         .await;
     assert_eq!(code, 200, "{patched}");
-    assert_eq!(node_ports(&patched), [32769]);
+    assert_eq!(node_ports_of(&patched), [32769]);
     let (_, stored) = t.call("GET", &format!("{path}/plain"), Value::Null).await;
     assert_eq!(stored["spec"]["type"], "ClusterIP");
-    assert!(node_ports(&stored).is_empty());
+    assert!(node_ports_of(&stored).is_empty());
+}
+
+/// A Service's node ports, in the order of its ports.
+fn node_ports_of(svc: &Value) -> Vec<i64> {
+    svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["nodePort"].as_i64())
+        .collect()
 }

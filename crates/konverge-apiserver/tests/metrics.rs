@@ -599,6 +599,16 @@ async fn classified(
     )
 }
 
+/// Whether the FlowSchema at `path` has a `Dangling` condition of `status` and `reason`.
+async fn dangling_is(router: &axum::Router, path: &str, status: &str, reason: &str) -> bool {
+    let (_, text) = send(router, "GET", path, "", serde_json::Value::Null).await;
+    let schema: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let condition = &schema["status"]["conditions"][0];
+    condition["type"] == "Dangling"
+        && condition["status"] == status
+        && condition["reason"] == reason
+}
+
 /// Kubernetes' e2e "API priority and fairness" specs as a Go client runs them: a
 /// PriorityLevelConfiguration and a FlowSchema for one user are created; once the schema's
 /// `Dangling` condition is `False` and the level's seats are published, that user's requests
@@ -646,13 +656,7 @@ async fn requests_are_classified_by_flow_schemas() {
     let (level_uid, schema_uid) = (uid(&level), uid(&schema));
     let path = format!("{base}/flowschemas/e2e-testing-flowschema");
     common::eventually::eventually("the schema's Dangling condition is False", || {
-        let (router, path) = (router.clone(), path.clone());
-        async move {
-            let (_, text) = send(&router, "GET", &path, "", serde_json::Value::Null).await;
-            let schema: serde_json::Value = serde_json::from_str(&text).expect("json");
-            let condition = &schema["status"]["conditions"][0];
-            condition["type"] == "Dangling" && condition["status"] == "False"
-        }
+        dangling_is(&router, &path, "False", "Found")
     })
     .await;
     // 600 seats shared by 245 + 1 shares.
@@ -733,13 +737,7 @@ async fn requests_are_classified_by_flow_schemas() {
     .await;
     assert_eq!(code, 200);
     common::eventually::eventually("the schema dangles", || {
-        let (router, path) = (router.clone(), path.clone());
-        async move {
-            let (_, text) = send(&router, "GET", &path, "", serde_json::Value::Null).await;
-            let schema: serde_json::Value = serde_json::from_str(&text).expect("json");
-            let condition = &schema["status"]["conditions"][0];
-            condition["status"] == "True" && condition["reason"] == "NotFound"
-        }
+        dangling_is(&router, &path, "True", "NotFound")
     })
     .await;
     assert_eq!(

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -23,7 +23,7 @@ use serde_json::Value;
 pub use super::authz::PolicyRule;
 use super::authz::{Attributes, Authorizer, Decision, RuleReview};
 use super::user::{UserInfo, split_service_account_username};
-use crate::lister::Lister;
+use crate::lister::{Lister, View};
 
 /// The RBAC API group.
 pub const GROUP: &str = "rbac.authorization.k8s.io";
@@ -374,10 +374,9 @@ impl fmt::Display for Source<'_> {
     }
 }
 
-/// Every role and binding, as of one policy generation.
+/// Every role and binding, as of one change of them.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    generation: u64,
     cluster_roles: HashMap<String, Vec<PolicyRule>>,
     roles: HashMap<(String, String), Vec<PolicyRule>>,
     cluster_role_bindings: Vec<Binding>,
@@ -527,8 +526,7 @@ fn aggregate_reason(errors: Vec<String>) -> String {
 /// The RBAC authorizer over a registry.
 pub struct Rbac {
     registry: Arc<dyn Lister>,
-    snapshot: RwLock<Arc<Snapshot>>,
-    rebuild: tokio::sync::Mutex<()>,
+    snapshot: View<Snapshot>,
 }
 
 impl fmt::Debug for Rbac {
@@ -542,44 +540,18 @@ impl Rbac {
     pub fn new(registry: Arc<dyn Lister>) -> Rbac {
         Rbac {
             registry,
-            snapshot: RwLock::new(Arc::new(Snapshot {
-                // Never a generation the registry reports: the first use builds.
-                generation: u64::MAX,
-                ..Snapshot::default()
-            })),
-            rebuild: tokio::sync::Mutex::new(()),
+            snapshot: View::new(crate::lister::Changes::Policy),
         }
     }
 
-    fn current(&self) -> Arc<Snapshot> {
-        self.snapshot
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The policy as of the registry's current generation, rebuilt if it moved.
+    /// The policy as of the latest change of roles and bindings, rebuilt if they changed.
     pub async fn snapshot(&self) -> Result<Arc<Snapshot>, crate::error::ApiError> {
-        let generation = self.registry.changes(crate::lister::Changes::Policy);
-        let current = self.current();
-        if current.generation == generation {
-            return Ok(current);
-        }
-        let _one = self.rebuild.lock().await;
-        let current = self.current();
-        let generation = self.registry.changes(crate::lister::Changes::Policy);
-        if current.generation == generation {
-            return Ok(current);
-        }
-        let built = Arc::new(self.build(generation).await?);
-        *self
-            .snapshot
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = built.clone();
-        Ok(built)
+        self.snapshot
+            .get(self.registry.as_ref(), |_| self.build())
+            .await
     }
 
-    async fn build(&self, generation: u64) -> Result<Snapshot, crate::error::ApiError> {
+    async fn build(&self) -> Result<Snapshot, crate::error::ApiError> {
         let list = |plural: &'static str| {
             let registry = self.registry.clone();
             async move {
@@ -590,10 +562,7 @@ impl Rbac {
                 Ok::<Vec<Arc<Value>>, crate::error::ApiError>(listed)
             }
         };
-        let mut snapshot = Snapshot {
-            generation,
-            ..Snapshot::default()
-        };
+        let mut snapshot = Snapshot::default();
         for item in list("clusterroles").await? {
             if let Ok(role) = Role::deserialize(item.as_ref()) {
                 snapshot

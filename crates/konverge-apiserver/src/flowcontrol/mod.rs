@@ -21,7 +21,7 @@
 mod rules;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock};
 
 use http::{HeaderMap, HeaderValue};
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::auth::user::UserInfo;
 use crate::error::Result;
-use crate::lister::{Changes, Lister};
+use crate::lister::{Changes, Lister, View};
 use crate::metrics::Metrics;
 
 /// The API group of FlowSchemas and PriorityLevelConfigurations.
@@ -161,8 +161,6 @@ pub struct Dangling {
 /// The FlowSchemas and priority levels digested, for classifying requests.
 #[derive(Debug, Default)]
 pub struct Config {
-    /// The `changes` count it was built at.
-    generation: u64,
     /// The FlowSchemas in matching order (precedence, then name), mandatory ones supplied.
     schemas: Vec<FlowSchema>,
     /// The priority levels by name.
@@ -239,7 +237,6 @@ impl Config {
             })
             .collect();
         Config {
-            generation: 0,
             schemas: sequence,
             levels,
             dangling,
@@ -420,8 +417,7 @@ fn unclassified(info: &RequestInfo) -> bool {
 pub struct FlowControl {
     lister: Arc<dyn Lister>,
     metrics: Arc<Metrics>,
-    config: RwLock<Arc<Config>>,
-    rebuild: tokio::sync::Mutex<()>,
+    config: View<Config>,
 }
 
 impl std::fmt::Debug for FlowControl {
@@ -437,57 +433,37 @@ impl FlowControl {
         FlowControl {
             lister,
             metrics,
-            config: RwLock::new(Arc::new(Config {
-                // Never a count the lister reports: the first use builds.
-                generation: u64::MAX,
-                ..Config::default()
-            })),
-            rebuild: tokio::sync::Mutex::new(()),
+            config: View::new(Changes::FlowControl),
         }
-    }
-
-    fn current(&self) -> Arc<Config> {
-        self.config
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
     }
 
     /// The configuration as of the objects' latest change, rebuilt if they changed.
     pub async fn config(&self) -> Result<Arc<Config>> {
-        let generation = self.lister.changes(Changes::FlowControl);
-        let current = self.current();
-        if current.generation == generation {
-            return Ok(current);
-        }
-        let _one = self.rebuild.lock().await;
-        let generation = self.lister.changes(Changes::FlowControl);
-        let current = self.current();
-        if current.generation == generation {
-            return Ok(current);
-        }
-        let catalog = self.lister.catalog().clone();
-        let (Some(levels_rt), Some(schemas_rt)) = (
-            catalog.get(GROUP, "v1", "prioritylevelconfigurations"),
-            catalog.get(GROUP, "v1", "flowschemas"),
-        ) else {
-            return Ok(current);
-        };
-        let levels: Vec<PriorityLevelConfiguration> =
-            typed(self.lister.list(&levels_rt, None, None).await?);
-        let schemas: Vec<FlowSchema> = typed(self.lister.list(&schemas_rt, None, None).await?);
-        let mut config = Config::digest(&levels, &schemas);
-        config.generation = generation;
-        for (level, seats) in config.seats() {
-            self.metrics
-                .set_priority_level_seats(level, seats.nominal, seats.lower, seats.upper);
-        }
-        let config = Arc::new(config);
-        *self
-            .config
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = config.clone();
-        Ok(config)
+        self.config
+            .get(self.lister.as_ref(), |_| async {
+                let catalog = self.lister.catalog().clone();
+                let (Some(levels_rt), Some(schemas_rt)) = (
+                    catalog.get(GROUP, "v1", "prioritylevelconfigurations"),
+                    catalog.get(GROUP, "v1", "flowschemas"),
+                ) else {
+                    return Ok(Config::digest(&[], &[]));
+                };
+                let levels: Vec<PriorityLevelConfiguration> =
+                    typed(self.lister.list(&levels_rt, None, None).await?);
+                let schemas: Vec<FlowSchema> =
+                    typed(self.lister.list(&schemas_rt, None, None).await?);
+                let config = Config::digest(&levels, &schemas);
+                for (level, seats) in config.seats() {
+                    self.metrics.set_priority_level_seats(
+                        level,
+                        seats.nominal,
+                        seats.lower,
+                        seats.upper,
+                    );
+                }
+                Ok(config)
+            })
+            .await
     }
 
     /// Classifies the request of `user` described by `info` and counts it as dispatched;

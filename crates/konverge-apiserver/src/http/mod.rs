@@ -874,11 +874,13 @@ async fn resource(
                 query.include_object,
             ))
         }
+        // As kube-apiserver's handlers: the options are read and validated before the body
+        // is decoded.
         ("POST", None) => {
             let body = request::body(req).await?;
+            let mut opts = query.write_options()?;
             let decoded = request::decode_object_strict(&body)?;
             let obj = decoded.value;
-            let mut opts = query.write_options()?;
             opts.body_strict_errors = decoded.strict_errors;
             opts.body_field_order = decoded.order;
             opts.field_manager.get_or_insert(user_agent_manager);
@@ -888,9 +890,9 @@ async fn resource(
         }
         ("PUT", Some(name)) => {
             let body = request::body(req).await?;
+            let mut opts = query.update_options()?;
             let decoded = request::decode_object_strict(&body)?;
             let obj = decoded.value;
-            let mut opts = query.update_options()?;
             opts.body_strict_errors = decoded.strict_errors;
             opts.body_field_order = decoded.order;
             opts.field_manager.get_or_insert(user_agent_manager);
@@ -910,10 +912,11 @@ async fn resource(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_string();
+            // The patch type is checked first (415), then the options, then the body.
+            let media = crate::http::patch::Patch::media(&content_type, &rt)?;
             let body = request::body(req).await?;
-            let patch = crate::http::patch::Patch::parse(&content_type, &body.bytes, &rt)?;
-            let is_apply = matches!(patch, crate::http::patch::Patch::Apply(..));
-            let mut opts = query.patch_options(is_apply)?;
+            let mut opts = query.patch_options(media == crate::http::patch::APPLY)?;
+            let patch = crate::http::patch::Patch::parse(media, &body.bytes, &rt)?;
             if opts.field_manager.is_none() {
                 opts.field_manager = Some(user_agent_manager);
             }

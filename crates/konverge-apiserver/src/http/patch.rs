@@ -28,14 +28,23 @@ pub enum Patch {
     Apply(Value, Vec<String>),
 }
 
+/// `application/json-patch+json`.
+pub const JSON_PATCH: &str = "application/json-patch+json";
+/// `application/merge-patch+json`.
+pub const MERGE: &str = "application/merge-patch+json";
+/// `application/strategic-merge-patch+json`.
+pub const STRATEGIC: &str = "application/strategic-merge-patch+json";
+/// `application/apply-patch+yaml`.
+pub const APPLY: &str = "application/apply-patch+yaml";
+
 const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json";
 const ACCEPTED_CUSTOM: &str =
     "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml";
 
 impl Patch {
-    /// Reads a PATCH body of `content_type` for resource `rt`.
-    pub fn parse(content_type: &str, body: &Bytes, rt: &ResourceType) -> Result<Patch> {
-        let media = content_type.split(';').next().unwrap_or("").trim();
+    /// Reads a PATCH body of the patch type `media` (as [`Patch::media`] names it) for
+    /// resource `rt`.
+    pub fn parse(media: &str, body: &Bytes, rt: &ResourceType) -> Result<Patch> {
         let parse_json = || -> Result<Value> {
             serde_json::from_slice(body).map_err(|e| {
                 ApiError::bad_request(format!(
@@ -44,7 +53,7 @@ impl Patch {
             })
         };
         match media {
-            "application/json-patch+json" => {
+            JSON_PATCH => {
                 let patch = parse_json()?;
                 if !patch.is_array() {
                     return Err(ApiError::bad_request(
@@ -53,21 +62,31 @@ impl Patch {
                 }
                 Ok(Patch::Json(patch))
             }
-            "application/merge-patch+json" => Ok(Patch::Merge(object(parse_json()?)?)),
-            "application/strategic-merge-patch+json" => {
-                if rt.codec.is_none() {
-                    return Err(unsupported(media, ACCEPTED_CUSTOM));
-                }
-                Ok(Patch::Strategic {
-                    patch: object(parse_json()?)?,
-                    group: rt.group.clone(),
-                    kind: rt.kind.clone(),
-                })
-            }
-            "application/apply-patch+yaml" => {
+            MERGE => Ok(Patch::Merge(object(parse_json()?)?)),
+            STRATEGIC => Ok(Patch::Strategic {
+                patch: object(parse_json()?)?,
+                group: rt.group.clone(),
+                kind: rt.kind.clone(),
+            }),
+            APPLY => {
                 let decoded = crate::registry::apply::parse_config(body)?;
                 Ok(Patch::Apply(decoded.value, decoded.strict_errors))
             }
+            _ => Err(unsupported(media, ACCEPTED)),
+        }
+    }
+
+    /// The patch type `content_type` names (its parameters dropped), if `rt` takes it:
+    /// kube-apiserver answers 415 before reading anything else (custom resources take no
+    /// strategic merge patches).
+    pub fn media(content_type: &str, rt: &ResourceType) -> Result<&'static str> {
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        match media {
+            JSON_PATCH => Ok(JSON_PATCH),
+            MERGE => Ok(MERGE),
+            STRATEGIC if rt.codec.is_none() => Err(unsupported(media, ACCEPTED_CUSTOM)),
+            STRATEGIC => Ok(STRATEGIC),
+            APPLY => Ok(APPLY),
             _ => Err(unsupported(media, ACCEPTED)),
         }
     }

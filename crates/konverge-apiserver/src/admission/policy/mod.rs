@@ -30,7 +30,7 @@ pub mod request;
 pub mod typecheck;
 mod validator;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
@@ -38,7 +38,7 @@ use super::matching::exempt;
 use super::{Attributes, Decision, Operation, Plugin};
 use crate::auth::authz::Authorization;
 use crate::error::{Cause, Reason, Result};
-use crate::lister::Lister;
+use crate::lister::{Lister, View};
 use crate::resources::ResourceType;
 use compile::{Action, Binding, Policy};
 use validator::Annotation;
@@ -51,11 +51,9 @@ const VALIDATION_FAILURE: &str = "validation.policy.admission.k8s.io/validation_
 /// The longest audit annotation value published (`maxAuditAnnotationValueLength`).
 const MAX_ANNOTATION_VALUE: usize = 10 * 1024;
 
-/// The compiled configuration, as of one admission generation.
+/// The compiled configuration, as of one change of admission configuration.
 #[derive(Debug, Default)]
 struct State {
-    /// The generation it was read at (`None`: never read).
-    generation: Option<u64>,
     /// Every policy that has bindings, with them, by name.
     hooks: Vec<compile::Hook>,
 }
@@ -65,8 +63,7 @@ pub struct ValidatingAdmissionPolicy {
     /// For the admission generation and the catalog when telling which writes may match.
     registry: Arc<dyn Lister>,
     authorization: Authorization,
-    state: RwLock<Arc<State>>,
-    rebuilding: tokio::sync::Mutex<()>,
+    state: View<State>,
 }
 
 impl std::fmt::Debug for ValidatingAdmissionPolicy {
@@ -85,37 +82,20 @@ impl ValidatingAdmissionPolicy {
         ValidatingAdmissionPolicy {
             registry,
             authorization,
-            state: RwLock::new(Arc::new(State::default())),
-            rebuilding: tokio::sync::Mutex::new(()),
+            state: View::new(crate::lister::Changes::Admission),
         }
     }
 
-    fn current(&self) -> Arc<State> {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The configuration as of the registry's current admission generation.
+    /// The configuration as of the latest change of admission configuration.
     async fn state(&self, registry: &dyn Lister) -> Result<Arc<State>> {
-        let fresh =
-            |s: &State| s.generation == Some(registry.changes(crate::lister::Changes::Admission));
-        let state = self.current();
-        if fresh(&state) {
-            return Ok(state);
-        }
-        let _rebuilding = self.rebuilding.lock().await;
-        let state = self.current();
-        if fresh(&state) {
-            return Ok(state);
-        }
-        // Read the generation first: a write committed while listing moves it again.
-        let generation = registry.changes(crate::lister::Changes::Admission);
-        let hooks = compile::load(registry, &state.hooks).await?;
-        let state = Arc::new(State {
-            generation: Some(generation),
-            hooks,
-        });
-        *self.state.write().unwrap_or_else(|e| e.into_inner()) = state.clone();
-        Ok(state)
+        self.state
+            .get(registry, |previous| async move {
+                let previous = previous.as_ref().map_or(&[][..], |p| p.hooks.as_slice());
+                Ok(State {
+                    hooks: compile::load(registry, previous).await?,
+                })
+            })
+            .await
     }
 }
 
@@ -494,11 +474,10 @@ impl Plugin for ValidatingAdmissionPolicy {
         if exempt(rt) {
             return false;
         }
-        let state = self.current();
-        if state.generation != Some(self.registry.changes(crate::lister::Changes::Admission)) {
+        let Some(state) = self.state.fresh(self.registry.as_ref()) else {
             // The configuration changed since it was read: the next request reads it again.
             return true;
-        }
+        };
         state
             .hooks
             .iter()

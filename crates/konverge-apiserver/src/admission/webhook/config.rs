@@ -2,7 +2,7 @@
 //! configuration, in kube-apiserver's order: configurations by name, then each
 //! configuration's webhooks as it lists them.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use crate::admission::matching::{MatchPolicy, Rule, Selectors, exempt};
 use crate::auth::authz::Authorization;
 use crate::error::Result;
-use crate::lister::Lister;
+use crate::lister::{Lister, View};
 use crate::resources::ResourceType;
 use crate::webhook::{ClientConfig, Webhooks};
 
@@ -141,10 +141,9 @@ impl Hook {
     }
 }
 
-/// The webhooks as of one admission generation.
+/// The webhooks as of one change of admission configuration.
 #[derive(Debug)]
 pub(crate) struct Snapshot {
-    generation: u64,
     /// Every webhook, in the order they are consulted.
     pub(crate) hooks: Vec<Arc<Hook>>,
 }
@@ -157,7 +156,7 @@ pub(crate) struct Source {
     registry: Arc<dyn Lister>,
     webhooks: Webhooks,
     authorization: Authorization,
-    snapshot: RwLock<Option<Arc<Snapshot>>>,
+    snapshot: View<Snapshot>,
 }
 
 impl Source {
@@ -174,7 +173,7 @@ impl Source {
             registry,
             webhooks,
             authorization,
-            snapshot: RwLock::new(None),
+            snapshot: View::new(crate::lister::Changes::Admission),
         }
     }
 
@@ -190,12 +189,7 @@ impl Source {
 
     /// The parsed webhooks, if no configuration changed since they were read.
     fn fresh(&self) -> Option<Arc<Snapshot>> {
-        let generation = self.registry.changes(crate::lister::Changes::Admission);
-        self.snapshot
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .filter(|s| s.generation == generation)
+        self.snapshot.fresh(self.registry.as_ref())
     }
 
     /// Whether any webhook could match some write of `rt`. True while the configurations
@@ -215,16 +209,13 @@ impl Source {
 
     /// The webhooks, read again if any configuration changed since they last were.
     pub(crate) async fn hooks(&self) -> Result<Arc<Snapshot>> {
-        if let Some(snapshot) = self.fresh() {
-            return Ok(snapshot);
-        }
-        // Read the generation first: a write landing during the list moves it again, and
-        // the next request reads once more.
-        let generation = self.registry.changes(crate::lister::Changes::Admission);
-        let hooks = self.read().await?;
-        let snapshot = Arc::new(Snapshot { generation, hooks });
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(snapshot.clone());
-        Ok(snapshot)
+        self.snapshot
+            .get(self.registry.as_ref(), |_| async {
+                Ok(Snapshot {
+                    hooks: self.read().await?,
+                })
+            })
+            .await
     }
 
     async fn read(&self) -> Result<Vec<Arc<Hook>>> {
