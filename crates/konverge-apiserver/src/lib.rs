@@ -458,7 +458,6 @@ impl ApiServerBuilder {
             self.compaction_interval,
         ));
         server.background(controllers::service_repair::run(server.registry.clone()));
-        server.background(controllers::flowcontrol::run(server.registry.clone()));
         if self.control_loops {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
@@ -479,6 +478,9 @@ impl ApiServerBuilder {
                 ));
             }
         }
+        // Started last: the FlowSchemas' first conditions are written after the settling
+        // writes above, not in their way.
+        server.background(controllers::flowcontrol::run(server.registry.clone()));
         Ok(server)
     }
 }
