@@ -12,7 +12,7 @@
 //! - [`WriteCheck`]: what the registry asks before storing a client's write of a kind that
 //!   needs one (RBAC's escalation check).
 //!
-//! Both depend on nothing but the catalog of resources, so the registry may run admission and
+//! They depend on nothing but the catalog of resources, so the registry may run admission and
 //! authorization code that reads through them without an import circle.
 
 use std::future::Future;
