@@ -478,9 +478,13 @@ impl ApiServerBuilder {
                 ));
             }
         }
-        // Started last: the FlowSchemas' first conditions are written after the settling
-        // writes above, not in their way.
-        server.background(controllers::flowcontrol::run(server.registry.clone()));
+        // The FlowSchemas' first conditions, written before the server serves and after
+        // the settling writes above (not in their way).
+        let flow_settled = controllers::flowcontrol::settle(&server.registry).await;
+        server.background(controllers::flowcontrol::run(
+            server.registry.clone(),
+            flow_settled,
+        ));
         Ok(server)
     }
 }

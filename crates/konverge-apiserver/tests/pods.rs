@@ -1093,3 +1093,68 @@ async fn evictions_take_their_disruption_off_the_budget() {
         "poddisruptionbudget.policy \"web\" is forbidden: pdb disruptions allowed is negative"
     );
 }
+
+/// What a pod's fields are owned by, as on a cluster: the creator owns what it sent (with the
+/// defaults decoding adds), not what admission adds (the service account's volume,
+/// tolerations, priority) nor what the server sets (the QoS class); a binding is written
+/// outside any field manager and the pod's update rules, so it adds no managed fields entry
+/// and no generation. The body is what `kubectl run p --image=nginx` sends; the fields owned
+/// are what a cluster records for it.
+#[tokio::test]
+async fn a_pods_fields_are_owned_as_on_a_cluster() {
+    let t = TestServer::start(Backend::Memory).await;
+    let (code, created) = t
+        .call(
+            "POST",
+            "/api/v1/namespaces/default/pods?fieldManager=kubectl-run",
+            json!({"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"name": "p", "creationTimestamp": null, "labels": {"run": "p"}},
+                "spec": {"containers": [{"name": "p", "image": "nginx", "resources": {}}],
+                    "restartPolicy": "Always", "dnsPolicy": "ClusterFirst"},
+                "status": {}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{created}");
+    // Admission did add its fields; nobody owns them.
+    assert!(created["spec"]["volumes"].is_array(), "{created}");
+    assert!(created["spec"]["tolerations"].is_array(), "{created}");
+    assert_eq!(created["status"]["qosClass"], "BestEffort");
+    let entries = created["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["manager"], "kubectl-run");
+    assert_eq!(
+        entries[0]["fieldsV1"],
+        json!({
+            "f:metadata": {"f:labels": {".": {}, "f:run": {}}},
+            "f:spec": {
+                "f:containers": {"k:{\"name\":\"p\"}": {
+                    ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                    "f:resources": {}, "f:terminationMessagePath": {},
+                    "f:terminationMessagePolicy": {},
+                }},
+                "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:restartPolicy": {},
+                "f:schedulerName": {}, "f:securityContext": {},
+                "f:terminationGracePeriodSeconds": {},
+            },
+        })
+    );
+
+    let (code, bound) = t
+        .call(
+            "POST",
+            "/api/v1/namespaces/default/pods/p/binding?fieldManager=kube-scheduler",
+            json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{bound}");
+    let (_, pod) = t
+        .call("GET", "/api/v1/namespaces/default/pods/p", Value::Null)
+        .await;
+    assert_eq!(pod["spec"]["nodeName"], "node-1");
+    assert_eq!(pod["metadata"]["generation"], 1);
+    assert_eq!(
+        pod["metadata"]["managedFields"],
+        created["metadata"]["managedFields"]
+    );
+}

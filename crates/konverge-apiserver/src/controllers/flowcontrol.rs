@@ -8,8 +8,9 @@
 //!   without one, while nobody changed them: generation 1); and objects carrying the
 //!   annotation `true` that the server no longer ships are deleted. (The bootstrap creates
 //!   them at start, [`super::bootstrap`].)
-//! - the config consumer's status writes (`priority-and-fairness-config-consumer`): whenever
-//!   a FlowSchema or priority level changes, each FlowSchema gets a `Dangling` condition
+//! - the config consumer's status writes (`priority-and-fairness-config-consumer`): before
+//!   the server serves ([`settle`]) and whenever a FlowSchema or priority level changes,
+//!   each FlowSchema gets a `Dangling` condition
 //!   saying whether its priority level exists, by server-side apply of that condition alone,
 //!   as kube's controller writes it. A FlowSchema written more than five times in a minute
 //!   waits 30 seconds, as in kube, so two servers that disagree do not write forever.
@@ -52,14 +53,38 @@ fn resources(registry: &Registry) -> Option<(Arc<ResourceType>, Arc<ResourceType
     ))
 }
 
-/// Runs the producer and the consumer's status writes until the store closes.
-pub(crate) async fn run(registry: Registry) {
+/// The consumer's first pass, before the server serves: every FlowSchema gets its
+/// condition now (on a new store, the bootstrap ones, written at once), so a client's first
+/// requests (an admission webhook registered at once) never meet these writes.
+pub(crate) async fn settle(registry: &Registry) -> Settled {
+    let mut recent = Recent::default();
+    let again = match resources(registry) {
+        Some((levels, schemas)) => write_conditions(registry, &levels, &schemas, &mut recent).await,
+        None => None,
+    };
+    Settled { recent, again }
+}
+
+/// What [`settle`] left for [`run`]: the writes it made, and when to look again if one had
+/// to wait or failed.
+#[derive(Debug)]
+pub(crate) struct Settled {
+    recent: Recent,
+    again: Option<Instant>,
+}
+
+/// Runs the producer and the consumer's status writes until the store closes, from where
+/// [`settle`] left them.
+pub(crate) async fn run(registry: Registry, settled: Settled) {
     let Some((levels, schemas)) = resources(&registry) else {
         return;
     };
-    let mut recent = Recent::default();
+    let Settled {
+        mut recent,
+        mut again,
+    } = settled;
     loop {
-        match run_once(&registry, &levels, &schemas, &mut recent).await {
+        match run_once(&registry, &levels, &schemas, &mut recent, again.take()).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "flow control controllers restarting");
@@ -74,6 +99,7 @@ async fn run_once(
     levels: &ResourceType,
     schemas: &ResourceType,
     recent: &mut Recent,
+    due: Option<Instant>,
 ) -> Result<(), konverge_store::Error> {
     let store = registry.store();
     let from = store.current_revision().await? + 1;
@@ -82,8 +108,9 @@ async fn run_once(
     };
     let mut level_events = store.watch(watch(levels)).await?;
     let mut schema_events = store.watch(watch(schemas)).await?;
-    // What was stored before the watches began is looked at once now.
-    let mut due = Some(Instant::now());
+    // What changed since `settle` (or since a restart of these watches) is looked at
+    // once the watches run: the first pass may have missed it.
+    let mut due = Some(due.unwrap_or_else(|| Instant::now() + SETTLE));
     let mut ensure = tokio::time::interval_at(Instant::now() + ENSURE_PERIOD, ENSURE_PERIOD);
     loop {
         let wake = due.unwrap_or_else(|| Instant::now() + ENSURE_PERIOD);
@@ -176,6 +203,7 @@ async fn write_conditions(
         field_manager: Some(CONSUMER.to_string()),
         ..WriteOptions::default()
     };
+    let mut writes = Vec::new();
     for wanted in config.dangling().iter().filter(|d| !d.current) {
         if recent.too_often(&wanted.flow_schema, now) {
             again = Some(now + RATE_DELAY);
@@ -194,22 +222,29 @@ async fn write_conditions(
                 "message": wanted.message,
             }]},
         });
-        match registry
-            .apply(
-                schemas_rt,
-                None,
-                &wanted.flow_schema,
-                Some("status"),
-                condition,
-                &options,
-                true,
-            )
-            .await
-        {
+        let options = &options;
+        writes.push(async move {
+            let written = registry
+                .apply(
+                    schemas_rt,
+                    None,
+                    &wanted.flow_schema,
+                    Some("status"),
+                    condition,
+                    options,
+                    true,
+                )
+                .await;
+            (&wanted.flow_schema, written)
+        });
+    }
+    // Written together: a disk store commits writes that arrive together at once.
+    for (schema, written) in futures::future::join_all(writes).await {
+        match written {
             // Deleted meanwhile: its deletion is a change, looked at next.
             Err(e) if e.reason == Reason::NotFound => {}
             Err(e) => {
-                tracing::warn!(error = %e, flow_schema = %wanted.flow_schema, "writing a FlowSchema's condition failed");
+                tracing::warn!(error = %e, flow_schema = %schema, "writing a FlowSchema's condition failed");
                 again.get_or_insert(now + Duration::from_secs(1));
             }
             Ok(_) => {}

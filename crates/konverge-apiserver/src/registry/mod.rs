@@ -769,6 +769,12 @@ impl Registry {
         {
             o.remove("status");
         }
+        // Field ownership is recorded from the object as the client sent it (decoded and
+        // defaulted), as kube-apiserver's create handler records it before admission and
+        // the strategy: what admission plugins and webhooks add (a pod's service account
+        // volume, tolerations, priority) and what the strategy sets (a pod's QoS class) is
+        // owned by nobody.
+        let mut obj = managed::record_update(rt, None, obj, None, opts.update_manager())?;
         if let Some(prepare) = rt.prepare_create {
             prepare(&mut obj);
         }
@@ -882,7 +888,6 @@ impl Registry {
                 .await?;
         }
         self.admission.admit(admitting, &mut obj, self).await?;
-        let obj = managed::record_update(rt, None, obj, None, opts.update_manager())?;
         self.validate(rt, &obj, None)?;
         self.admission.validate(admitting, &obj, self).await?;
         self.check_write(rt, None, &obj, opts).await?;
@@ -1150,13 +1155,25 @@ impl Registry {
         subresource: Option<&str>,
         opts: &WriteOptions,
     ) -> Result<Change> {
-        let merged = managed::record_update(
+        let mut merged = managed::record_update(
             rt,
             Some(current),
             merged,
             subresource,
             opts.update_manager(),
         )?;
+        if opts.not_an_update {
+            // A binding is stored as kube-apiserver's storage stores it, outside the kind's
+            // update strategy: no new generation.
+            match current.pointer("/metadata/generation") {
+                Some(generation) => {
+                    meta::metadata_mut(&mut merged).insert("generation".into(), generation.clone());
+                }
+                None => {
+                    meta::metadata_mut(&mut merged).remove("generation");
+                }
+            }
+        }
         // Binding, resizing a pod and adding ephemeral containers change what the kind's
         // update rules keep; kube-apiserver checks those writes with their own rules, so
         // the object is checked against itself here.
@@ -1165,7 +1182,6 @@ impl Registry {
                 .and_then(|s| rt.subresource(s))
                 .is_some_and(|s| s.storage.own_rules());
         self.validate(rt, &merged, Some(if own_rules { &merged } else { current }))?;
-        let mut merged = merged;
         crate::resources::builtin::shape_as_go(rt, &mut merged);
         if same_but_resource_version(&merged, current) {
             let mut unchanged = merged;

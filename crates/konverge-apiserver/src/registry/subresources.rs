@@ -95,8 +95,8 @@ pub async fn bind(
     };
     let mut opts = opts.clone();
     opts.not_an_update = true;
-    opts.field_manager
-        .get_or_insert_with(|| "kube-scheduler".into());
+    // kube-apiserver writes a binding straight to storage: no field manager records it.
+    opts.field_manager = None;
     registry
         .patch(&pods, ns, &name, None, &opts, &assign)
         .await?;

@@ -126,6 +126,15 @@ mod status;
 mod terminate;
 mod worker;
 
+/// How the kubelets write: as `kubelet`, the field manager kube's kubelet is recorded as
+/// (its user agent's first word).
+fn write_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(events::COMPONENT.to_string()),
+        ..kube::api::PostParams::default()
+    }
+}
+
 pub use kubelets::Kubelets;
 pub use rules::{Behaviour, Rule, RuleId};
 

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use konverge_runtime::{Action, ObjectKey, Store};
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use super::image::fake_digest;
 use super::state::Shared;
@@ -67,7 +67,7 @@ pub(super) async fn ensure_lease_namespace(client: &Client) -> Result<()> {
     let mut namespace = Namespace::default();
     namespace.metadata.name = Some(LEASE_NAMESPACE.to_string());
     match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
+        .create(&super::write_params(), &namespace)
         .await
     {
         Ok(_) => Ok(()),
@@ -93,7 +93,7 @@ pub(super) async fn register(ctx: &NodeCtx, sim: &SimNode) -> Result<Arc<Node>> 
                 }),
                 status: Some(node_status(ctx, sim, None, now)),
             };
-            match api.create(&PostParams::default(), &node).await {
+            match api.create(&super::write_params(), &node).await {
                 Ok(created) => Arc::new(created),
                 Err(kube::Error::Api(status)) if status.code == 409 => {
                     Arc::new(api.get(&sim.name).await?)
@@ -113,7 +113,7 @@ pub(super) async fn register(ctx: &NodeCtx, sim: &SimNode) -> Result<Arc<Node>> 
     node.status = Some(node_status(ctx, sim, existing.status.as_ref(), now));
     node.metadata.managed_fields = None;
     Ok(Arc::new(
-        api.replace_status(&sim.name, &PostParams::default(), &node)
+        api.replace_status(&sim.name, &super::write_params(), &node)
             .await?,
     ))
 }
@@ -285,7 +285,7 @@ pub(super) async fn heartbeat(
                 },
                 spec: Some(spec),
             };
-            match api.create(&PostParams::default(), &lease).await {
+            match api.create(&super::write_params(), &lease).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
                 Err(e) => Err(e.into()),
@@ -317,7 +317,7 @@ pub(super) async fn heartbeat(
                 acquire_time: old.acquire_time,
                 ..spec
             });
-            api.replace(&sim.name, &PostParams::default(), &lease)
+            api.replace(&sim.name, &super::write_params(), &lease)
                 .await?;
             Ok(())
         }

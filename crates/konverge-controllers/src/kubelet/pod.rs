@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use konverge_runtime::Store;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
 
 use super::events::{self, Planned};
@@ -97,7 +97,7 @@ pub(super) async fn write_status(ctx: &PodCtx, pod: &Pod, status: PodStatus) -> 
     updated.status = Some(status);
     updated.metadata.managed_fields = None;
     let api = Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-    api.replace_status(&pod.name_any(), &PostParams::default(), &updated)
+    api.replace_status(&pod.name_any(), &super::write_params(), &updated)
         .await?;
     Ok(())
 }

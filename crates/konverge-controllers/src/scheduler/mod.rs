@@ -103,6 +103,16 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::events::Events;
 use crate::informers;
+
+/// The field manager of the scheduler's writes (kube-scheduler's user agent's first word).
+const FIELD_MANAGER: &str = "kube-scheduler";
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
 use affinity::{AffinityFilter, AffinityScore, Incoming, Placed};
 use cache::ClusterCache;
 use framework::{NodeFilters, NodeInfo, Normalize, PodRequest, Rejection};
@@ -720,7 +730,7 @@ async fn preempt(ctx: &Ctx, preemptor: &Pod, node: &str, victims: &[Pod]) -> Res
             "lastTransitionTime": ctx.clock.now_time(),
         }]}});
         let patched = api
-            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(condition))
+            .patch_status(&name, &patch_params(), &Patch::Strategic(condition))
             .await;
         match patched {
             Ok(_) => {}
@@ -885,11 +895,7 @@ async fn set_unschedulable(
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
     match api
-        .patch_status(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(patch),
-        )
+        .patch_status(&pod.name_any(), &patch_params(), &Patch::Strategic(patch))
         .await
     {
         Ok(_) => Ok(()),
