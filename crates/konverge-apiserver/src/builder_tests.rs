@@ -1063,6 +1063,7 @@ async fn fixed_bootstrap_objects(store: &Arc<dyn KvStore>) -> Vec<(String, Value
             "/registry/rbac.authorization.k8s.io/",
             "/registry/scheduling.k8s.io/priorityclasses/",
             "/registry/apiregistration.k8s.io/apiservices/",
+            "/registry/flowcontrol.apiserver.k8s.io/",
         ];
         if !fixed.iter().any(|prefix| key.starts_with(prefix)) {
             continue;
@@ -1091,8 +1092,8 @@ async fn fixed_bootstrap_objects(store: &Arc<dyn KvStore>) -> Vec<(String, Value
         if let Some(entries) = metadata["managedFields"].as_array_mut() {
             entries.sort_by_key(|entry| entry["manager"].as_str().unwrap_or_default().to_string());
         }
-        // An APIService's Available condition is as old as its store: stores made across a
-        // second boundary differ there only.
+        // An APIService's Available condition and a FlowSchema's Dangling condition are as
+        // old as their store: stores made across a second boundary differ there only.
         for condition in object
             .pointer_mut("/status/conditions")
             .and_then(Value::as_array_mut)
@@ -1151,6 +1152,80 @@ async fn every_new_store_gets_the_bootstrap_objects_the_create_path_makes() {
     assert!(created.len() > 100, "{}", created.len());
     assert_eq!(first, created);
     assert_eq!(prepared, created);
+}
+
+#[tokio::test]
+async fn new_stores_get_the_flow_schemas_conditions_the_first_pass_writes() {
+    // Every server writes its FlowSchemas' Dangling conditions before it serves. What the
+    // first new store of the process was given is remembered: later new stores, with
+    // control loops or without, hold the conditions from the start and write nothing. A
+    // store written to before writes them itself. All end alike.
+    let written_before: Arc<dyn KvStore> = Arc::new(MemStore::new());
+    written_before
+        .put(
+            bytes::Bytes::from_static(b"/unrelated"),
+            bytes::Bytes::from_static(b"x"),
+        )
+        .await
+        .expect("put");
+    let mut stores: Vec<Arc<dyn KvStore>> = vec![written_before];
+    for _ in 0..4 {
+        stores.push(Arc::new(MemStore::new()));
+    }
+    let prefix = bytes::Bytes::from_static(b"/registry/flowcontrol.apiserver.k8s.io/flowschemas/");
+    let mut written_once = Vec::new();
+    for (i, store) in stores.iter().enumerate() {
+        let server = ApiServer::builder(store.clone())
+            .control_loops(i % 2 == 0)
+            .build()
+            .await
+            .expect("server");
+        let schemas = store
+            .range(konverge_store::RangeRequest::new(
+                konverge_store::KeyRange::prefix(prefix.clone()),
+            ))
+            .await
+            .expect("range")
+            .kvs;
+        assert_eq!(schemas.len(), 13);
+        let mut once = true;
+        for kv in schemas {
+            let schema: Value = serde_json::from_slice(&kv.value).expect("JSON");
+            let condition = &schema["status"]["conditions"][0];
+            assert_eq!(condition["type"], "Dangling", "{schema}");
+            assert_eq!(condition["reason"], "Found", "{schema}");
+            once &= kv.create_revision == kv.mod_revision;
+            if once {
+                // Given with the object: as old as the object.
+                assert_eq!(
+                    condition["lastTransitionTime"], schema["metadata"]["creationTimestamp"],
+                    "{schema}"
+                );
+            }
+        }
+        written_once.push(once);
+        server.stop();
+    }
+    assert!(!written_once[0], "{written_once:?}");
+    assert!(
+        written_once[2..].iter().all(|once| *once),
+        "a later new store wrote its conditions itself: {written_once:?}"
+    );
+    // (ClusterRoles differ: aggregated only where control loops run.)
+    let flow_control = |objects: Vec<(String, Value)>| -> Vec<(String, Value)> {
+        objects
+            .into_iter()
+            .filter(|(key, _)| key.starts_with("/registry/flowcontrol.apiserver.k8s.io/"))
+            .collect()
+    };
+    let expected = flow_control(fixed_bootstrap_objects(&stores[0]).await);
+    assert_eq!(expected.len(), 21);
+    for store in &stores[1..] {
+        let objects = flow_control(fixed_bootstrap_objects(store).await);
+        for (object, wanted) in objects.iter().zip(&expected) {
+            assert_eq!(object, wanted);
+        }
+    }
 }
 
 #[tokio::test]

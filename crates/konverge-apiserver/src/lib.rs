@@ -480,7 +480,7 @@ impl ApiServerBuilder {
         }
         // The FlowSchemas' first conditions, written before the server serves and after
         // the settling writes above (not in their way).
-        let flow_settled = controllers::flowcontrol::settle(&server.registry).await;
+        let flow_settled = controllers::flowcontrol::settle(&server.registry, bootstrapped).await;
         server.background(controllers::flowcontrol::run(
             server.registry.clone(),
             flow_settled,

@@ -3,12 +3,12 @@
 //! selector, matching roles by name, each rule once (the first time it appears).
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::bootstrap::Pass;
 use crate::registry::{ListOptions, Registry};
-use crate::resources::{ResourceType, meta};
+use crate::resources::meta;
 
 const MANAGER: &str = "clusterrole-aggregation-controller";
 
@@ -28,12 +28,8 @@ pub(crate) async fn pass(registry: &Registry) -> Option<Pass> {
     all.sort_by_key(|r| name_of(r).to_string());
     let before: Vec<Value> = all.iter().map(rules_of).collect();
     settle_rules(&mut all);
-    let mut pass = Pass {
-        listed: all.iter().map(|r| name_of(r).to_string()).collect(),
-        written: Vec::new(),
-        failed: false,
-        roles: roles.clone(),
-    };
+    let mut pass = Pass::new(vec![roles.clone()]);
+    pass.listed = all.iter().map(|r| roles.key(None, name_of(r))).collect();
     for (role, old) in all.iter().zip(before) {
         let wanted = rules_of(role);
         if wanted == old {
@@ -53,7 +49,7 @@ pub(crate) async fn pass(registry: &Registry) -> Option<Pass> {
             .patch(&roles, None, &name, None, &opts, &set_rules)
             .await
         {
-            Ok(written) => pass.written.push(written.object),
+            Ok(written) => pass.written.push((roles.clone(), written.object)),
             Err(e) => {
                 pass.failed = true;
                 tracing::warn!(error = %e, role = %name, "aggregating a ClusterRole failed");
@@ -61,18 +57,6 @@ pub(crate) async fn pass(registry: &Registry) -> Option<Pass> {
         }
     }
     Some(pass)
-}
-
-/// What one aggregation pass saw and wrote.
-pub(crate) struct Pass {
-    /// The ClusterRoles' resource.
-    pub(crate) roles: Arc<ResourceType>,
-    /// The names of every ClusterRole it looked at.
-    pub(crate) listed: Vec<String>,
-    /// The roles it wrote, as written.
-    pub(crate) written: Vec<Value>,
-    /// Whether a write failed.
-    pub(crate) failed: bool,
 }
 
 /// Aggregates every role of `all` (sorted by name) until nothing changes, so that roles

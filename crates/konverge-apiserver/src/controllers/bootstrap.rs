@@ -365,41 +365,93 @@ async fn create_fixed(
     Ok(bootstrapped)
 }
 
-/// Keeps what the first aggregation pass over a store [`Bootstrapped::Created`] wrote, for
-/// later new stores to be given the aggregated roles as they stand after it. Kept only when
-/// that pass saw exactly the fixed ClusterRoles (nothing else could have changed its
-/// outcome), wrote nothing but fixed objects, and nothing failed; otherwise later stores go
-/// on aggregating for themselves.
-pub(crate) fn remember_settled(registry: &Registry, pass: &super::aggregation::Pass) {
+/// What one pass of a control loop over a store saw and wrote, for [`remember_settled`].
+#[derive(Debug)]
+pub(crate) struct Pass {
+    /// The resources it read.
+    pub(crate) read: Vec<Arc<ResourceType>>,
+    /// The storage key of every object of those resources it read.
+    pub(crate) listed: HashSet<String>,
+    /// The objects it wrote, as written, each with its resource (one of `read`).
+    pub(crate) written: Vec<(Arc<ResourceType>, Value)>,
+    /// Whether a write failed.
+    pub(crate) failed: bool,
+}
+
+impl Pass {
+    /// A pass that has read nothing yet.
+    pub(crate) fn new(read: Vec<Arc<ResourceType>>) -> Pass {
+        Pass {
+            read,
+            listed: HashSet::new(),
+            written: Vec::new(),
+            failed: false,
+        }
+    }
+}
+
+/// Which of the prepared objects a first pass over a new store is remembered into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    /// Those of every later new store: the pass runs in every server (flow control's
+    /// conditions).
+    Created,
+    /// Those of later new stores whose control loops run, for a pass of those loops
+    /// (ClusterRole aggregation).
+    Settled,
+}
+
+/// Keeps what the first pass of a loop over a store [`Bootstrapped::Created`] wrote, for
+/// later new stores to be given those objects as they stand after it, so their own pass has
+/// nothing to write. Kept only when the pass saw exactly the fixed objects of the resources
+/// it read (nothing else could have changed its outcome), wrote nothing but fixed objects,
+/// and nothing failed; otherwise later stores go on writing for themselves. A pass
+/// remembered [`Keep::Settled`] is remembered once; one [`Keep::Created`] goes into the
+/// settled objects too, whether they were remembered before or after.
+pub(crate) fn remember_settled(registry: &Registry, pass: &Pass, into: Keep) {
     let fixed = fixed_objects(registry);
-    let fixed_roles: HashSet<&str> = fixed
+    let keys = keys_of(&fixed);
+    let fixed_read: HashSet<&str> = fixed
         .iter()
-        .filter(|object| Arc::ptr_eq(&object.rt, &pass.roles))
-        .filter_map(|object| meta::meta_str(object.value, "name"))
+        .zip(&keys)
+        .filter(|(object, _)| pass.read.iter().any(|rt| Arc::ptr_eq(rt, &object.rt)))
+        .map(|(_, key)| key.as_str())
         .collect();
     let listed: HashSet<&str> = pass.listed.iter().map(String::as_str).collect();
-    if pass.failed || listed != fixed_roles {
+    if pass.failed || listed != fixed_read {
         return;
     }
-    let keys = keys_of(&fixed);
+    let mut written = Vec::with_capacity(pass.written.len());
+    for (rt, object) in &pass.written {
+        let Ok(prepared) = Prepared::from_created(rt, object) else {
+            return;
+        };
+        match keys.iter().position(|key| key.as_bytes() == prepared.key()) {
+            Some(at) => written.push((at, prepared)),
+            None => return,
+        }
+    }
+    let replaced = |objects: &[Prepared]| {
+        let mut objects = objects.to_vec();
+        for (at, prepared) in &written {
+            objects[*at] = prepared.clone();
+        }
+        Arc::new(objects)
+    };
     let mut guard = PREPARED.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(set) = guard.as_mut().filter(|set| set.keys == keys) else {
         return;
     };
-    if set.settled.is_some() {
-        return;
-    }
-    let mut settled = (*set.created).clone();
-    for object in &pass.written {
-        let Ok(prepared) = Prepared::from_created(&pass.roles, object) else {
-            return;
-        };
-        match keys.iter().position(|key| key.as_bytes() == prepared.key()) {
-            Some(at) => settled[at] = prepared,
-            None => return,
+    match into {
+        Keep::Settled if set.settled.is_none() => set.settled = Some(replaced(&set.created)),
+        Keep::Settled => {}
+        Keep::Created => {
+            set.created = replaced(&set.created);
+            if let Some(settled) = &set.settled {
+                set.settled = Some(replaced(settled));
+            }
         }
     }
-    set.settled = Some(Arc::new(settled));
 }
 
 /// Whether `group`/`version` is one of kube-apiserver's own group-versions (served or not),

@@ -21,10 +21,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use konverge_store::{KeyRange, WatchRequest, WatchResponse};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::bootstrap;
 use crate::error::{ApiError, Reason};
 use crate::flowcontrol::{
     AUTO_UPDATE_ANNOTATION, CONSUMER, Config, EXEMPT, GROUP, PRODUCER, bootstrap,
@@ -56,12 +58,21 @@ fn resources(registry: &Registry) -> Option<(Arc<ResourceType>, Arc<ResourceType
 /// The consumer's first pass, before the server serves: every FlowSchema gets its
 /// condition now (on a new store, the bootstrap ones, written at once), so a client's first
 /// requests (an admission webhook registered at once) never meet these writes.
-pub(crate) async fn settle(registry: &Registry) -> Settled {
+/// On a new store, what it wrote is remembered for later new stores of this process
+/// ([`bootstrap::remember_settled`]), which then hold the conditions from the start.
+pub(crate) async fn settle(registry: &Registry, bootstrapped: bootstrap::Bootstrapped) -> Settled {
     let mut recent = Recent::default();
-    let again = match resources(registry) {
-        Some((levels, schemas)) => write_conditions(registry, &levels, &schemas, &mut recent).await,
-        None => None,
+    let Some((levels, schemas)) = resources(registry) else {
+        return Settled {
+            recent,
+            again: None,
+        };
     };
+    let mut pass = bootstrap::Pass::new(vec![levels.clone(), schemas.clone()]);
+    let again = write_conditions(registry, &levels, &schemas, &mut recent, &mut pass).await;
+    if bootstrapped != bootstrap::Bootstrapped::Existing && again.is_none() {
+        bootstrap::remember_settled(registry, &pass, bootstrap::Keep::Created);
+    }
     Settled { recent, again }
 }
 
@@ -96,8 +107,8 @@ pub(crate) async fn run(registry: Registry, settled: Settled) {
 
 async fn run_once(
     registry: &Registry,
-    levels: &ResourceType,
-    schemas: &ResourceType,
+    levels: &Arc<ResourceType>,
+    schemas: &Arc<ResourceType>,
     recent: &mut Recent,
     due: Option<Instant>,
 ) -> Result<(), konverge_store::Error> {
@@ -124,7 +135,8 @@ async fn run_once(
                 continue;
             }
             _ = tokio::time::sleep_until(wake), if due.is_some() => {
-                due = write_conditions(registry, levels, schemas, recent).await;
+                let mut pass = bootstrap::Pass::new(Vec::new());
+                due = write_conditions(registry, levels, schemas, recent, &mut pass).await;
                 continue;
             }
         };
@@ -178,22 +190,34 @@ async fn listed<T: serde::de::DeserializeOwned>(
 }
 
 /// Writes the `Dangling` condition of every FlowSchema whose condition is not as it should
-/// be; when one had to wait, the time to look again.
+/// be; when one had to wait or failed, the time to look again. What it read and wrote is
+/// told to `pass`.
 async fn write_conditions(
     registry: &Registry,
-    levels_rt: &ResourceType,
-    schemas_rt: &ResourceType,
+    levels_rt: &Arc<ResourceType>,
+    schemas_rt: &Arc<ResourceType>,
     recent: &mut Recent,
+    pass: &mut bootstrap::Pass,
 ) -> Option<Instant> {
     let read = async {
         let levels: Vec<PriorityLevelConfiguration> = listed(registry, levels_rt).await?;
         let schemas: Vec<FlowSchema> = listed(registry, schemas_rt).await?;
-        Ok::<_, ApiError>(Config::digest(&levels, &schemas))
+        Ok::<_, ApiError>((levels, schemas))
     };
     let config = match read.await {
-        Ok(config) => config,
+        Ok((levels, schemas)) => {
+            let key = |rt: &ResourceType, metadata: &ObjectMeta| {
+                rt.key(None, metadata.name.as_deref().unwrap_or_default())
+            };
+            pass.listed
+                .extend(levels.iter().map(|l| key(levels_rt, &l.metadata)));
+            pass.listed
+                .extend(schemas.iter().map(|s| key(schemas_rt, &s.metadata)));
+            Config::digest(&levels, &schemas)
+        }
         Err(e) => {
             tracing::warn!(error = %e, "reading the flow control configuration failed");
+            pass.failed = true;
             return Some(Instant::now() + Duration::from_secs(1));
         }
     };
@@ -245,9 +269,10 @@ async fn write_conditions(
             Err(e) if e.reason == Reason::NotFound => {}
             Err(e) => {
                 tracing::warn!(error = %e, flow_schema = %schema, "writing a FlowSchema's condition failed");
+                pass.failed = true;
                 again.get_or_insert(now + Duration::from_secs(1));
             }
-            Ok(_) => {}
+            Ok(written) => pass.written.push((schemas_rt.clone(), written.object)),
         }
     }
     again

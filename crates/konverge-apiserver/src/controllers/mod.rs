@@ -517,7 +517,7 @@ pub async fn settle(
         bootstrap::Bootstrapped::CreatedSettled => {}
         bootstrap::Bootstrapped::Created => {
             if let Some(aggregated) = aggregation::pass(registry).await {
-                bootstrap::remember_settled(registry, &aggregated);
+                bootstrap::remember_settled(registry, &aggregated, bootstrap::Keep::Settled);
             }
         }
         // A store written to before holds the roles as the last server's loops aggregated

@@ -4,7 +4,8 @@
 //! roles, bindings, priority classes, APIServices). Decoding, defaulting, admitting,
 //! validating and encoding them again for every in-process test server costs more than
 //! everything else a build does, and gives the same bytes each time except for three values:
-//! the object's `uid`, its `creationTimestamp` and its managed fields' `time`. A [`Prepared`]
+//! the object's `uid`, its `creationTimestamp` and its managed fields' `time` (and its
+//! conditions' `lastTransitionTime`, for objects a control loop's first pass wrote). A [`Prepared`]
 //! object is the bytes the create path would store (its answer to a dry run), with those
 //! values marked by position, so that storing it is a copy, a new uid and the current time:
 //! what the full path would store for the same input, byte for byte. Nothing is skipped for
@@ -51,6 +52,17 @@ impl Prepared {
             for entry in entries {
                 if entry.get("time").is_some() {
                     entry["time"] = Value::from(TIME_MARK);
+                }
+            }
+        }
+        // A condition a control loop's first pass wrote is as new as the object.
+        if let Some(conditions) = marked
+            .pointer_mut("/status/conditions")
+            .and_then(Value::as_array_mut)
+        {
+            for condition in conditions {
+                if condition.get("lastTransitionTime").is_some() {
+                    condition["lastTransitionTime"] = Value::from(TIME_MARK);
                 }
             }
         }
