@@ -130,12 +130,30 @@ pub enum Bootstrapped {
     /// The store had been written to: each object was looked up, and made if missing.
     Existing,
     /// A new store, given the fixed objects as the create path makes them.
-    Created,
+    Created {
+        /// Whether they are as the pass every server makes before it serves (flow
+        /// control's conditions) left them in the process's first new store: that pass has
+        /// nothing left to do.
+        passed: bool,
+    },
     /// A new store, given the fixed objects as they stood after the first pass of the
     /// control loops over a store like it: the aggregated ClusterRoles (`admin`, `edit`,
     /// `view`, ...) already hold the rules they aggregate, written by the aggregation
     /// controller, so that pass has nothing left to do.
-    CreatedSettled,
+    CreatedSettled {
+        /// As for [`Bootstrapped::Created`].
+        passed: bool,
+    },
+}
+
+impl Bootstrapped {
+    /// Whether the fixed objects were given as the pass every server makes left them.
+    pub(crate) fn passed(self) -> bool {
+        match self {
+            Bootstrapped::Existing => false,
+            Bootstrapped::Created { passed } | Bootstrapped::CreatedSettled { passed } => passed,
+        }
+    }
 }
 
 /// Creates every bootstrap object that is missing. `settled` asks for the fixed objects as
@@ -288,6 +306,8 @@ struct PreparedSet {
     keys: Vec<String>,
     created: Arc<Vec<Prepared>>,
     settled: Option<Arc<Vec<Prepared>>>,
+    /// Whether both are as the pass every server makes left them ([`Keep::Created`]).
+    passed: bool,
 }
 
 static PREPARED: Mutex<Option<PreparedSet>> = Mutex::new(None);
@@ -323,8 +343,16 @@ async fn create_fixed(
         .as_ref()
         .filter(|set| set.keys == keys)
         .map(|set| match &set.settled {
-            Some(objects) if settled => (objects.clone(), Bootstrapped::CreatedSettled),
-            _ => (set.created.clone(), Bootstrapped::Created),
+            Some(objects) if settled => (
+                objects.clone(),
+                Bootstrapped::CreatedSettled {
+                    passed: set.passed,
+                },
+            ),
+            _ => (
+                set.created.clone(),
+                Bootstrapped::Created { passed: set.passed },
+            ),
         });
     let (prepared, bootstrapped) = match ready {
         Some(ready) => ready,
@@ -346,8 +374,9 @@ async fn create_fixed(
                 keys,
                 created: prepared.clone(),
                 settled: None,
+                passed: false,
             });
-            (prepared, Bootstrapped::Created)
+            (prepared, Bootstrapped::Created { passed: false })
         }
     };
     let objects: Vec<(&ResourceType, &Prepared)> = fixed
@@ -445,7 +474,9 @@ pub(crate) fn remember_settled(registry: &Registry, pass: &Pass, into: Keep) {
     match into {
         Keep::Settled if set.settled.is_none() => set.settled = Some(replaced(&set.created)),
         Keep::Settled => {}
+        Keep::Created if set.passed => {}
         Keep::Created => {
+            set.passed = true;
             set.created = replaced(&set.created);
             if let Some(settled) = &set.settled {
                 set.settled = Some(replaced(settled));

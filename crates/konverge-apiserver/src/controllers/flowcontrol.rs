@@ -59,10 +59,12 @@ fn resources(registry: &Registry) -> Option<(Arc<ResourceType>, Arc<ResourceType
 /// condition now (on a new store, the bootstrap ones, written at once), so a client's first
 /// requests (an admission webhook registered at once) never meet these writes.
 /// On a new store, what it wrote is remembered for later new stores of this process
-/// ([`bootstrap::remember_settled`]), which then hold the conditions from the start.
+/// ([`bootstrap::remember_settled`]), which then hold the conditions from the start and
+/// skip it.
 pub(crate) async fn settle(registry: &Registry, bootstrapped: bootstrap::Bootstrapped) -> Settled {
     let mut recent = Recent::default();
-    let Some((levels, schemas)) = resources(registry) else {
+    let resources = resources(registry).filter(|_| !bootstrapped.passed());
+    let Some((levels, schemas)) = resources else {
         return Settled {
             recent,
             again: None,

@@ -514,8 +514,8 @@ pub async fn settle(
     objects_pass(registry, &index, settings, &scope).await;
     match bootstrapped {
         // The aggregated roles were stored as a pass like this one left them.
-        bootstrap::Bootstrapped::CreatedSettled => {}
-        bootstrap::Bootstrapped::Created => {
+        bootstrap::Bootstrapped::CreatedSettled { .. } => {}
+        bootstrap::Bootstrapped::Created { .. } => {
             if let Some(aggregated) = aggregation::pass(registry).await {
                 bootstrap::remember_settled(registry, &aggregated, bootstrap::Keep::Settled);
             }
