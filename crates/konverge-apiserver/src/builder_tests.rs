@@ -894,10 +894,21 @@ async fn the_server_keeps_its_identity_lease_and_what_it_publishes_in_kube_syste
     }
 
     // extension-apiserver-authentication: the client CA, combined with the CAs already
-    // there, other keys dropped; recreated when deleted.
+    // there, and the front proxy's; other keys dropped; recreated when deleted.
     let auth = "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication";
+    let front_proxy = server.aggregator().front_proxy().request_header_data();
+    let with_front_proxy = |data: Value| {
+        let mut data = data;
+        for (key, value) in front_proxy.as_object().expect("data") {
+            data[key] = value.clone();
+        }
+        data
+    };
     let published = get(&server, auth).await;
-    assert_eq!(published["data"], json!({"client-ca-file": ca}));
+    assert_eq!(
+        published["data"],
+        with_front_proxy(json!({"client-ca-file": ca}))
+    );
     let other = ca_pem("another-front-proxy-ca");
     let mut edited = published.clone();
     edited["data"] = json!({"client-ca-file": other, "extra": "x"});
@@ -906,13 +917,16 @@ async fn the_server_keeps_its_identity_lease_and_what_it_publishes_in_kube_syste
     let (_, combined) = settled(&server, auth).await;
     assert_eq!(
         combined["data"],
-        json!({"client-ca-file": format!("{other}{ca}")})
+        with_front_proxy(json!({"client-ca-file": format!("{other}{ca}")}))
     );
     let (status, _) = call(&server, Method::DELETE, auth, None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, recreated) = settled(&server, auth).await;
     assert_eq!(status, StatusCode::OK, "{recreated}");
-    assert_eq!(recreated["data"], json!({"client-ca-file": ca}));
+    assert_eq!(
+        recreated["data"],
+        with_front_proxy(json!({"client-ca-file": ca}))
+    );
 
     // The legacy token tracking ConfigMap: the day tracking started; a `since` that is not a
     // date is put back; deleted, it is created again at most once per half hour.
@@ -947,7 +961,7 @@ async fn the_server_keeps_its_identity_lease_and_what_it_publishes_in_kube_syste
 }
 
 #[tokio::test]
-async fn without_a_client_ca_no_authentication_config_map_is_published() {
+async fn without_a_client_ca_the_authentication_config_map_holds_the_front_proxy_only() {
     let server = builder().build().await.expect("server");
     let (status, _) = settled(
         &server,
@@ -955,14 +969,20 @@ async fn without_a_client_ca_no_authentication_config_map_is_published() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = call(
+    let (status, published) = call(
         &server,
         Method::GET,
         "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
         None,
     )
     .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        published["data"],
+        server.aggregator().front_proxy().request_header_data()
+    );
+    let names = published["data"]["requestheader-allowed-names"].clone();
+    assert_eq!(names, "[\"front-proxy-client\"]");
 }
 
 #[tokio::test(start_paused = true)]

@@ -28,6 +28,8 @@
 //!   the (simulated) kubelets, through the [`PodLogs`] hook.
 //! - [`webhook`]: calling admission and CRD conversion webhooks over HTTPS (by URL or
 //!   Service), or in-process.
+//! - [`aggregator`]: group-versions served by aggregated API servers (APIServices naming a
+//!   Service): the proxy to them, their availability checks and their discovery.
 //! - [`controllers`]: what runs without a request: bootstrap objects, garbage collection,
 //!   namespaces, ClusterRole aggregation, ResourceQuota usage, policy type checking,
 //!   definitions, compaction.
@@ -47,6 +49,7 @@
 //! `docs/architecture.md` in the repository walks the same path in prose.
 
 pub mod admission;
+pub mod aggregator;
 pub mod audit;
 pub mod auth;
 pub mod controllers;
@@ -105,6 +108,7 @@ pub struct ApiServerBuilder {
     watch_cache: registry::WatchCacheConfig,
     root_ca: Option<String>,
     client_ca: Option<String>,
+    front_proxy: Option<Arc<aggregator::FrontProxy>>,
     service_account_key: Option<Vec<u8>>,
     authorization: AuthorizationMode,
     observer: Option<auth::authz::Observer>,
@@ -193,6 +197,15 @@ impl ApiServerBuilder {
     /// `client-ca-file`, where aggregated API servers read it.
     pub fn client_ca(mut self, pem: impl Into<String>) -> Self {
         self.client_ca = Some(pem.into());
+        self
+    }
+
+    /// The front proxy's identity (`--proxy-client-cert-file` and
+    /// `--requestheader-client-ca-file`): what the server presents to aggregated API servers,
+    /// and publishes for them in `extension-apiserver-authentication`. Without one, a CA and
+    /// client certificate made once per process.
+    pub fn front_proxy(mut self, front_proxy: aggregator::FrontProxy) -> Self {
+        self.front_proxy = Some(Arc::new(front_proxy));
         self
     }
 
@@ -405,11 +418,22 @@ impl ApiServerBuilder {
             Arc::new(registry.clone()),
             metrics.clone(),
         ));
+        let front_proxy = match self.front_proxy.clone() {
+            Some(front_proxy) => front_proxy,
+            None => aggregator::FrontProxy::for_this_process()
+                .map_err(|e| ApiError::internal(e.to_string()))?,
+        };
+        let aggregator = Arc::new(aggregator::Aggregator::new(
+            Arc::new(registry.clone()),
+            self.webhooks.clone(),
+            front_proxy.clone(),
+        ));
         let stop = CancellationToken::new();
         let server = Arc::new(ApiServer {
             registry,
             metrics,
             flow_control,
+            aggregator,
             authenticator: auth::authn::Authenticator::new(self.token, tokens.clone()),
             authorization,
             rbac,
@@ -441,7 +465,8 @@ impl ApiServerBuilder {
         server.background(controllers::crd::run(server.registry.clone()));
         server.background(controllers::kube_system::run(
             server.registry.clone(),
-            controllers::kube_system::Settings::for_this_host(self.client_ca.clone()),
+            controllers::kube_system::Settings::for_this_host(self.client_ca.clone())
+                .with_front_proxy(front_proxy),
         ));
         {
             let endpoints =
@@ -458,6 +483,10 @@ impl ApiServerBuilder {
             self.compaction_interval,
         ));
         server.background(controllers::service_repair::run(server.registry.clone()));
+        server.background(controllers::api_service_status::run(
+            server.registry.clone(),
+            server.aggregator.clone(),
+        ));
         if self.control_loops {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
@@ -495,6 +524,8 @@ pub struct ApiServer {
     metrics: Arc<metrics::Metrics>,
     /// Classifies requests by the stored FlowSchemas.
     flow_control: Arc<flowcontrol::FlowControl>,
+    /// Proxies to aggregated API servers.
+    aggregator: Arc<aggregator::Aggregator>,
     authenticator: auth::authn::Authenticator,
     authorization: auth::authz::Authorization,
     rbac: Option<Arc<auth::rbac::Rbac>>,
@@ -534,6 +565,7 @@ impl ApiServer {
             watch_cache: registry::WatchCacheConfig::default(),
             root_ca: None,
             client_ca: None,
+            front_proxy: None,
             service_account_key: None,
             authorization: AuthorizationMode::AlwaysAllow,
             observer: None,
@@ -562,6 +594,11 @@ impl ApiServer {
     /// The classifier of requests (API Priority and Fairness).
     pub fn flow_control(&self) -> &Arc<flowcontrol::FlowControl> {
         &self.flow_control
+    }
+
+    /// The aggregator: remote group-versions and the proxy to their servers.
+    pub fn aggregator(&self) -> &Arc<aggregator::Aggregator> {
+        &self.aggregator
     }
 
     /// The metrics `GET /metrics` serves.

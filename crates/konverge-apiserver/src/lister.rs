@@ -37,11 +37,13 @@ pub enum Changes {
     Quota,
     /// FlowSchemas and PriorityLevelConfigurations.
     FlowControl,
+    /// APIServices.
+    ApiServices,
 }
 
 impl Changes {
     /// How many kinds of counted configuration there are.
-    pub(crate) const COUNT: usize = 4;
+    pub(crate) const COUNT: usize = 5;
 }
 
 /// Reads of stored objects, for the code the registry runs.

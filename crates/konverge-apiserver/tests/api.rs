@@ -175,6 +175,7 @@ async fn configmap_crud(t: TestServer) {
         names,
         [
             "default/app",
+            "kube-system/extension-apiserver-authentication",
             "kube-system/kube-apiserver-legacy-service-account-token-tracking"
         ]
     );

@@ -1633,8 +1633,8 @@ async fn health_checks_are_named_and_timeouts_checked() {
     let (code, verbose) = text("/readyz?verbose").await;
     assert_eq!(code, 200);
     // kube-apiserver 1.33's checks and post-start hooks, in its order (as a v1.33.1 cluster
-    // lists them), less those konverge has no counterpart for (the aggregator's proxy,
-    // remote availability, discovery and OpenAPI controllers).
+    // lists them), less those konverge has no counterpart for (the aggregator's OpenAPI
+    // controllers).
     let lines: Vec<&str> = verbose.lines().collect();
     assert_eq!(
         lines,
@@ -1663,9 +1663,12 @@ async fn health_checks_are_named_and_timeouts_checked() {
             "[+]poststarthook/priority-and-fairness-config-producer ok",
             "[+]poststarthook/bootstrap-controller ok",
             "[+]poststarthook/start-kubernetes-service-cidr-controller ok",
+            "[+]poststarthook/aggregator-reload-proxy-client-cert ok",
             "[+]poststarthook/start-kube-aggregator-informers ok",
             "[+]poststarthook/apiservice-status-local-available-controller ok",
+            "[+]poststarthook/apiservice-status-remote-available-controller ok",
             "[+]poststarthook/apiservice-registration-controller ok",
+            "[+]poststarthook/apiservice-discovery-controller ok",
             "[+]poststarthook/kube-apiserver-autoregistration ok",
             "[+]autoregister-completion ok",
             "[+]shutdown ok",

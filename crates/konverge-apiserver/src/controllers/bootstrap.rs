@@ -345,9 +345,7 @@ async fn create_fixed(
         .map(|set| match &set.settled {
             Some(objects) if settled => (
                 objects.clone(),
-                Bootstrapped::CreatedSettled {
-                    passed: set.passed,
-                },
+                Bootstrapped::CreatedSettled { passed: set.passed },
             ),
             _ => (
                 set.created.clone(),

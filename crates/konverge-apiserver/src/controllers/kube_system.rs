@@ -52,6 +52,8 @@ pub struct Settings {
     pub hostname: String,
     /// The PEM of the CAs whose client certificates the server accepts.
     pub client_ca: Option<String>,
+    /// The front proxy the server reaches aggregated API servers as.
+    pub front_proxy: Option<std::sync::Arc<crate::aggregator::FrontProxy>>,
 }
 
 impl Settings {
@@ -62,7 +64,17 @@ impl Settings {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             client_ca,
+            front_proxy: None,
         }
+    }
+
+    /// These settings, publishing `front_proxy` (`requestheader-*`).
+    pub fn with_front_proxy(
+        mut self,
+        front_proxy: std::sync::Arc<crate::aggregator::FrontProxy>,
+    ) -> Self {
+        self.front_proxy = Some(front_proxy);
+        self
     }
 }
 
@@ -108,7 +120,7 @@ pub async fn run(registry: Registry, settings: Settings) {
                 continue;
             }
         };
-        sync_authentication(&registry, &config_maps, settings.client_ca.as_deref()).await;
+        sync_authentication(&registry, &config_maps, &settings).await;
         tracking.sync(&registry, &config_maps).await;
         let mut renew = tokio::time::interval(RENEW_INTERVAL);
         let mut collect = tokio::time::interval(LEASE_GC_PERIOD);
@@ -120,7 +132,7 @@ pub async fn run(registry: Registry, settings: Settings) {
                         for event in events {
                             let name = event.kv.key.strip_prefix(prefix.as_bytes()).unwrap_or_default();
                             if name == AUTHENTICATION_CONFIG_MAP.as_bytes() {
-                                sync_authentication(&registry, &config_maps, settings.client_ca.as_deref()).await;
+                                sync_authentication(&registry, &config_maps, &settings).await;
                             } else if name == TOKEN_TRACKING_CONFIG_MAP.as_bytes() {
 
                                 tracking.sync(&registry, &config_maps).await;
@@ -340,13 +352,46 @@ fn combined_bundle(existing: &str, required: &str, now: i64) -> Option<Option<St
     ))
 }
 
+/// The `requestheader-*` values published: the CAs already there and the front proxy's (as
+/// for `client-ca-file`), and each list (allowed names, headers) those already there, then
+/// the front proxy's that are missing, as kube's cluster authentication trust controller
+/// combines them. `None` when the CA bundle there holds something else than certificates.
+fn combined_request_header(existing: Option<&Value>, own: &Value, now: i64) -> Option<Value> {
+    let existing_text = |key: &str| {
+        existing
+            .and_then(|d| d.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let mut combined = serde_json::Map::new();
+    let ca_key = "requestheader-client-ca-file";
+    if let Some(bundle) = combined_bundle(
+        existing_text(ca_key),
+        own[ca_key].as_str().unwrap_or_default(),
+        now,
+    )? {
+        combined.insert(ca_key.into(), Value::from(bundle));
+    }
+    for (key, value) in own.as_object()? {
+        if key == ca_key {
+            continue;
+        }
+        let mut list: Vec<String> = serde_json::from_str(existing_text(key)).unwrap_or_default();
+        let wanted: Vec<String> = serde_json::from_str(value.as_str()?).ok()?;
+        for item in wanted {
+            if !list.contains(&item) {
+                list.push(item);
+            }
+        }
+        combined.insert(key.clone(), Value::from(serde_json::to_string(&list).ok()?));
+    }
+    Some(Value::Object(combined))
+}
+
 /// Writes `extension-apiserver-authentication` if its data is not what the cluster's
 /// authentication combined with what it publishes now says.
-async fn sync_authentication(
-    registry: &Registry,
-    config_maps: &ResourceType,
-    client_ca: Option<&str>,
-) {
+async fn sync_authentication(registry: &Registry, config_maps: &ResourceType, settings: &Settings) {
+    let client_ca = settings.client_ca.as_deref();
     let current = match registry
         .get(
             config_maps,
@@ -375,10 +420,26 @@ async fn sync_authentication(
         );
         return;
     };
-    let data = match bundle {
+    let mut data = match bundle {
         Some(bundle) => json!({"client-ca-file": bundle}),
         None => json!({}),
     };
+    if let Some(front_proxy) = &settings.front_proxy {
+        let existing = current.as_ref().and_then(|c| c.get("data"));
+        let Some(request_header) =
+            combined_request_header(existing, &front_proxy.request_header_data(), now)
+        else {
+            tracing::warn!(
+                "{AUTHENTICATION_CONFIG_MAP}: requestheader-client-ca-file holds a block that is not a certificate"
+            );
+            return;
+        };
+        if let (Some(data), Some(request_header)) =
+            (data.as_object_mut(), request_header.as_object())
+        {
+            data.extend(request_header.clone());
+        }
+    }
     let written = match current {
         // Nil and empty data are the same to kube's comparison: nothing to publish, nothing
         // created.
@@ -495,6 +556,31 @@ fn is_date(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_header_lists_are_combined_as_kubes_trust_controller_combines_them() {
+        let own = json!({
+            "requestheader-allowed-names": "[\"front-proxy-client\"]",
+            "requestheader-username-headers": "[\"X-Remote-User\"]",
+        });
+        let existing = json!({
+            "requestheader-allowed-names": "[\"aggregator\",\"front-proxy-client\"]",
+            "requestheader-username-headers": "[\"X-Other-User\"]",
+        });
+        let combined = combined_request_header(Some(&existing), &own, 0).expect("combined");
+        assert_eq!(
+            combined,
+            json!({
+                "requestheader-allowed-names": "[\"aggregator\",\"front-proxy-client\"]",
+                "requestheader-username-headers": "[\"X-Other-User\",\"X-Remote-User\"]",
+            })
+        );
+        assert_eq!(
+            combined_request_header(None, &own, 0).expect("own"),
+            own,
+            "nothing there: the front proxy's alone"
+        );
+    }
 
     #[test]
     fn the_server_id_is_kube_apiservers_for_the_host() {

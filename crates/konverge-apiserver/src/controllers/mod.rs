@@ -7,7 +7,9 @@
 //! run: store compaction ([`compaction`]), API Priority and Fairness' bootstrap objects and
 //! FlowSchema conditions ([`flowcontrol`]), the repair of Services' node ports and cluster IPs
 //! ([`service_repair`]), the definition controller ([`crd`]), which serves
-//! custom resources and registers their groups' APIServices ([`api_services`]), the objects a new cluster starts with ([`bootstrap`]), the
+//! custom resources and registers their groups' APIServices ([`api_services`]), the
+//! availability checks of APIServices served by aggregated API servers
+//! ([`api_service_status`]), the objects a new cluster starts with ([`bootstrap`]), the
 //! `kubernetes` Service's endpoints listing the live servers ([`endpoints`]) and what the
 //! server keeps in `kube-system` ([`kube_system`]: its identity Lease, the authentication
 //! ConfigMap aggregated servers read).
@@ -18,6 +20,7 @@
 //! writes follow the same rules as any client's.
 
 pub mod aggregation;
+pub(crate) mod api_service_status;
 pub mod api_services;
 pub mod bootstrap;
 pub mod compaction;

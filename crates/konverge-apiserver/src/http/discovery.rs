@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::resources::{Catalog, ResourceType};
+use crate::aggregator::{Aggregator, Remote, Remotes};
+use crate::resources::{Catalog, ResourceType, version_priority};
 
 /// The order kube-apiserver lists its groups in (its APIService group priorities); custom
 /// resource groups follow, by name.
@@ -58,45 +59,6 @@ fn groups(catalog: &Catalog) -> Groups {
     ordered
 }
 
-/// Kubernetes' version priority: GA before beta before alpha, higher numbers first, and
-/// versions that do not look like Kubernetes versions last, alphabetically.
-fn version_priority(version: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
-    let parsed = version.strip_prefix('v').and_then(|rest| {
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        let major: u64 = rest[..digits].parse().ok()?;
-        let tail = &rest[digits..];
-        let (level, minor) = if tail.is_empty() {
-            (0, "0")
-        } else if let Some(m) = tail.strip_prefix("beta") {
-            (1, m)
-        } else if let Some(m) = tail.strip_prefix("alpha") {
-            (2, m)
-        } else {
-            return None;
-        };
-        let minor: u64 = if minor.is_empty() && level > 0 {
-            0
-        } else {
-            minor.parse().ok()?
-        };
-        Some((level, major, minor))
-    });
-    match parsed {
-        Some((level, major, minor)) => (
-            level,
-            std::cmp::Reverse(major),
-            std::cmp::Reverse(minor),
-            String::new(),
-        ),
-        None => (
-            3,
-            std::cmp::Reverse(0),
-            std::cmp::Reverse(0),
-            version.to_string(),
-        ),
-    }
-}
-
 /// A group's versions in priority order (the first is the preferred one).
 fn by_priority(
     versions: &BTreeMap<String, Vec<Arc<ResourceType>>>,
@@ -127,24 +89,86 @@ fn group_json(name: &str, versions: &BTreeMap<String, Vec<Arc<ResourceType>>>) -
     })
 }
 
-/// `/apis`.
-pub fn group_list(catalog: &Catalog) -> Value {
-    let groups: Vec<Value> = groups(catalog)
+/// A group served by aggregated API servers, as kube-aggregator lists it: its versions in
+/// the APIServices' order, the first preferred.
+fn remote_group_json(name: &str, versions: &[&Arc<Remote>]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|r| json!({"groupVersion": format!("{name}/{}", r.version), "version": r.version}))
+        .collect();
+    json!({
+        "name": name,
+        "versions": versions,
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// The groups only aggregated API servers serve, in the APIServices' order.
+fn remote_groups<'a>(
+    catalog: &Catalog,
+    remotes: &'a Remotes,
+) -> Vec<(&'a str, Vec<&'a Arc<Remote>>)> {
+    let mut groups: Vec<(&str, Vec<&Arc<Remote>>)> = Vec::new();
+    for remote in remotes.all() {
+        if remote.group.is_empty() || catalog.serves_group_version(&remote.group, &remote.version) {
+            continue;
+        }
+        match groups.iter_mut().find(|(g, _)| *g == remote.group) {
+            Some((_, versions)) => versions.push(remote),
+            None => groups.push((&remote.group, vec![remote])),
+        }
+    }
+    groups
+}
+
+/// `/apis`: the groups served here, then those of aggregated API servers.
+pub fn group_list(catalog: &Catalog, remotes: &Remotes) -> Value {
+    let mut groups: Vec<Value> = groups(catalog)
         .iter()
         .filter(|(name, _)| !name.is_empty())
         .map(|(name, versions)| group_json(name, versions))
         .collect();
+    groups.extend(
+        remote_groups(catalog, remotes)
+            .iter()
+            .map(|(name, versions)| remote_group_json(name, versions)),
+    );
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-/// `/apis/{group}`, if the group is served.
-pub fn group(catalog: &Catalog, name: &str) -> Option<Value> {
+/// `/apis/{group}`, if the group is served, here or by aggregated API servers.
+pub fn group(catalog: &Catalog, remotes: &Remotes, name: &str) -> Option<Value> {
     let all = groups(catalog);
-    let (_, versions) = all.iter().find(|(g, _)| g == name && !name.is_empty())?;
-    let mut group = group_json(name, versions);
+    let mut group = match all.iter().find(|(g, _)| g == name && !name.is_empty()) {
+        Some((_, versions)) => group_json(name, versions),
+        None => {
+            let remote = remote_groups(catalog, remotes);
+            let (_, versions) = remote.iter().find(|(g, _)| *g == name)?;
+            remote_group_json(name, versions)
+        }
+    };
     group["kind"] = json!("APIGroup");
     group["apiVersion"] = json!("v1");
     Some(group)
+}
+
+/// The aggregated discovery groups (`APIGroupDiscovery`) of aggregated API servers, with what
+/// each server's discovery said of its resources.
+pub fn remote_aggregated(
+    catalog: &Catalog,
+    remotes: &Remotes,
+    aggregator: &Aggregator,
+) -> Vec<Value> {
+    remote_groups(catalog, remotes)
+        .iter()
+        .map(|(name, versions)| {
+            let versions: Vec<Value> = versions.iter().map(|r| aggregator.discovered(r)).collect();
+            json!({
+                "metadata": {"name": name, "creationTimestamp": null},
+                "versions": versions,
+            })
+        })
+        .collect()
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`, if served.
@@ -206,8 +230,8 @@ pub fn resource_list(catalog: &Catalog, group: &str, version: &str) -> Option<Va
 
 /// The aggregated discovery document for the core group (`core = true`, served at `/api`) or
 /// every named group (`/apis`), as `apidiscovery.k8s.io/{api_version}`.
-pub fn aggregated(catalog: &Catalog, core: bool, api_version: &str) -> Value {
-    let items: Vec<Value> = groups(catalog)
+pub fn aggregated(catalog: &Catalog, core: bool, api_version: &str, remote: Vec<Value>) -> Value {
+    let mut items: Vec<Value> = groups(catalog)
         .iter()
         .filter(|(name, _)| name.is_empty() == core)
         .map(|(name, versions)| {
@@ -226,6 +250,9 @@ pub fn aggregated(catalog: &Catalog, core: bool, api_version: &str) -> Value {
             json!({"metadata": metadata, "versions": versions})
         })
         .collect();
+    if !core {
+        items.extend(remote);
+    }
     json!({
         "kind": "APIGroupDiscoveryList",
         "apiVersion": format!("apidiscovery.k8s.io/{api_version}"),

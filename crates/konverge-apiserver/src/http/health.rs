@@ -9,12 +9,11 @@ use crate::error::{ApiError, Result};
 
 /// The start-up work the server has done once it serves: kube-apiserver's post-start hooks
 /// that have a counterpart here, and its boot check `autoregister-completion`, named and
-/// ordered as a kube-apiserver 1.33.1 lists them in `/readyz?verbose`. Left out:
-/// `aggregator-reload-proxy-client-cert`, and the aggregator's remote availability,
-/// discovery and OpenAPI controllers (`apiservice-status-remote-available-controller`,
-/// `apiservice-discovery-controller`, `apiservice-openapi-controller`,
-/// `apiservice-openapiv3-controller`), which konverge does not run.
-const POST_START_HOOKS: [&str; 24] = [
+/// ordered as a kube-apiserver 1.33.1 lists them in `/readyz?verbose` (the aggregator's in
+/// the order kube-aggregator adds them). Left out: the aggregator's OpenAPI controllers
+/// (`apiservice-openapi-controller`, `apiservice-openapiv3-controller`): aggregated API
+/// servers' OpenAPI is not merged into the server's.
+const POST_START_HOOKS: [&str; 27] = [
     "poststarthook/start-apiserver-admission-initializer",
     "poststarthook/generic-apiserver-start-informers",
     "poststarthook/priority-and-fairness-config-consumer",
@@ -34,9 +33,12 @@ const POST_START_HOOKS: [&str; 24] = [
     "poststarthook/priority-and-fairness-config-producer",
     "poststarthook/bootstrap-controller",
     "poststarthook/start-kubernetes-service-cidr-controller",
+    "poststarthook/aggregator-reload-proxy-client-cert",
     "poststarthook/start-kube-aggregator-informers",
     "poststarthook/apiservice-status-local-available-controller",
+    "poststarthook/apiservice-status-remote-available-controller",
     "poststarthook/apiservice-registration-controller",
+    "poststarthook/apiservice-discovery-controller",
     "poststarthook/kube-apiserver-autoregistration",
     "autoregister-completion",
 ];

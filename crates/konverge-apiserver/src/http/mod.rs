@@ -142,7 +142,10 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
         }
         Err(e) => return request_info_error(&req, &e),
     };
-    let route = route::of_request(&info, server.registry.catalog());
+    let route = match server.aggregator.remote_of_path(req.uri().path()).await {
+        Some(remote) => Ok(Route::Remote(remote)),
+        None => route::of_request(&info, server.registry.catalog()),
+    };
     let accept = Accept::parse(req.headers());
     // Errors are written as the objects of the request would be: protobuf when the client
     // prefers it and the resource has an encoding; JSON otherwise (kube-apiserver writes
@@ -173,7 +176,9 @@ async fn dispatch(State(server): State<Arc<ApiServer>>, req: Request) -> Respons
     let mut audited = server
         .audit()
         .and_then(|audit| audited::Audited::begin(audit, &parts, &info, &who, received));
-    let long_running = measured.as_ref().is_some_and(|i| i.long_running);
+    // What an aggregated API server answers is streamed, never held for the audit log.
+    let long_running =
+        measured.as_ref().is_some_and(|i| i.long_running) || matches!(&route, Ok(Route::Remote(_)));
     let user = match admitted {
         Ok(user) => user,
         Err(err) => {
@@ -503,6 +508,10 @@ async fn handle(
 ) -> Result<Response> {
     let path = req.uri().path().to_string();
     let route = route?;
+    // What an aggregated API server answers goes back as it is.
+    if let Route::Remote(remote) = &route {
+        return Ok(server.aggregator.proxy(remote, user, req).await);
+    }
     let method = req.method().clone();
     let query = Query::parse(req.uri().query())?;
     let long_running = query.watch
@@ -523,7 +532,7 @@ async fn handle(
         Route::CoreVersions => Ok(match accept.aggregated_discovery() {
             Some((version, ct)) => json_response(
                 StatusCode::OK,
-                &crate::http::discovery::aggregated(server.registry.catalog(), true, version),
+                &discovery::aggregated(server.registry.catalog(), true, version, Vec::new()),
                 Some(&ct),
             ),
             None => json_response(
@@ -532,21 +541,32 @@ async fn handle(
                 None,
             ),
         }),
-        Route::Groups => Ok(match accept.aggregated_discovery() {
-            Some((version, ct)) => json_response(
-                StatusCode::OK,
-                &crate::http::discovery::aggregated(server.registry.catalog(), false, version),
-                Some(&ct),
-            ),
-            None => json_response(
-                StatusCode::OK,
-                &crate::http::discovery::group_list(server.registry.catalog()),
-                None,
-            ),
-        }),
-        Route::Group(group) => crate::http::discovery::group(server.registry.catalog(), &group)
-            .map(|g| json_response(StatusCode::OK, &g, None))
-            .ok_or_else(ApiError::no_route),
+        Route::Groups => {
+            let catalog = server.registry.catalog();
+            let remotes = server.aggregator.remotes().await;
+            Ok(match accept.aggregated_discovery() {
+                Some((version, ct)) => {
+                    let remote =
+                        discovery::remote_aggregated(catalog, &remotes, &server.aggregator);
+                    json_response(
+                        StatusCode::OK,
+                        &discovery::aggregated(catalog, false, version, remote),
+                        Some(&ct),
+                    )
+                }
+                None => json_response(
+                    StatusCode::OK,
+                    &discovery::group_list(catalog, &remotes),
+                    None,
+                ),
+            })
+        }
+        Route::Group(group) => {
+            let remotes = server.aggregator.remotes().await;
+            discovery::group(server.registry.catalog(), &remotes, &group)
+                .map(|g| json_response(StatusCode::OK, &g, None))
+                .ok_or_else(ApiError::no_route)
+        }
         Route::GroupVersion(group, version) => {
             crate::http::discovery::resource_list(server.registry.catalog(), &group, &version)
                 .map(|l| json_response(StatusCode::OK, &l, None))
@@ -582,6 +602,7 @@ async fn handle(
             "application/jwk-set+json",
         )),
         Route::Resource(route) => resource(server, user, route, method, accept, query, req).await,
+        Route::Remote(_) => Err(ApiError::no_route()),
     }
 }
 

@@ -35,6 +35,9 @@ pub enum Route {
     Jwks,
     /// A resource path.
     Resource(ResourceRoute),
+    /// A path under a group-version an aggregated API server serves
+    /// (`/apis/{group}/{version}...`), passed to it.
+    Remote(Arc<crate::aggregator::Remote>),
 }
 
 /// A request for a resource, a collection, or a subresource.

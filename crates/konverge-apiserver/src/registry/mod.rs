@@ -277,6 +277,7 @@ pub(crate) fn changes_of(rt: &ResourceType) -> Option<Changes> {
         ("admissionregistration.k8s.io", _) => Some(Changes::Admission),
         _ if rt.is(crate::resources::RESOURCE_QUOTAS) => Some(Changes::Quota),
         (crate::flowcontrol::GROUP, _) => Some(Changes::FlowControl),
+        (crate::aggregator::GROUP, _) => Some(Changes::ApiServices),
         _ => None,
     }
 }

@@ -459,6 +459,47 @@ impl ResourceType {
     }
 }
 
+/// Kubernetes' version priority: GA before beta before alpha, higher numbers first, and
+/// versions that do not look like Kubernetes versions last, alphabetically.
+pub fn version_priority(
+    version: &str,
+) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        let (level, minor) = if tail.is_empty() {
+            (0, "0")
+        } else if let Some(m) = tail.strip_prefix("beta") {
+            (1, m)
+        } else if let Some(m) = tail.strip_prefix("alpha") {
+            (2, m)
+        } else {
+            return None;
+        };
+        let minor: u64 = if minor.is_empty() && level > 0 {
+            0
+        } else {
+            minor.parse().ok()?
+        };
+        Some((level, major, minor))
+    });
+    match parsed {
+        Some((level, major, minor)) => (
+            level,
+            std::cmp::Reverse(major),
+            std::cmp::Reverse(minor),
+            String::new(),
+        ),
+        None => (
+            3,
+            std::cmp::Reverse(0),
+            std::cmp::Reverse(0),
+            version.to_string(),
+        ),
+    }
+}
+
 /// Every served resource, indexed for the lookups requests need.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -486,6 +527,17 @@ impl Catalog {
             .unwrap_or_else(|e| e.into_inner())
             .get(&(group.to_string(), version.to_string(), plural.to_string()))
             .cloned()
+    }
+
+    /// Whether any resource is served under `/apis/{group}/{version}`.
+    pub fn serves_group_version(&self, group: &str, version: &str) -> bool {
+        let from = (group.to_string(), version.to_string(), String::new());
+        self.by_path
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .range(from..)
+            .next()
+            .is_some_and(|((g, v, _), _)| g == group && v == version)
     }
 
     /// Every resource, ordered by group, version and plural.

@@ -192,7 +192,7 @@ impl Webhooks {
     }
 
     /// The address of a Service's port: mapped at start-up, or from its EndpointSlices.
-    async fn resolve(
+    pub(crate) async fn resolve(
         &self,
         service: &ServiceReference,
         registry: &dyn Lister,
@@ -321,11 +321,32 @@ fn split_url(url: &str) -> Result<(String, u16, String), CallError> {
 }
 
 fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, CallError> {
+    client_tls(ca_bundle, false, None)
+}
+
+/// A client certificate and its key, presented to the server called.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientIdentity {
+    pub(crate) chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    pub(crate) key: Arc<rustls::pki_types::PrivateKeyDer<'static>>,
+}
+
+/// How a client of the server's own (webhooks, aggregated API servers) verifies what it
+/// calls: by `ca_bundle` as Go verifies (the system's roots without one), or not at all when
+/// `insecure`; presenting `identity` when given.
+pub(crate) fn client_tls(
+    ca_bundle: Option<&[u8]>,
+    insecure: bool,
+    identity: Option<&ClientIdentity>,
+) -> Result<Arc<rustls::ClientConfig>, CallError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| CallError::Tls(e.to_string()))?;
-    let config = match ca_bundle.filter(|b| !b.is_empty()) {
+    let verified = match ca_bundle.filter(|b| !b.is_empty()) {
+        _ if insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(tls::Unverified::new(provider))),
         // The bundle's certificates, verified as Go verifies them.
         Some(pem) => {
             let mut reader = pem;
@@ -335,7 +356,6 @@ fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, Cal
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth()
         }
         None => {
             let mut roots = rustls::RootCertStore::empty();
@@ -343,10 +363,52 @@ fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, Cal
             for cert in native.certs {
                 let _ = roots.add(cert);
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
         }
     };
+    let config = match identity {
+        Some(identity) => verified
+            .with_client_auth_cert(identity.chain.clone(), identity.key.clone_key())
+            .map_err(|e| CallError::Config(format!("client certificate: {e}")))?,
+        None => verified.with_no_client_auth(),
+    };
     Ok(Arc::new(config))
+}
+
+/// An HTTP/1.1 connection over TLS to `addr`, whose certificate must name `server_name`.
+pub(crate) async fn connect<B>(
+    addr: SocketAddr,
+    server_name: &str,
+    tls: Arc<rustls::ClientConfig>,
+) -> Result<hyper::client::conn::http1::SendRequest<B>, CallError>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| CallError::Connect {
+            addr,
+            reason: match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+                _ => e.to_string(),
+            },
+        })?;
+    let _ = tcp.set_nodelay(true);
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
+        .map_err(|e| CallError::Config(format!("server name {server_name:?}: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| tls_error(&e, server_name))?;
+    let (send, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| CallError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(send)
 }
 
 /// The certificates of a PEM bundle.
@@ -366,27 +428,7 @@ async fn post(
     body: Bytes,
     tls: Arc<rustls::ClientConfig>,
 ) -> Result<(Response, Option<String>), CallError> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| CallError::Connect {
-            addr,
-            reason: match e.kind() {
-                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-                _ => e.to_string(),
-            },
-        })?;
-    let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
-        .map_err(|e| CallError::Config(format!("server name {server_name:?}: {e}")))?;
-    let stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| tls_error(&e, server_name))?;
-    let (mut send, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| CallError::Http(e.to_string()))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
+    let mut send = connect(addr, server_name, tls).await?;
     let request = http::Request::post(path)
         .header(http::header::HOST, server_name)
         .header(http::header::CONTENT_TYPE, "application/json")

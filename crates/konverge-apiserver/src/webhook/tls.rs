@@ -106,3 +106,63 @@ impl ServerCertVerifier for GoVerifier {
         self.webpki.supported_verify_schemes()
     }
 }
+
+/// No verification of the server's certificate (`insecureSkipTLSVerify`), but of the
+/// handshake's signatures with it, as Go's `InsecureSkipVerify` does.
+#[derive(Debug)]
+pub(super) struct Unverified {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl Unverified {
+    pub(super) fn new(provider: Arc<rustls::crypto::CryptoProvider>) -> Unverified {
+        Unverified { provider }
+    }
+}
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
