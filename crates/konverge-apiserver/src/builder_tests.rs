@@ -1174,12 +1174,9 @@ async fn every_new_store_gets_the_bootstrap_objects_the_create_path_makes() {
     assert_eq!(prepared, created);
 }
 
-#[tokio::test]
-async fn new_stores_get_the_flow_schemas_conditions_the_first_pass_writes() {
-    // Every server writes its FlowSchemas' Dangling conditions before it serves. What the
-    // first new store of the process was given is remembered: later new stores, with
-    // control loops or without, hold the conditions from the start and write nothing. A
-    // store written to before writes them itself. All end alike.
+/// Five memory stores: one written to before (by something else than a server), then four
+/// new ones.
+async fn one_written_before_and_four_new() -> Vec<Arc<dyn KvStore>> {
     let written_before: Arc<dyn KvStore> = Arc::new(MemStore::new());
     written_before
         .put(
@@ -1192,6 +1189,16 @@ async fn new_stores_get_the_flow_schemas_conditions_the_first_pass_writes() {
     for _ in 0..4 {
         stores.push(Arc::new(MemStore::new()));
     }
+    stores
+}
+
+#[tokio::test]
+async fn new_stores_get_the_flow_schemas_conditions_the_first_pass_writes() {
+    // Every server writes its FlowSchemas' Dangling conditions before it serves. What the
+    // first new store of the process was given is remembered: later new stores, with
+    // control loops or without, hold the conditions from the start and write nothing. A
+    // store written to before writes them itself. All end alike.
+    let stores = one_written_before_and_four_new().await;
     let prefix = bytes::Bytes::from_static(b"/registry/flowcontrol.apiserver.k8s.io/flowschemas/");
     let mut written_once = Vec::new();
     for (i, store) in stores.iter().enumerate() {
@@ -1255,18 +1262,7 @@ async fn new_stores_get_the_aggregated_roles_the_first_pass_writes() {
     // roles as that pass wrote them, in one write each. A store written to before is
     // looked up and given what it misses, then aggregated by the loops once the server is
     // up. All end alike.
-    let written_before: Arc<dyn KvStore> = Arc::new(MemStore::new());
-    written_before
-        .put(
-            bytes::Bytes::from_static(b"/unrelated"),
-            bytes::Bytes::from_static(b"x"),
-        )
-        .await
-        .expect("put");
-    let mut stores: Vec<Arc<dyn KvStore>> = vec![written_before];
-    for _ in 0..4 {
-        stores.push(Arc::new(MemStore::new()));
-    }
+    let stores = one_written_before_and_four_new().await;
     let admin =
         bytes::Bytes::from_static(b"/registry/rbac.authorization.k8s.io/clusterroles/admin");
     for store in &stores {

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use konverge_testkit::{FaultPlan, TestEnv};
@@ -158,11 +158,29 @@ async fn status_counts_the_ready_pods_of_a_replica_set() {
 async fn a_pod_without_a_known_controller_fails_safe() {
     let (env, _running) = support::cluster("disruption-controller").await;
     let client = env.client();
+    // Owned by a DaemonSet, which has no scale: kcm finds no controller to count. (An owner
+    // that does not exist would do too, until the garbage collector deletes the pod.)
+    let daemon_set: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "stray"},
+        "spec": {
+            "selector": {"matchLabels": {"ds": "stray"}},
+            "template": {
+                "metadata": {"labels": {"ds": "stray"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+            },
+        },
+    }))
+    .expect("a DaemonSet");
+    let daemon_set = Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &daemon_set)
+        .await
+        .expect("the DaemonSet is created");
+    let uid = daemon_set.uid().expect("a uid");
     pod(
         &client,
         "stray",
         "stray",
-        Some(("ReplicaSet", "gone", "no-such-uid")),
+        Some(("DaemonSet", "stray", &uid)),
     )
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderValue;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Empty;
 use serde_json::{Value, json};
 
 use konverge_apimachinery::gofmt::quote;
@@ -15,7 +15,7 @@ use konverge_apimachinery::gofmt::quote;
 use super::{Aggregator, Remote};
 use crate::auth::user::UserInfo;
 use crate::error::Reason;
-use crate::webhook::{CallError, ServiceReference, client_tls, connect};
+use crate::webhook::{CallError, ServiceReference, client_tls, connect, exchange};
 
 /// How long a check's request may take (kube's discovery client timeout).
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,6 +40,19 @@ impl Availability {
             status: "False",
             reason,
             message,
+        }
+    }
+
+    /// `remote`'s Service or Endpoints could not be read.
+    fn unknown(reason: &'static str, remote: &Remote, error: &str) -> Availability {
+        Availability {
+            status: "Unknown",
+            reason,
+            message: format!(
+                "service/{} in {} cannot be checked due to: {error}",
+                remote.service,
+                quote(&remote.namespace)
+            ),
         }
     }
 }
@@ -73,17 +86,7 @@ impl Aggregator {
                     format!("service/{name} in {} is not present", quote(namespace)),
                 );
             }
-            Err(e) => {
-                return Availability {
-                    status: "Unknown",
-                    reason: "ServiceAccessError",
-                    message: format!(
-                        "service/{name} in {} cannot be checked due to: {}",
-                        quote(namespace),
-                        e.message
-                    ),
-                };
-            }
+            Err(e) => return Availability::unknown("ServiceAccessError", remote, &e.message),
         };
         let cluster_ip = service
             .pointer("/spec/type")
@@ -119,15 +122,7 @@ impl Aggregator {
                     );
                 }
                 Err(e) => {
-                    return Availability {
-                        status: "Unknown",
-                        reason: "EndpointsAccessError",
-                        message: format!(
-                            "service/{name} in {} cannot be checked due to: {}",
-                            quote(namespace),
-                            e.message
-                        ),
-                    };
+                    return Availability::unknown("EndpointsAccessError", remote, &e.message);
                 }
             };
             let active = endpoints
@@ -281,23 +276,7 @@ impl Aggregator {
                 headers.insert(http::header::ACCEPT, accept);
             }
             super::proxy::set_user_headers(headers, user);
-            let answer = send
-                .send_request(request)
-                .await
-                .map_err(|e| CallError::Http(e.to_string()))?;
-            let status = answer.status().as_u16();
-            let content_type = answer
-                .headers()
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from);
-            let body = answer
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| CallError::Http(e.to_string()))?
-                .to_bytes();
-            Ok((status, content_type, body))
+            exchange(&mut send, request).await
         };
         tokio::time::timeout(TIMEOUT, exchange)
             .await

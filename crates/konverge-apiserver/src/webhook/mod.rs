@@ -435,6 +435,18 @@ async fn post(
         .header(http::header::ACCEPT, "application/json, */*")
         .body(Full::new(body))
         .map_err(|e| CallError::Http(e.to_string()))?;
+    let (status, content_type, body) = exchange(&mut send, request).await?;
+    Ok((Response { status, body }, content_type))
+}
+
+/// Sends `request` and reads the whole answer: its status, `Content-Type` and body.
+pub(crate) async fn exchange<B>(
+    send: &mut hyper::client::conn::http1::SendRequest<B>,
+    request: http::Request<B>,
+) -> Result<(u16, Option<String>, Bytes), CallError>
+where
+    B: hyper::body::Body + Send + 'static,
+{
     let answer = send
         .send_request(request)
         .await
@@ -451,7 +463,7 @@ async fn post(
         .await
         .map_err(|e| CallError::Http(e.to_string()))?
         .to_bytes();
-    Ok((Response { status, body }, content_type))
+    Ok((status, content_type, body))
 }
 
 fn tls_error(error: &std::io::Error, server_name: &str) -> CallError {
