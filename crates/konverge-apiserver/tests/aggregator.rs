@@ -29,7 +29,8 @@ struct Seen {
 
 /// An aggregated API server for `wardle.example.com/v1alpha1` over HTTPS, accepting only
 /// client certificates signed by `client_ca` (PEM): its address, its CA (PEM), what it saw,
-/// and a gate its watches wait on between their two events.
+/// a gate its watches wait on between their two events, and its listener's task (aborted,
+/// it takes no more connections).
 async fn wardle_server(
     client_ca: &str,
 ) -> (
@@ -37,6 +38,7 @@ async fn wardle_server(
     String,
     Arc<Mutex<Vec<Seen>>>,
     Arc<tokio::sync::Notify>,
+    tokio::task::JoinHandle<()>,
 ) {
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -77,7 +79,7 @@ async fn wardle_server(
     let seen = Arc::new(Mutex::new(Vec::new()));
     let gate = Arc::new(tokio::sync::Notify::new());
     let (seen_by_server, gate_of_server) = (seen.clone(), gate.clone());
-    tokio::spawn(async move {
+    let listening = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let (acceptor, seen, gate) = (
                 acceptor.clone(),
@@ -106,7 +108,7 @@ async fn wardle_server(
             });
         }
     });
-    (addr, ca.pem(), seen, gate)
+    (addr, ca.pem(), seen, gate, listening)
 }
 
 type Body = http_body_util::StreamBody<
@@ -251,7 +253,7 @@ async fn an_aggregated_api_is_checked_proxied_and_discovered_as_kube_aggregator_
         "[\"X-Remote-Extra-\"]"
     );
     let client_ca = data["requestheader-client-ca-file"].as_str().expect("a CA");
-    let (addr, server_ca, seen, gate) = wardle_server(client_ca).await;
+    let (addr, server_ca, seen, gate, listening) = wardle_server(client_ca).await;
 
     // Registered before its Service exists: not available, and nothing is proxied.
     let (code, created) = t
@@ -415,4 +417,39 @@ async fn an_aggregated_api_is_checked_proxied_and_discovered_as_kube_aggregator_
         port["message"],
         "service/api in \"wardle\" is not listening on port 8443"
     );
+
+    // The server goes away: the next check (its Endpoints touched) fails as kube words it,
+    // nothing is proxied, and its discovery is kept but stale.
+    listening.abort();
+    let _ = listening.await;
+    let endpoints = "/api/v1/namespaces/wardle/endpoints/api";
+    let (_, mut touched) = t.call("GET", endpoints, Value::Null).await;
+    touched["metadata"]["labels"] = json!({"touched": "yes"});
+    let (code, _) = t.call("PUT", endpoints, touched).await;
+    assert_eq!(code, 200);
+    let failed = condition(&t, NAME, "FailedDiscoveryCheck").await;
+    let url = format!("https://{addr}/apis/wardle.example.com/v1alpha1");
+    assert_eq!(
+        failed["message"],
+        format!(
+            "failing or missing response from {url}: Get \"{url}\": dial tcp {addr}: connect: connection refused"
+        )
+    );
+    let unavailable = eventually_some("the proxy to stop", || async {
+        let answer = get_text(&t, FLUNDERS, None).await;
+        (answer.0 == 503).then_some(answer)
+    })
+    .await;
+    assert_eq!(unavailable.2, "service unavailable\n");
+    let (_, _, body) = get_text(&t, "/apis", Some(aggregated)).await;
+    let list: Value = serde_json::from_str(&body).unwrap();
+    let stale = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == GROUP)
+        .expect("still listed")["versions"][0]
+        .clone();
+    assert_eq!(stale["freshness"], "Stale");
+    assert_eq!(stale["resources"][0]["resource"], "flunders");
 }
