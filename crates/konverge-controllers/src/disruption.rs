@@ -4,7 +4,8 @@
 //!
 //! For each PDB: `expectedPods` (the pods themselves for an integer `minAvailable`, the sum of
 //! the scales of the pods' controllers — ReplicationController, Deployment, ReplicaSet,
-//! StatefulSet — for `maxUnavailable` or a percentage), `currentHealthy` (Ready pods not
+//! StatefulSet, then any owner whose kind has a `scale` subresource, read through it — for
+//! `maxUnavailable` or a percentage), `currentHealthy` (Ready pods not
 //! being deleted and not recently disrupted), `desiredHealthy`, `disruptionsAllowed`,
 //! `observedGeneration`, `disruptedPods` (entries dropped two minutes after the eviction
 //! that made them) and the `DisruptionAllowed` condition (`SufficientPods`,
@@ -230,7 +231,7 @@ async fn try_sync(pdb: &PodDisruptionBudget, ctx: &Ctx) -> std::result::Result<A
         .filter(|p| pod_selector.matches(pods::labels(p)))
         .collect();
 
-    let counts = match expected_pod_count(ctx, &spec, &pods) {
+    let counts = match expected_pod_count(ctx, &spec, &pods).await {
         Ok(counts) => counts,
         Err(error) => {
             ctx.events.warning(
@@ -292,7 +293,7 @@ struct Counts {
 }
 
 /// kcm's `getExpectedPodCount`.
-fn expected_pod_count(
+async fn expected_pod_count(
     ctx: &Ctx,
     spec: &k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec,
     pods: &[Arc<Pod>],
@@ -303,7 +304,7 @@ fn expected_pod_count(
         unmanaged: Vec::new(),
     };
     if let Some(max_unavailable) = &spec.max_unavailable {
-        let (expected, unmanaged) = expected_scale(ctx, pods)?;
+        let (expected, unmanaged) = expected_scale(ctx, pods).await?;
         let max = scaled_value(max_unavailable, expected)?;
         counts.expected = expected;
         counts.unmanaged = unmanaged;
@@ -315,7 +316,7 @@ fn expected_pod_count(
                 counts.expected = i32::try_from(pods.len()).unwrap_or(i32::MAX);
             }
             IntOrString::String(_) => {
-                let (expected, unmanaged) = expected_scale(ctx, pods)?;
+                let (expected, unmanaged) = expected_scale(ctx, pods).await?;
                 counts.expected = expected;
                 counts.unmanaged = unmanaged;
                 counts.desired_healthy = scaled_value(min_available, expected)?;
@@ -347,7 +348,10 @@ pub fn scaled_value(value: &IntOrString, total: i32) -> std::result::Result<i32,
 
 /// kcm's `getExpectedScale`: the sum of the scales of the pods' controllers, each counted
 /// once, and the names of the pods that have no controller.
-fn expected_scale(ctx: &Ctx, pods: &[Arc<Pod>]) -> std::result::Result<(i32, Vec<String>), String> {
+async fn expected_scale(
+    ctx: &Ctx,
+    pods: &[Arc<Pod>],
+) -> std::result::Result<(i32, Vec<String>), String> {
     let mut scales: BTreeMap<String, i32> = BTreeMap::new();
     let mut unmanaged = Vec::new();
     for pod in pods {
@@ -359,7 +363,11 @@ fn expected_scale(ctx: &Ctx, pods: &[Arc<Pod>]) -> std::result::Result<(i32, Vec
             continue;
         }
         let namespace = pod.namespace().unwrap_or_default();
-        match controller_scale(ctx, owner, &namespace) {
+        let found = match controller_scale(ctx, owner, &namespace) {
+            Some(found) => Some(found),
+            None => scale_controller(ctx, owner, &namespace).await?,
+        };
+        match found {
             Some((uid, scale)) => {
                 scales.insert(uid, scale);
             }
@@ -430,6 +438,91 @@ fn controller_scale(ctx: &Ctx, owner: &OwnerReference, namespace: &str) -> Optio
             ))
         }
         _ => None,
+    }
+}
+
+/// kcm's `getScaleController`, its last finder: the owner's `scale` subresource, whatever
+/// its kind (found by discovery), if the scale names the owner's uid. An owner whose kind has
+/// no `scale` is an error (`daemonsets.apps does not implement the scale subresource`); an
+/// owner that does not exist is no controller.
+async fn scale_controller(
+    ctx: &Ctx,
+    owner: &OwnerReference,
+    namespace: &str,
+) -> std::result::Result<Option<(String, i32)>, String> {
+    let group = group_of(&owner.api_version);
+    let version = owner
+        .api_version
+        .rsplit_once('/')
+        .map_or(owner.api_version.as_str(), |(_, v)| v);
+    let listed = if group.is_empty() {
+        ctx.client.list_core_api_resources(version).await
+    } else {
+        ctx.client
+            .list_api_group_resources(&owner.api_version)
+            .await
+    };
+    let no_match = || {
+        format!(
+            "no matches for kind {:?} in version {:?}",
+            owner.kind, owner.api_version
+        )
+    };
+    let resources = match listed {
+        Ok(list) => list.resources,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Err(no_match()),
+        Err(error) => return Err(error.to_string()),
+    };
+    let Some(resource) = resources
+        .iter()
+        .find(|r| r.kind == owner.kind && !r.name.contains('/'))
+    else {
+        return Err(no_match());
+    };
+    let api_resource = kube::discovery::ApiResource {
+        group: group.to_string(),
+        version: version.to_string(),
+        api_version: owner.api_version.clone(),
+        kind: owner.kind.clone(),
+        plural: resource.name.clone(),
+    };
+    let api: Api<kube::api::DynamicObject> = if resource.namespaced {
+        Api::namespaced_with(ctx.client.clone(), namespace, &api_resource)
+    } else {
+        Api::all_with(ctx.client.clone(), &api_resource)
+    };
+    match api.get_scale(&owner.name).await {
+        Ok(scale) => {
+            if scale.metadata.uid.as_deref() != Some(owner.uid.as_str()) {
+                return Ok(None);
+            }
+            let replicas = scale.spec.and_then(|s| s.replicas).unwrap_or_default();
+            Ok(Some((owner.uid.clone(), replicas)))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            // Either the owner is gone or its kind has no scale: discovery says which.
+            let scale_name = format!("{}/scale", resource.name);
+            let implements = resources.iter().any(|r| {
+                r.name == scale_name
+                    && r.kind == "Scale"
+                    && r.group.as_deref() == Some("autoscaling")
+                    && r.version.as_deref() == Some("v1")
+            });
+            if implements {
+                Ok(None)
+            } else if group.is_empty() {
+                Err(format!(
+                    "{} does not implement the scale subresource",
+                    resource.name
+                ))
+            } else {
+                Err(format!(
+                    "{}.{group} does not implement the scale subresource",
+                    resource.name
+                ))
+            }
+        }
+        Err(error) => Err(error.to_string()),
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use konverge_testkit::{FaultPlan, TestEnv};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -158,8 +159,8 @@ async fn status_counts_the_ready_pods_of_a_replica_set() {
 async fn a_pod_without_a_known_controller_fails_safe() {
     let (env, _running) = support::cluster("disruption-controller").await;
     let client = env.client();
-    // Owned by a DaemonSet, which has no scale: kcm finds no controller to count. (An owner
-    // that does not exist would do too, until the garbage collector deletes the pod.)
+    // Owned by a DaemonSet, which has no scale: kcm's last finder (any owner's `scale`)
+    // fails, in the words a cluster shows for it.
     let daemon_set: DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": "stray"},
         "spec": {
@@ -192,7 +193,7 @@ async fn a_pod_without_a_known_controller_fails_safe() {
         Some((
             "False".into(),
             "SyncFailed".into(),
-            "found no controllers for pod \"stray\"".into()
+            "daemonsets.apps does not implement the scale subresource".into()
         ))
     );
     assert_eq!(numbers(&seen).3, 0);
@@ -337,4 +338,77 @@ async fn converges_under_fault_plans_without_a_hot_loop() {
             .no_hot_loop(8)
             .unwrap_or_else(|v| panic!("{plan}\n{v}"));
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_owner_with_a_scale_subresource_is_counted() {
+    let (env, _running) = support::cluster("disruption-controller").await;
+    let client = env.client();
+    // A custom resource with `scale`: kcm's last finder reads its replicas there.
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "pools.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"kind": "Pool", "plural": "pools", "singular": "pool", "listKind": "PoolList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"scale": {
+                    "specReplicasPath": ".spec.replicas",
+                    "statusReplicasPath": ".status.replicas",
+                }},
+            }],
+        },
+    }))
+    .expect("a CRD");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("the CRD is created");
+    let resource = kube::discovery::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Pool".into(),
+        plural: "pools".into(),
+    };
+    let pools: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+    let pool: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Pool",
+        "metadata": {"name": "pool"},
+        "spec": {"replicas": 4},
+    }))
+    .expect("a pool");
+    // Served once the definition is established.
+    let mut attempts = 0;
+    let pool = loop {
+        match pools.create(&PostParams::default(), &pool).await {
+            Ok(created) => break created,
+            Err(kube::Error::Api(status)) if status.code == 404 && attempts < 100 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the pool is not created: {e}"),
+        }
+    };
+    let uid = pool.uid().expect("a uid");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for name in ["pool-a", "pool-b"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "pool"}, "ownerReferences": [{
+                "apiVersion": "example.com/v1", "kind": "Pool", "name": "pool", "uid": uid,
+                "controller": true,
+            }]},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]},
+        }))
+        .expect("a pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("the pod is created");
+        support::set_pod_running(&pods, name, true).await;
+    }
+    let pdbs = pdb(&client, "pool", "pool", json!({"maxUnavailable": 1})).await;
+    let seen = support::wait_for(&pdbs, "pool", WITHIN, |p| numbers(p) == (4, 3, 2, 0)).await;
+    assert_eq!(allowed(&seen).map(|a| a.1), Some("InsufficientPods".into()));
 }
