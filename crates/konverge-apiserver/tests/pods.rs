@@ -1157,4 +1157,12 @@ async fn a_pods_fields_are_owned_as_on_a_cluster() {
         pod["metadata"]["managedFields"],
         created["metadata"]["managedFields"]
     );
+    // Scheduled in the same write, as kube's binding storage marks it (owned by nobody).
+    let conditions = pod["status"]["conditions"].as_array().expect("conditions");
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
+    assert_eq!(conditions[0]["type"], "PodScheduled");
+    assert_eq!(conditions[0]["status"], "True");
+    assert_eq!(conditions[0]["lastProbeTime"], Value::Null);
+    assert!(conditions[0]["lastTransitionTime"].is_string());
+    assert!(conditions[0].get("reason").is_none());
 }

@@ -84,7 +84,8 @@ pub struct WriteOptions {
     /// fields are reported in the order kube's typed decoder meets them.
     pub body_field_order: Option<konverge_apimachinery::decoding::FieldOrder>,
     /// Set by the server's own writes that are not a client's update of the object (a pod's
-    /// binding): the new object is validated, the kind's update rules are not applied.
+    /// binding): the new object is validated, the kind's update rules are not applied (its
+    /// status is written with the rest, no new generation).
     pub(crate) not_an_update: bool,
     /// Who writes: a client's writes are checked by the registry's [`WriteCheck`]; the
     /// server's own writes (`None`) are not.
@@ -945,7 +946,7 @@ impl Registry {
                     {
                         return Err(ApiError::modified(target(rt, name)));
                     }
-                    let merged = self.merge_update(rt, &current, new.clone(), subresource)?;
+                    let merged = self.merge_update(rt, &current, new.clone(), subresource, opts)?;
                     self.prepare_update(rt, &current, merged, subresource, opts)
                 },
             )
@@ -1020,7 +1021,7 @@ impl Registry {
                             )],
                         ));
                     }
-                    let merged = self.merge_update(rt, &current, new, subresource)?;
+                    let merged = self.merge_update(rt, &current, new, subresource, opts)?;
                     self.prepare_update(rt, &current, merged, subresource, opts)
                 },
             )
@@ -1041,6 +1042,7 @@ impl Registry {
         current: &Value,
         new: Value,
         subresource: Option<&str>,
+        opts: &WriteOptions,
     ) -> Result<Value> {
         let name = meta::meta_str(current, "name").unwrap_or("");
         let mut merged = match subresource {
@@ -1069,7 +1071,9 @@ impl Registry {
                         .cloned()
                         .unwrap_or_else(|| json!([]));
                 }
-                if rt.status {
+                // The server's own write outside the kind's strategy (a binding) stores
+                // the status it made, as kube's storage does.
+                if rt.status && !opts.not_an_update {
                     match current.get("status") {
                         Some(status) => merged["status"] = status.clone(),
                         None => {

@@ -81,6 +81,7 @@ pub async fn bind(
         }
         let mut pod = pod.clone();
         pod["spec"]["nodeName"] = json!(node);
+        scheduled(&mut pod);
         if let Some(annotations) = binding
             .pointer("/metadata/annotations")
             .and_then(Value::as_object)
@@ -101,6 +102,39 @@ pub async fn bind(
         .patch(&pods, ns, &name, None, &opts, &assign)
         .await?;
     Ok(success(201))
+}
+
+/// Sets the pod's `PodScheduled` condition to `True`, as kube's binding storage does
+/// (`podutil.UpdatePodCondition`): reason and message cleared, the transition time now unless
+/// the condition already said `True`.
+fn scheduled(pod: &mut Value) {
+    let now = crate::resources::meta::now();
+    let Some(status) = pod
+        .as_object_mut()
+        .map(|o| o.entry("status").or_insert_with(|| json!({})))
+    else {
+        return;
+    };
+    if !status.is_object() {
+        *status = json!({});
+    }
+    let conditions = &mut status["conditions"];
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    let Some(conditions) = conditions.as_array_mut() else {
+        return;
+    };
+    let mut condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+        Some(existing) => {
+            if existing["status"] == "True" {
+                condition["lastTransitionTime"] = existing["lastTransitionTime"].clone();
+            }
+            *existing = condition;
+        }
+        None => conditions.push(condition),
+    }
 }
 
 /// How often an eviction retries a write that lost a race (kube's `EvictionsRetry` steps).
