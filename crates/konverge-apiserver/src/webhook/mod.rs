@@ -375,6 +375,19 @@ pub(crate) fn client_tls(
     Ok(Arc::new(config))
 }
 
+/// What Go's dialer says of a failed connect (the `syscall.Errno` text).
+fn go_dial_error(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::ConnectionRefused => "connection refused".into(),
+        ErrorKind::ConnectionReset => "connection reset by peer".into(),
+        ErrorKind::TimedOut => "connection timed out".into(),
+        ErrorKind::HostUnreachable => "no route to host".into(),
+        ErrorKind::NetworkUnreachable => "network is unreachable".into(),
+        _ => error.to_string(),
+    }
+}
+
 /// An HTTP/1.1 connection over TLS to `addr`, whose certificate must name `server_name`.
 pub(crate) async fn connect<B>(
     addr: SocketAddr,
@@ -390,10 +403,7 @@ where
         .await
         .map_err(|e| CallError::Connect {
             addr,
-            reason: match e.kind() {
-                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-                _ => e.to_string(),
-            },
+            reason: go_dial_error(&e),
         })?;
     let _ = tcp.set_nodelay(true);
     let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
