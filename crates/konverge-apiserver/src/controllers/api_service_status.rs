@@ -182,35 +182,16 @@ fn with_condition(api_service: &Value, availability: &Availability) -> Option<Va
         .as_object_mut()?
         .entry("status")
         .or_insert_with(|| json!({}));
-    if !status.is_object() {
-        *status = json!({});
-    }
-    let conditions = status
-        .as_object_mut()?
-        .entry("conditions")
-        .or_insert_with(|| json!([]));
-    if !conditions.is_array() {
-        *conditions = json!([]);
-    }
-    let conditions = conditions.as_array_mut()?;
-    let now = crate::resources::meta::now();
-    match conditions.iter_mut().find(|c| c["type"] == "Available") {
-        Some(existing) => {
-            if existing["status"] != availability.status {
-                existing["status"] = Value::from(availability.status);
-                existing["lastTransitionTime"] = Value::from(now);
-            }
-            existing["reason"] = Value::from(availability.reason);
-            existing["message"] = Value::from(availability.message.as_str());
-        }
-        None => conditions.push(json!({
+    crate::resources::meta::set_condition(
+        status,
+        json!({
             "type": "Available",
             "status": availability.status,
-            "lastTransitionTime": now,
+            "lastTransitionTime": crate::resources::meta::now(),
             "reason": availability.reason,
             "message": availability.message,
-        })),
-    }
+        }),
+    );
     (updated != *api_service).then_some(updated)
 }
 

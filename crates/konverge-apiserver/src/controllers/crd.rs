@@ -260,31 +260,14 @@ fn condition(type_: &str, status: bool, reason: &str, message: &str) -> Value {
     })
 }
 
-/// Sets conditions, keeping the transition time of those whose status did not change.
+/// Sets conditions ([`crate::resources::meta::set_condition`]), in the definition's order.
 fn set_conditions(status: &mut Value, wanted: Vec<Value>) {
-    let old = status["conditions"].as_array().cloned().unwrap_or_default();
-    let mut merged: Vec<Value> = old
-        .iter()
-        .filter(|c| !wanted.iter().any(|w| w["type"] == c["type"]))
-        .cloned()
-        .collect();
-    for mut w in wanted {
-        if let Some(previous) = old.iter().find(|c| c["type"] == w["type"]) {
-            if previous["status"] == w["status"]
-                && previous["reason"] == w["reason"]
-                && previous["message"] == w["message"]
-            {
-                w = previous.clone();
-            } else if previous["status"] == w["status"] {
-                w["lastTransitionTime"] = previous["lastTransitionTime"].clone();
-            }
-        }
-        merged.push(w);
+    for condition in wanted {
+        crate::resources::meta::set_condition(status, condition);
     }
-    merged.sort_by(|a, b| {
-        order(a["type"].as_str().unwrap_or("")).cmp(&order(b["type"].as_str().unwrap_or("")))
-    });
-    status["conditions"] = Value::Array(merged);
+    if let Some(conditions) = status["conditions"].as_array_mut() {
+        conditions.sort_by_key(|c| order(c["type"].as_str().unwrap_or("")));
+    }
 }
 
 fn order(type_: &str) -> usize {

@@ -108,33 +108,21 @@ pub async fn bind(
 /// (`podutil.UpdatePodCondition`): reason and message cleared, the transition time now unless
 /// the condition already said `True`.
 fn scheduled(pod: &mut Value) {
-    let now = crate::resources::meta::now();
     let Some(status) = pod
         .as_object_mut()
         .map(|o| o.entry("status").or_insert_with(|| json!({})))
     else {
         return;
     };
-    if !status.is_object() {
-        *status = json!({});
-    }
-    let conditions = &mut status["conditions"];
-    if !conditions.is_array() {
-        *conditions = json!([]);
-    }
-    let Some(conditions) = conditions.as_array_mut() else {
-        return;
-    };
-    let mut condition = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
-    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
-        Some(existing) => {
-            if existing["status"] == "True" {
-                condition["lastTransitionTime"] = existing["lastTransitionTime"].clone();
-            }
-            *existing = condition;
-        }
-        None => conditions.push(condition),
-    }
+    crate::resources::meta::set_condition(
+        status,
+        json!({
+            "type": "PodScheduled",
+            "status": "True",
+            "lastProbeTime": null,
+            "lastTransitionTime": crate::resources::meta::now(),
+        }),
+    );
 }
 
 /// How often an eviction retries a write that lost a race (kube's `EvictionsRetry` steps).

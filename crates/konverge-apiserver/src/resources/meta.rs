@@ -45,6 +45,35 @@ pub fn now() -> String {
         .to_string()
 }
 
+/// Sets `condition` in `status.conditions` (made when missing), as Kubernetes' condition
+/// helpers do (`SetAPIServiceCondition`, `UpdatePodCondition`, the CRD controller's): it
+/// takes the place of the condition of its `type`, or is added after the others; while the
+/// status stays what it was, the last transition time stays too.
+pub fn set_condition(status: &mut Value, mut condition: Value) {
+    if !status.is_object() {
+        *status = Value::Object(Map::new());
+    }
+    let conditions = &mut status["conditions"];
+    if !conditions.is_array() {
+        *conditions = Value::Array(Vec::new());
+    }
+    let Some(conditions) = conditions.as_array_mut() else {
+        return;
+    };
+    match conditions
+        .iter_mut()
+        .find(|c| c["type"] == condition["type"])
+    {
+        Some(existing) => {
+            if existing["status"] == condition["status"] {
+                condition["lastTransitionTime"] = existing["lastTransitionTime"].clone();
+            }
+            *existing = condition;
+        }
+        None => conditions.push(condition),
+    }
+}
+
 /// A new object uid.
 pub fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -204,6 +233,37 @@ pub fn human_duration(seconds: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_stays() {
+        let mut status = json!({"conditions": [
+            {"type": "Other", "status": "True"},
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2020-01-01T00:00:00Z", "reason": "Old"},
+        ]});
+        set_condition(
+            &mut status,
+            json!({"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z", "reason": "New"}),
+        );
+        assert_eq!(
+            status["conditions"][1],
+            json!({"type": "Ready", "status": "False", "lastTransitionTime": "2020-01-01T00:00:00Z", "reason": "New"})
+        );
+        set_condition(
+            &mut status,
+            json!({"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}),
+        );
+        assert_eq!(
+            status["conditions"][1]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(status["conditions"][0]["type"], "Other");
+        let mut empty = Value::Null;
+        set_condition(&mut empty, json!({"type": "Ready", "status": "True"}));
+        assert_eq!(
+            empty,
+            json!({"conditions": [{"type": "Ready", "status": "True"}]})
+        );
+    }
 
     #[test]
     fn names_follow_rfc1123_and_kubernetes_messages() {
