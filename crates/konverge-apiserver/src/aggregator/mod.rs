@@ -242,11 +242,9 @@ impl Aggregator {
         else {
             return None;
         };
+        let remote = self.remotes().await.get(group, version).cloned()?;
         // Groups served here are never proxied, whatever an APIService says.
-        if self.lister.catalog().serves_group_version(group, version) {
-            return None;
-        }
-        self.remotes().await.get(group, version).cloned()
+        (!self.lister.catalog().serves_group_version(group, version)).then_some(remote)
     }
 
     /// Records what `remote`'s server said of its resources, or that it could not be read
