@@ -25,8 +25,9 @@ use konverge_store::{
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-/// A store that counts the watches opened on it and can stall them and break them with
-/// `Compacted`, as a store whose watcher fell behind compaction does.
+/// A store that counts the watches opened on it and can stall them, break them with
+/// `Compacted`, as a store whose watcher fell behind compaction does, and fail them, as an
+/// etcd member that goes away does.
 struct Spy {
     inner: Arc<dyn KvStore>,
     watches: Mutex<Vec<KeyRange>>,
@@ -40,6 +41,8 @@ struct Control {
     stalled: bool,
     /// Watches opened before the n-th `break_watches` end with `Compacted`.
     breaks: u64,
+    /// Watches opened before the n-th `fail_watches` end with a backend error.
+    failures: u64,
 }
 
 impl Spy {
@@ -74,6 +77,11 @@ impl Spy {
     fn break_watches(&self) {
         self.control.send_modify(|c| c.breaks += 1);
     }
+
+    /// Ends every open watch with the error of a lost etcd member.
+    fn fail_watches(&self) {
+        self.control.send_modify(|c| c.failures += 1);
+    }
 }
 
 #[async_trait]
@@ -91,7 +99,10 @@ impl KvStore for Spy {
         let mut inner = self.inner.watch(req).await?;
         let (sender, stream) = konverge_store::watch::channel(64);
         let mut control = self.control.subscribe();
-        let opened_at = control.borrow().breaks;
+        let (opened_at, failed_at) = {
+            let now = control.borrow();
+            (now.breaks, now.failures)
+        };
         let stalled = self.stalled.clone();
         let store = self.inner.clone();
         tokio::spawn(async move {
@@ -101,6 +112,16 @@ impl KvStore for Spy {
                     let compact_revision = store.current_revision().await.unwrap_or(1);
                     sender
                         .send(Err(konverge_store::Error::Compacted { compact_revision }))
+                        .await;
+                    return;
+                }
+                if now.failures > failed_at {
+                    let lost = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                    sender
+                        .send(Err(konverge_store::Error::backend(
+                            "etcd watch failed",
+                            lost,
+                        )))
                         .await;
                     return;
                 }
@@ -762,6 +783,55 @@ async fn without_the_cache_every_watch_watches_the_store() {
     assert_eq!(name(&next(&mut b).await), "x");
     assert_eq!(env.store.watches_under("/registry/configmaps/"), 2);
     assert_eq!(env.registry.watch_caches(), 0);
+}
+
+/// A store watch that fails (an etcd member killed under the server) is opened again after
+/// the last revision sent: whether a watch is served by the cache or by a store watch of its
+/// own, its client sees every change once, in order, and no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_watch_resumes_without_a_gap_a_repeat_or_an_error() {
+    for enabled in [true, false] {
+        let env = env(WatchCacheConfig {
+            enabled,
+            ..WatchCacheConfig::default()
+        })
+        .await;
+        let start = env.revision().await;
+        let mut watch = env.watch(Some("default"), from(start)).await;
+        env.create("default", "a", json!({})).await;
+        assert_eq!(summary(&next(&mut watch).await).1, "a");
+        let opened = env.store.watches_under("/registry/configmaps/");
+
+        env.store.stall(true).await;
+        env.set("default", "a", json!({}), "1").await;
+        env.create("default", "b", json!({})).await;
+        env.store.fail_watches();
+        env.store.stall(false).await;
+        env.set("default", "b", json!({}), "1").await;
+        env.delete("default", "a").await;
+
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let (kind, name, _) = summary(&next(&mut watch).await);
+            seen.push(format!("{kind} {name}"));
+        }
+        assert_eq!(
+            seen,
+            ["MODIFIED a", "ADDED b", "MODIFIED b", "DELETED a"],
+            "cache enabled: {enabled}"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), watch.next())
+                .await
+                .is_err(),
+            "nothing more (cache enabled: {enabled})"
+        );
+        assert_eq!(
+            env.store.watches_under("/registry/configmaps/"),
+            opened + 1,
+            "one store watch opened again (cache enabled: {enabled})"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

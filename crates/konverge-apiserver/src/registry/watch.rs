@@ -550,6 +550,19 @@ fn decoded(objects: &[Arc<CachedObject>]) -> Result<Vec<Arc<Value>>> {
     objects.iter().map(|o| o.decode().map(Arc::new)).collect()
 }
 
+/// The first wait before a failed store watch is opened again; it doubles up to
+/// [`MAX_BACKOFF`] while the store keeps failing.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How [`Feed::follow`] ended.
+enum Followed {
+    /// The client is gone, its time is up, or it was sent its last event.
+    Done,
+    /// The store watch failed.
+    Failed(konverge_store::Error),
+}
+
 /// A watch served from its own store watch (the watch cache is off, or could not catch up).
 struct Feed {
     registry: Registry,
@@ -616,24 +629,50 @@ impl Feed {
                 }
             }
         }
+        let mut last_sent = start_after;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let err = match self.follow(&mut last_sent, &mut backoff).await {
+                Followed::Done => return,
+                Followed::Failed(err) => err,
+            };
+            // A failing backend (an etcd member lost, a connection reset) is not the client's
+            // end: as kube-apiserver's watch cache re-establishes its etcd watch, this watch
+            // resumes after what it sent. History lost meanwhile is the client's 410.
+            if !matches!(err, konverge_store::Error::Backend { .. }) {
+                if !matches!(err, konverge_store::Error::Closed) {
+                    self.send(error(&self.watch_error(err, last_sent))).await;
+                }
+                return;
+            }
+            tracing::warn!(error = %err, resource = %self.rt.plural, after = last_sent, "a watch's store watch failed; resuming");
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = until(self.deadline) => return,
+                () = self.tx.closed() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Streams the store's changes after `last_sent` (kept up to date) until the watch ends
+    /// or the store watch fails.
+    async fn follow(&self, last_sent: &mut i64, backoff: &mut Duration) -> Followed {
         let prefix = Bytes::from(self.rt.namespace_prefix(self.ns.as_deref()));
         let request = WatchRequest::new(KeyRange::Prefix(prefix))
-            .from_revision(start_after + 1)
+            .from_revision(*last_sent + 1)
             .with_prev_kv();
         let mut stream = match self.registry.store.watch(request).await {
             Ok(stream) => stream,
-            Err(err) => {
-                self.send(error(&self.watch_error(err, start_after))).await;
-                return;
-            }
+            Err(err) => return Followed::Failed(err),
         };
-        let mut last_sent = start_after;
         let mut bookmarks = tokio::time::interval(self.opts.bookmark_interval);
         bookmarks.tick().await;
         loop {
             tokio::select! {
                 message = stream.recv() => match message {
                     Some(Ok(WatchResponse::Events(events))) => {
+                        *backoff = FIRST_BACKOFF;
                         for event in events {
                             let revision = event.revision();
                             let translated = match &self.converting {
@@ -643,35 +682,33 @@ impl Feed {
                             match translated {
                                 Ok(Some(out)) => {
                                     if !self.send(out).await {
-                                        return;
+                                        return Followed::Done;
                                     }
                                 }
                                 Ok(None) => {}
                                 Err(err) => {
                                     self.send(error(&err)).await;
-                                    return;
+                                    return Followed::Done;
                                 }
                             }
-                            last_sent = last_sent.max(revision);
+                            *last_sent = (*last_sent).max(revision);
                         }
                     }
                     Some(Ok(WatchResponse::Progress(rev))) => {
-                        if self.opts.allow_bookmarks && rev > last_sent {
-                            last_sent = rev;
+                        *backoff = FIRST_BACKOFF;
+                        if self.opts.allow_bookmarks && rev > *last_sent {
+                            *last_sent = rev;
                             if !self.send(bookmark(&self.rt, rev, false)).await {
-                                return;
+                                return Followed::Done;
                             }
                         }
                     }
-                    Some(Err(err)) => {
-                        self.send(error(&self.watch_error(err, last_sent))).await;
-                        return;
-                    }
-                    None => return,
+                    Some(Err(err)) => return Followed::Failed(err),
+                    None => return Followed::Done,
                 },
                 _ = bookmarks.tick(), if self.opts.allow_bookmarks => stream.request_progress(),
-                () = until(self.deadline) => return,
-                () = self.tx.closed() => return,
+                () = until(self.deadline) => return Followed::Done,
+                () = self.tx.closed() => return Followed::Done,
             }
         }
     }
