@@ -468,16 +468,6 @@ impl ApiServerBuilder {
             controllers::kube_system::Settings::for_this_host(self.client_ca.clone())
                 .with_front_proxy(front_proxy),
         ));
-        {
-            let endpoints =
-                controllers::endpoints::run(server.registry.clone(), self.bootstrap.advertised());
-            tokio::spawn(
-                server
-                    .endpoints_stop
-                    .clone()
-                    .run_until_cancelled_owned(endpoints),
-            );
-        }
         server.background(controllers::compaction::run(
             server.registry.store().clone(),
             self.compaction_interval,
@@ -491,9 +481,16 @@ impl ApiServerBuilder {
             let settings = controllers::Settings {
                 root_ca: self.root_ca.clone(),
             };
-            let settled = controllers::settle(&server.registry, &settings, bootstrapped)
-                .await
-                .map_err(|e| ApiError::from_store(e, error::Target::default()))?;
+            // Over a store that held every bootstrap object (a restart) the loops' pass is
+            // their first, once the server serves: what they create is there from before.
+            let settled = match bootstrapped {
+                controllers::bootstrap::Bootstrapped::Found => None,
+                _ => Some(
+                    controllers::settle(&server.registry, &settings, bootstrapped)
+                        .await
+                        .map_err(|e| ApiError::from_store(e, error::Target::default()))?,
+                ),
+            };
             if self.elected_loops {
                 *server
                     .elected_loops
@@ -503,7 +500,7 @@ impl ApiServerBuilder {
                 server.background(controllers::run(
                     server.registry.clone(),
                     settings,
-                    Some(settled),
+                    settled,
                 ));
             }
         }
@@ -514,6 +511,23 @@ impl ApiServerBuilder {
             server.registry.clone(),
             flow_settled,
         ));
+        {
+            let registry = server.registry.clone();
+            let config = self.bootstrap.clone();
+            let endpoints = async move {
+                if bootstrapped == controllers::bootstrap::Bootstrapped::Found {
+                    controllers::bootstrap::kubernetes_service_after_restart(&registry, &config)
+                        .await;
+                }
+                controllers::endpoints::run(registry, config.advertised()).await;
+            };
+            tokio::spawn(
+                server
+                    .endpoints_stop
+                    .clone()
+                    .run_until_cancelled_owned(endpoints),
+            );
+        }
         Ok(server)
     }
 }

@@ -16,7 +16,7 @@ use konverge_store::{KvStore, MemStore};
 use konverge_store_disk::DiskStore;
 
 use konverge_apiserver::serve::in_process::Identity;
-use konverge_apiserver::serve::{Credentials, Serve, write_kubeconfig};
+use konverge_apiserver::serve::{Credentials, Serve, server_url, write_kubeconfig};
 use konverge_controllers::kubelet::SimulatedNodes;
 use konverge_controllers::manager::ServiceAccountTokens;
 use konverge_controllers::{ControllerManager, Selection};
@@ -499,6 +499,13 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
             )
         })?;
     let port = listener.local_addr()?.port();
+    // The kubeconfig names the address just bound: written (and synced) while the store
+    // opens and the server is built.
+    let url = server_url(listener.local_addr()?);
+    let kubeconfig = {
+        let (data_dir, credentials, url) = (data_dir.clone(), credentials.clone(), url.clone());
+        tokio::task::spawn_blocking(move || write_kubeconfig(&data_dir, &credentials, &url))
+    };
     let (store, described) = open_store(&args.store, &data_dir).await?;
     let webhooks = konverge_apiserver::webhook::Webhooks::default();
     for service in &args.webhook_services {
@@ -530,8 +537,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         .tls(&credentials)?
         .listen(listener)?;
     server.set_address(serving.local_addr().to_string());
-    let url = serving.url();
-    let kubeconfig = write_kubeconfig(&data_dir, &credentials, &url)?;
+    let kubeconfig = kubeconfig.await.context("writing the kubeconfig")??;
     serving.ready().await;
     println!(
         "konverge is ready in {:.1} ms: Kubernetes API at {url} ({described})",

@@ -1,8 +1,8 @@
 //! What kube-apiserver's start-up hooks create in a new cluster, created once when the server
 //! starts (and again where missing): the system namespaces, the `kubernetes` ServiceCIDR (the
 //! service IP range), the `kubernetes` Service with its Endpoints and EndpointSlice (pointing
-//! at the advertised address, and brought back to it when a restarted server advertises
-//! another), the system PriorityClasses, every bootstrap RBAC role and binding of
+//! at the advertised address; a restarted server brings them back to it once it serves,
+//! [`kubernetes_service_after_restart`]), the system PriorityClasses, every bootstrap RBAC role and binding of
 //! kube-apiserver 1.33 (the user-facing `cluster-admin`, `admin`, `edit`, `view`, the
 //! `system:` roles of discovery, nodes, the scheduler, kube-controller-manager and each of its
 //! controllers, and the Roles and RoleBindings in `kube-system` and `kube-public`), API
@@ -21,6 +21,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use konverge_store::{KeyRange, RangeRequest};
@@ -127,7 +128,13 @@ fn api_services() -> &'static [(&'static str, &'static str, Value)] {
 /// How a server's bootstrap found its store, for the control loops' first pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bootstrapped {
-    /// The store had been written to: each object was looked up, and made if missing.
+    /// The store had been written to and held every fixed object: nothing was made. What
+    /// depends on this server's flags and may have changed since the last one (the
+    /// `kubernetes` Service's port and endpoints) is corrected once it serves
+    /// ([`kubernetes_service_after_restart`]), as are flow control's conditions.
+    Found,
+    /// The store had been written to, but some fixed objects were missing: each was looked
+    /// up, and made if missing.
     Existing,
     /// A new store, given the fixed objects as the create path makes them.
     Created {
@@ -147,10 +154,15 @@ pub enum Bootstrapped {
 }
 
 impl Bootstrapped {
+    /// Whether the store was written to before this server started.
+    pub(crate) fn written_before(self) -> bool {
+        matches!(self, Bootstrapped::Found | Bootstrapped::Existing)
+    }
+
     /// Whether the fixed objects were given as the pass every server makes left them.
     pub(crate) fn passed(self) -> bool {
         match self {
-            Bootstrapped::Existing => false,
+            Bootstrapped::Found | Bootstrapped::Existing => false,
             Bootstrapped::Created { passed } | Bootstrapped::CreatedSettled { passed } => passed,
         }
     }
@@ -184,14 +196,19 @@ pub async fn run(
         .await?;
     }
     default_service_cidr(registry, &config.service_ip_range).await?;
-    kubernetes_service(registry, config).await?;
     let fixed = fixed_objects(registry);
     if fresh {
+        kubernetes_service(registry, config).await?;
         return create_fixed(registry, &fixed, settled).await;
     }
     // Looked up together: one read of the keys under each resource's prefix.
     let present = stored_keys(registry, &fixed).await?;
-    for (object, key) in fixed.iter().zip(keys_of(&fixed)) {
+    let keys = keys_of(&fixed);
+    if keys.iter().all(|key| present.contains(key.as_bytes())) {
+        return Ok(Bootstrapped::Found);
+    }
+    kubernetes_service(registry, config).await?;
+    for (object, key) in fixed.iter().zip(keys) {
         if present.contains(key.as_bytes()) {
             continue;
         }
@@ -563,6 +580,26 @@ async fn default_service_cidr(registry: &Registry, range: &ServiceIpRange) -> Re
         .update(&rt, None, KUBERNETES, current, Some("status"), &opts)
         .await
         .map(|_| ())
+}
+
+/// What [`run`] leaves for after the server serves on a store written before: the
+/// `kubernetes` Service and its endpoints, as kube-apiserver's bootstrap controller corrects
+/// them once its own `/readyz` answers (a restarted server's port or address may have
+/// changed). On a new store [`run`] writes them first, so that they are there from the
+/// start. Tried again on failure (a client's write in the way) until it goes through.
+pub(crate) async fn kubernetes_service_after_restart(registry: &Registry, config: &Config) {
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match kubernetes_service(registry, config).await {
+            Ok(()) => return,
+            Err(error) if error.reason == Reason::ServiceUnavailable => return,
+            Err(error) => {
+                tracing::warn!(%error, "correcting the kubernetes Service and its endpoints failed; trying again");
+            }
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(super::endpoints::INTERVAL);
+    }
 }
 
 /// The `kubernetes` Service in `default`, its Endpoints and its EndpointSlice, pointing at the

@@ -9,7 +9,8 @@
 //!   annotation `true` that the server no longer ships are deleted. (The bootstrap creates
 //!   them at start, [`super::bootstrap`].)
 //! - the config consumer's status writes (`priority-and-fairness-config-consumer`): before
-//!   the server serves ([`settle`]) and whenever a FlowSchema or priority level changes,
+//!   the server serves when the bootstrap made FlowSchemas ([`settle`]), right after it
+//!   serves when it found them all, and whenever a FlowSchema or priority level changes,
 //!   each FlowSchema gets a `Dangling` condition
 //!   saying whether its priority level exists, by server-side apply of that condition alone,
 //!   as kube's controller writes it. A FlowSchema written more than five times in a minute
@@ -55,15 +56,20 @@ fn resources(registry: &Registry) -> Option<(Arc<ResourceType>, Arc<ResourceType
     ))
 }
 
-/// The consumer's first pass, before the server serves: every FlowSchema gets its
-/// condition now (on a new store, the bootstrap ones, written at once), so a client's first
-/// requests (an admission webhook registered at once) never meet these writes.
-/// On a new store, what it wrote is remembered for later new stores of this process
+/// The consumer's first pass, before the server serves, when the bootstrap made FlowSchemas:
+/// they get their conditions now, written at once, so a client's first requests (an
+/// admission webhook registered at once) never meet these writes. When it found them all
+/// ([`bootstrap::Bootstrapped::Found`]) there is nothing to do: [`run`]'s first pass, right
+/// after, writes what changed while no server ran. On a new store, what it wrote is
+/// remembered for later new stores of this process
 /// ([`bootstrap::remember_settled`]), which then hold the conditions from the start and
 /// skip it.
 pub(crate) async fn settle(registry: &Registry, bootstrapped: bootstrap::Bootstrapped) -> Settled {
     let mut recent = Recent::default();
-    let resources = resources(registry).filter(|_| !bootstrapped.passed());
+    // A store written before holds the conditions its last server wrote; what changed since
+    // is looked at by the loop's first pass, after the server serves.
+    let resources = resources(registry)
+        .filter(|_| bootstrapped != bootstrap::Bootstrapped::Found && !bootstrapped.passed());
     let Some((levels, schemas)) = resources else {
         return Settled {
             recent,
@@ -72,7 +78,7 @@ pub(crate) async fn settle(registry: &Registry, bootstrapped: bootstrap::Bootstr
     };
     let mut pass = bootstrap::Pass::new(vec![levels.clone(), schemas.clone()]);
     let again = write_conditions(registry, &levels, &schemas, &mut recent, &mut pass).await;
-    if bootstrapped != bootstrap::Bootstrapped::Existing && again.is_none() {
+    if !bootstrapped.written_before() && again.is_none() {
         bootstrap::remember_settled(registry, &pass, bootstrap::Keep::Created);
     }
     Settled { recent, again }

@@ -503,7 +503,9 @@ async fn run_shared(
 /// does before it returns, so a new server already has what these loops create (the default
 /// ServiceAccounts, aggregated ClusterRoles) and its first client does not race them. Over a
 /// store written to before, ClusterRole aggregation is left to the loops' first pass: the
-/// roles are as the last server aggregated them.
+/// roles are as the last server aggregated them. Over one that held every bootstrap object
+/// (a restart), `build` leaves the whole pass to the loops: it would find what the last
+/// server made.
 ///
 /// [`ApiServerBuilder::build`]: crate::ApiServerBuilder::build
 pub async fn settle(
@@ -527,14 +529,14 @@ pub async fn settle(
         // them; whatever changed since is aggregated by the loops' first pass, after the
         // server is up (kube-controller-manager's aggregation never holds kube-apiserver
         // back either).
-        bootstrap::Bootstrapped::Existing => {}
+        bootstrap::Bootstrapped::Found | bootstrap::Bootstrapped::Existing => {}
     }
     policy_status::pass(registry).await;
     Ok(Settled {
         index,
         revision,
         resolver,
-        aggregate: bootstrapped == bootstrap::Bootstrapped::Existing,
+        aggregate: bootstrapped.written_before(),
     })
 }
 
