@@ -497,11 +497,7 @@ impl ApiServerBuilder {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(settings);
             } else {
-                server.background(controllers::run(
-                    server.registry.clone(),
-                    settings,
-                    settled,
-                ));
+                server.background(controllers::run(server.registry.clone(), settings, settled));
             }
         }
         // The FlowSchemas' first conditions, written before the server serves and after

@@ -43,7 +43,11 @@ pub(crate) struct Standalone {
     // Held so that dropping the handle kills the server.
     _child: tokio::process::Child,
     pub(crate) client: kube::Client,
+    /// From the spawn until `/readyz` answered a client made from the kubeconfig.
     pub(crate) ready: Duration,
+    /// From the spawn until the server printed that it is ready: the part of `ready` before
+    /// the client reads the kubeconfig, makes its TLS configuration and connects.
+    pub(crate) announced: Duration,
     pub(crate) pid: u32,
 }
 
@@ -71,6 +75,7 @@ pub(crate) async fn start_standalone_with(
     let stdout = child.stdout.take().context("stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let first = lines.next_line().await?.context("konverge up exited")?;
+    let announced = started.elapsed();
     if !first.starts_with("konverge is ready") {
         bail!("unexpected first line from konverge up: {first}");
     }
@@ -94,6 +99,7 @@ pub(crate) async fn start_standalone_with(
         _child: child,
         client,
         ready,
+        announced,
         pid,
     })
 }
