@@ -1376,6 +1376,91 @@ async fn a_failing_webhook_leaves_no_earlier_patch_behind() -> anyhow::Result<()
     Ok(())
 }
 
+/// A mutating webhook that leaves `metadata.managedFields` in a state kube cannot decode has
+/// them reset to what they were before admission, with kube-apiserver's warning; a valid
+/// change of them is kept.
+#[tokio::test]
+async fn managed_fields_a_webhook_breaks_are_reset_with_a_warning() -> anyhow::Result<()> {
+    let cluster = Cluster::new().await;
+    cluster.serve("breaks", |review| {
+        let name = review["request"]["name"].as_str().unwrap_or("");
+        let operation = if name == "kept" { "Update" } else { "Bogus" };
+        patch(
+            review,
+            json!([{"op": "add", "path": "/metadata/managedFields", "value": [{
+                "manager": "webhook", "operation": operation, "apiVersion": "v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:from-webhook": {}}},
+            }]}, {"op": "add", "path": "/data", "value": {"from-webhook": "yes"}}]),
+        )
+    });
+    cluster
+        .mutating(
+            "breaks",
+            json!([webhook(
+                "breaks.example.com",
+                service("breaks"),
+                config_map_rules(&["CREATE", "UPDATE"])
+            )]),
+        )
+        .await?;
+    let warning = r#"299 - ".metadata.managedFields was in an invalid state after admission; this could be caused by an outdated mutating admission controller; please fix your requests: operation must be `Apply` or `Update`""#;
+    let managers = |object: &Value| -> Vec<(String, String)> {
+        object["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+                (s("manager"), s("operation"))
+            })
+            .collect()
+    };
+    let tester = || vec![("tester".to_string(), "Update".to_string())];
+
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, created, warnings) = cluster
+        .call(
+            "POST",
+            &format!("{path}?fieldManager=tester"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": {"a": "b"}}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(warnings, [warning]);
+    assert_eq!(managers(&created), tester());
+    assert_eq!(created["data"]["from-webhook"], "yes");
+    let stored = cluster.config_maps("default").get("x").await?;
+    assert_eq!(managers(&serde_json::to_value(&stored)?), tester());
+
+    // An update the webhook breaks the same way keeps the fields as the update recorded them,
+    // and the object stays writable.
+    let mut body = serde_json::to_value(&stored)?;
+    body["metadata"]["labels"]["a"] = json!("c");
+    let (code, updated, warnings) = cluster
+        .call("PUT", &format!("{path}/x?fieldManager=tester"), body)
+        .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(warnings, [warning]);
+    assert_eq!(managers(&updated), tester());
+    assert_eq!(updated["metadata"]["labels"]["a"], "c");
+
+    // A change of the managed fields that decodes is the webhook's to make.
+    let (code, kept, warnings) = cluster
+        .call(
+            "POST",
+            &format!("{path}?fieldManager=tester"),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{kept}");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(
+        managers(&kept),
+        [("webhook".to_string(), "Update".to_string())]
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn if_needed_webhooks_are_called_again_after_later_changes() -> anyhow::Result<()> {
     let cluster = Cluster::new().await;

@@ -123,6 +123,31 @@ pub(crate) fn user_info(user: &UserInfo) -> Value {
     Value::Object(info)
 }
 
+/// kube-apiserver's warning when admission left `metadata.managedFields` undecodable
+/// (`InvalidManagedFieldsAfterMutatingAdmissionWarningFormat`), before the reason.
+const INVALID_MANAGED_FIELDS_AFTER_ADMISSION: &str = ".metadata.managedFields was in an invalid \
+    state after admission; this could be caused by an outdated mutating admission controller; \
+    please fix your requests: ";
+
+/// Puts `before` back as `object`'s managed fields, warning the client why, when the mutating
+/// plugins left them in a state that does not decode.
+fn keep_managed_fields_decodable(trace: &Trace, object: &mut Value, before: Option<Value>) {
+    let after = object.pointer("/metadata/managedFields");
+    if after == before.as_ref() {
+        return;
+    }
+    let Err(e) = konverge_apimachinery::ssa::ManagedFields::from_object(object) else {
+        return;
+    };
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        match before {
+            Some(before) => metadata.insert("managedFields".into(), before),
+            None => metadata.remove("managedFields"),
+        };
+    }
+    trace.warn(format!("{INVALID_MANAGED_FIELDS_AFTER_ADMISSION}{e}"));
+}
+
 /// What happened to one request in admission: the warnings for the client, the audit
 /// annotations, and which admissions ran and what each decided. The registry makes one per
 /// write and reads the warnings back into its answer.
@@ -440,14 +465,24 @@ impl Chain {
     }
 
     /// Runs every plugin's mutating phase; says whether any changed the object.
+    ///
+    /// As kube-apiserver wraps its chain (`NewManagedFieldsValidatingAdmissionController`),
+    /// `metadata.managedFields` left in a state that does not decode (by a mutating webhook
+    /// or policy written before server-side apply) are put back as they were before
+    /// admission, and the client is warned.
     pub async fn admit(
         &self,
         attributes: &Attributes<'_>,
         object: &mut Value,
         registry: &dyn Lister,
     ) -> Result<bool> {
+        let mut acting = self.acting(attributes).peekable();
+        if acting.peek().is_none() {
+            return Ok(false);
+        }
+        let managed_before = object.pointer("/metadata/managedFields").cloned();
         let mut changed = false;
-        for plugin in self.acting(attributes) {
+        for plugin in acting {
             match plugin.admit(attributes, object, registry).await {
                 Ok(mutated) => {
                     let decision = if mutated {
@@ -463,6 +498,9 @@ impl Chain {
                     return Err(e);
                 }
             }
+        }
+        if changed {
+            keep_managed_fields_decodable(attributes.trace, object, managed_before);
         }
         Ok(changed)
     }
