@@ -114,10 +114,11 @@ fn commit_batch(shared: &Shared, batch: Vec<(Txn, Reply)>) {
     if revision != base {
         write.insert(&shared.meta, META_REVISION, revision.to_be_bytes());
         if let Err(err) = write.commit() {
-            tracing::error!(error = %err, "durable commit failed; the batch is not applied");
+            let message = shared.failed_commit(base, &err);
+            tracing::error!(error = %message, "the batch is not applied");
             for (reply, _) in answers {
                 let _ = reply.send(Err(Error::Backend {
-                    message: format!("durable commit failed: {err}"),
+                    message: message.clone(),
                     source: None,
                 }));
             }

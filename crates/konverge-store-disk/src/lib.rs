@@ -17,6 +17,12 @@
 //! was seen can be lost (with [`DiskStoreOptions::sync`] off, acknowledged writes survive the
 //! process being killed but not the machine crashing). Watches are served from an in-memory window of recent revisions and
 //! catch up from the on-disk change log when they start further back.
+//!
+//! A write the disk refuses (full, or failing) is answered with the operating system's
+//! reason, and the store takes no more writes until it is reopened: fjall cannot know how
+//! much of the failed batch reached its journal. Every later write says so, with the last
+//! revision stored; reads go on. Reopening drops the failed batch and keeps every
+//! acknowledged one (`tests/full_disk.rs`).
 
 mod codec;
 mod commit;
@@ -120,6 +126,10 @@ pub(crate) struct Shared {
     /// How commits reach the disk: fsynced, or handed to the operating system
     /// ([`DiskStoreOptions::sync`]).
     persist: fjall::PersistMode,
+    /// The first commit that failed: the last revision stored before it, and why. fjall
+    /// refuses every later write once one failed (it cannot know what reached the disk), so
+    /// later failures say this instead of fjall's bare `Poisoned`.
+    stopped: std::sync::OnceLock<(Revision, String)>,
 }
 
 /// What readers may see: everything up to `revision` is durable.
@@ -196,6 +206,7 @@ impl DiskStore {
             } else {
                 fjall::PersistMode::Buffer
             },
+            stopped: std::sync::OnceLock::new(),
         });
         let (commands, queue) = mpsc::channel(options.queue_depth.max(1));
         let committer = shared.clone();
@@ -263,6 +274,27 @@ impl Shared {
             p.revision = revision;
         }
         self.revision_tx.send_replace(revision);
+    }
+
+    /// What a failed commit after `revision` answers: the first failure's cause (an I/O
+    /// error in words: `No space left on device (os error 28)`), then, for every later
+    /// write, that the store stopped and why.
+    fn failed_commit(&self, revision: Revision, err: &fjall::Error) -> String {
+        let cause = match err {
+            fjall::Error::Io(io) => io.to_string(),
+            other => other.to_string(),
+        };
+        match self.stopped.get() {
+            Some((last, first)) if matches!(err, fjall::Error::Poisoned) => format!(
+                "the disk store takes no more writes since one after revision {last} failed \
+                 ({first}); everything up to revision {last} is stored, and the store takes \
+                 writes again once reopened"
+            ),
+            _ => {
+                let _ = self.stopped.set((revision, cause.clone()));
+                format!("durable commit failed: {cause}")
+            }
+        }
     }
 
     fn set_compacted(&self, revision: Revision) {
