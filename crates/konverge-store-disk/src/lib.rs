@@ -67,6 +67,12 @@ pub struct DiskStoreOptions {
     pub sync: bool,
 }
 
+/// The most journal fjall keeps before it flushes the keyspaces that hold it (its least).
+/// Opening replays what is left of it, so this bounds a restart: the keyspaces that see few
+/// writes (the change log's keys, the revision) would otherwise hold on to journals until
+/// fjall's default of 512 MiB, all replayed at the next open.
+const MAX_JOURNALING: u64 = 64 * 1024 * 1024;
+
 impl Default for DiskStoreOptions {
     fn default() -> Self {
         DiskStoreOptions {
@@ -165,6 +171,7 @@ impl DiskStore {
     pub fn open_with(path: impl AsRef<Path>, options: DiskStoreOptions) -> Result<Self> {
         let fail = |what: &'static str| move |e: fjall::Error| Error::backend(what, e);
         let db = Database::builder(path.as_ref())
+            .max_journaling_size(MAX_JOURNALING)
             .open()
             .map_err(fail("opening the disk store"))?;
         let open = |name: &str| {

@@ -77,6 +77,8 @@ pub enum Error {
 #[derive(Debug)]
 pub struct EtcdServer {
     endpoint: String,
+    /// How it was started (name, peer URL, initial cluster), to start it again.
+    member: (String, String, String),
     child: Child,
     // Declared after `child`: the process is killed before its data directory is removed.
     dir: TempDir,
@@ -114,11 +116,34 @@ impl EtcdServer {
 
         let mut server = EtcdServer {
             endpoint: client_url,
+            member: (
+                "default".into(),
+                peer_url.clone(),
+                format!("default={peer_url}"),
+            ),
             child,
             dir,
         };
         server.wait_ready().await?;
         Ok(server)
+    }
+
+    /// Kills etcd (SIGKILL, as a crash) and starts it again on its data directory and ports,
+    /// waiting (polling every 50 ms) until it answers with what it held.
+    pub async fn restart(&mut self) -> Result<(), Error> {
+        let binary = find_etcd().ok_or(Error::NotFound)?;
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        let (name, peer_url, initial_cluster) = &self.member;
+        self.child = spawn_member(
+            &binary,
+            self.dir.path(),
+            name,
+            &self.endpoint,
+            peer_url,
+            initial_cluster,
+        )?;
+        self.wait_ready().await
     }
 
     /// Polls etcd until a read succeeds, it exits, or the timeout passes.
@@ -280,6 +305,7 @@ impl EtcdCluster {
             )?;
             members.push(EtcdServer {
                 endpoint: client_url,
+                member: (name, peer_url, initial_cluster.clone()),
                 child,
                 dir,
             });

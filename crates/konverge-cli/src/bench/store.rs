@@ -5,6 +5,8 @@
 //! load runs against the embedded disk store and against a real etcd started on loopback (its
 //! own write path: gRPC, raft log, fsync), and the run ends with the ratio of the two. Watch
 //! fan-out measures how fast 100 watchers on one prefix all receive a stream of writes.
+//! Last, each store is reopened on what the run left in it (etcd killed and started again)
+//! and timed until it answers: what a restart costs once a store holds something.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,7 +58,7 @@ pub(crate) async fn run(args: StoreArgs) -> anyhow::Result<()> {
 
     let disk_dir = tempfile::tempdir().context("creating a temporary directory")?;
     let disk: Arc<dyn KvStore> = Arc::new(DiskStore::open(disk_dir.path())?);
-    let etcd = etcd::start(args.no_etcd).await;
+    let mut etcd = etcd::start(args.no_etcd).await;
     let etcd_store = match &etcd {
         Ok((_, store, _)) => Some(store.clone()),
         Err(why) => {
@@ -84,6 +86,25 @@ pub(crate) async fn run(args: StoreArgs) -> anyhow::Result<()> {
     if let Some(store) = &etcd_store {
         fanout.push(("etcd", watch_fanout(store, fanout_writes).await?));
     }
+    let commits = |name| {
+        samples
+            .iter()
+            .filter(|s: &&Sample| s.store == name)
+            .map(|s| s.commits)
+            .sum::<usize>()
+            + fanout_writes
+    };
+    drop(disk);
+    let started = Instant::now();
+    let reopened = DiskStore::open(disk_dir.path())?;
+    let disk_reopen = started.elapsed();
+    reopened.current_revision().await?;
+    drop(reopened);
+    drop(etcd_store);
+    let etcd_restart = match &mut etcd {
+        Ok((_, _, server)) => Some(etcd::restart(server).await?),
+        Err(_) => None,
+    };
 
     println!();
     println!(
@@ -106,7 +127,25 @@ pub(crate) async fn run(args: StoreArgs) -> anyhow::Result<()> {
             "watch fan-out {store}: {WATCHERS} watchers x {fanout_writes} writes: {events_per_sec:.0} events/s delivered"
         );
     }
-    if etcd_store.is_some() {
+    println!();
+    println!(
+        "reopen disk after {} commits of 1 KiB: {:.1} ms",
+        commits("disk"),
+        disk_reopen.as_secs_f64() * 1e3
+    );
+    if let Some(restart) = etcd_restart {
+        println!(
+            "restart etcd after {} commits of 1 KiB (killed, started, first read answered; \
+             polled every 50 ms): {:.1} ms",
+            commits("etcd"),
+            restart.as_secs_f64() * 1e3
+        );
+        println!(
+            "disk reopen/etcd restart time ratio: {:.3}",
+            disk_reopen.as_secs_f64() / restart.as_secs_f64()
+        );
+    }
+    if etcd_restart.is_some() {
         println!();
         for &writers in &args.writers {
             let rate = |name| {
@@ -230,6 +269,13 @@ mod etcd {
     /// Keeps etcd running; dropping it stops the server.
     pub(super) type Guard = EtcdServer;
 
+    /// Kills `server` and starts it again on its data; how long until it answered.
+    pub(super) async fn restart(server: &mut Guard) -> anyhow::Result<std::time::Duration> {
+        let started = std::time::Instant::now();
+        server.restart().await?;
+        Ok(started.elapsed())
+    }
+
     /// A real etcd on loopback, and a store on it.
     pub(super) async fn start(skip: bool) -> Result<(String, Arc<dyn KvStore>, Guard), String> {
         if skip {
@@ -260,6 +306,10 @@ mod etcd {
     use konverge_store::KvStore;
 
     pub(super) type Guard = ();
+
+    pub(super) async fn restart(_server: &mut Guard) -> anyhow::Result<std::time::Duration> {
+        anyhow::bail!("this binary was built without the `etcd` feature")
+    }
 
     pub(super) async fn start(_skip: bool) -> Result<(String, Arc<dyn KvStore>, Guard), String> {
         Err("this binary was built without the `etcd` feature \
