@@ -329,14 +329,26 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Records as deleted every object of `resource` the world holds that a relist, now
+    /// done, did not show.
+    fn forget_unlisted(&self, resource: &str, listed: &BTreeSet<ObjectRef>) {
+        let gone: Vec<Arc<Value>> = self
+            .state()
+            .world
+            .objects
+            .iter()
+            .filter(|(key, _)| key.resource == resource && !listed.contains(*key))
+            .map(|(_, object)| object.clone())
+            .collect();
+        for object in gone {
+            self.observe(resource, &object, true);
+        }
+    }
+
     /// Records what a watch saw of `object` (`None`: deleted).
     fn observe(&self, resource: &str, object: &Value, deleted: bool) {
         let meta = &object["metadata"];
-        let key = ObjectRef {
-            resource: resource.to_string(),
-            namespace: meta["namespace"].as_str().unwrap_or_default().to_string(),
-            name: meta["name"].as_str().unwrap_or_default().to_string(),
-        };
+        let key = object_ref(resource, object);
         let mut state = self.state();
         let previous = state.world.objects.get(&key).cloned();
         let kind = match (&previous, deleted) {
@@ -505,24 +517,36 @@ impl InvariantsBuilder<'_> {
             };
             tasks.push(tokio::spawn(async move {
                 let mut listed = false;
+                // The objects a relist has shown so far: a relist after an expired history
+                // or a lost watch says nothing of what was deleted meanwhile, so whatever
+                // it left out is deleted once it is done.
+                let mut relisted = BTreeSet::new();
                 let mut events = watcher(api, watcher::Config::default())
                     .default_backoff()
                     .boxed();
                 while let Some(event) = events.next().await {
                     let Ok(event) = event else { continue };
                     match event {
-                        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        watcher::Event::Apply(o) => {
                             shared.observe(&name, &typed(o, &types), false);
+                        }
+                        watcher::Event::InitApply(o) => {
+                            let o = typed(o, &types);
+                            relisted.insert(object_ref(&name, &o));
+                            shared.observe(&name, &o, false);
                         }
                         watcher::Event::Delete(o) => {
                             shared.observe(&name, &typed(o, &types), true);
                         }
-                        watcher::Event::InitDone if !listed => {
-                            listed = true;
-                            shared.state().ready += 1;
-                            shared.changed.notify_waiters();
+                        watcher::Event::Init => relisted.clear(),
+                        watcher::Event::InitDone => {
+                            shared.forget_unlisted(&name, &std::mem::take(&mut relisted));
+                            if !listed {
+                                listed = true;
+                                shared.state().ready += 1;
+                                shared.changed.notify_waiters();
+                            }
                         }
-                        watcher::Event::Init | watcher::Event::InitDone => {}
                     }
                 }
             }));
@@ -996,6 +1020,16 @@ fn content_size(object: &Value) -> usize {
         .and_then(Value::as_str)
         .map_or(0, str::len);
     serde_json::to_vec(object).map_or(0, |b| b.len().saturating_sub(rv))
+}
+
+/// Which object of `resource` `object` is.
+fn object_ref(resource: &str, object: &Value) -> ObjectRef {
+    let meta = &object["metadata"];
+    ObjectRef {
+        resource: resource.to_string(),
+        namespace: meta["namespace"].as_str().unwrap_or_default().to_string(),
+        name: meta["name"].as_str().unwrap_or_default().to_string(),
+    }
 }
 
 #[cfg(test)]
