@@ -389,3 +389,79 @@ async fn stuck_finalizers_and_out_of_order_children_are_reported() {
     );
     assert!(check.ordered(&["configmaps", "secrets"]).is_ok());
 }
+
+/// A deletion no watch could show is still recorded: the observer's watch is cut by a
+/// restart, and meanwhile the object is deleted in the store itself and the history
+/// compacted past it, so the observer lists again (410 Expired) and that list leaves the
+/// object out. The world must lose it, as a reflector's replace drops what a relist lacks;
+/// otherwise every invariant over the world judges an object that no longer exists.
+#[tokio::test]
+async fn a_deletion_no_watch_showed_is_recorded_after_the_relist() {
+    let env = TestEnv::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.direct_client(), "default");
+    for name in ["kept", "gone"] {
+        api.create(&PostParams::default(), &source(name, &[]))
+            .await
+            .unwrap();
+    }
+    let check = env.invariants().watch::<ConfigMap>().start().await;
+    let both_seen = |w: &World| match (
+        w.get("configmaps", "default", "kept"),
+        w.get("configmaps", "default", "gone"),
+    ) {
+        (Some(_), Some(_)) => Ok(()),
+        _ => Err("not both seen yet".to_string()),
+    };
+    check
+        .converges(Duration::from_secs(5), both_seen)
+        .await
+        .unwrap();
+
+    let store = env.store().clone();
+    let behind_the_servers_back = async {
+        // The restart cuts every connection as soon as it starts and stays down for 500 ms:
+        // 100 ms in, no watch is open, and none will resume from before this.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let deleted = store
+            .delete(bytes::Bytes::from_static(
+                b"/registry/configmaps/default/gone",
+            ))
+            .await
+            .unwrap();
+        assert!(deleted.is_some(), "gone was stored");
+        let revision = store.current_revision().await.unwrap();
+        store.compact(revision).await.unwrap();
+    };
+    let (restarted, ()) = tokio::join!(
+        env.restart(Duration::from_millis(500)),
+        behind_the_servers_back
+    );
+    restarted.unwrap();
+
+    check
+        .converges(Duration::from_secs(10), |w| {
+            match (
+                w.get("configmaps", "default", "kept"),
+                w.get("configmaps", "default", "gone"),
+            ) {
+                (Some(_), None) => Ok(()),
+                (None, _) => Err("kept is missing from the world".into()),
+                (_, Some(_)) => Err("gone, deleted, is still in the world".into()),
+            }
+        })
+        .await
+        .unwrap();
+    let gone = check
+        .history()
+        .into_iter()
+        .filter(|c| c.object.name == "gone")
+        .map(|c| c.kind)
+        .collect::<Vec<_>>();
+    assert_eq!(
+        gone,
+        [
+            konverge_testkit::ChangeKind::Added,
+            konverge_testkit::ChangeKind::Deleted
+        ]
+    );
+}
