@@ -29,16 +29,24 @@ where
 /// succession (the deployment controller scales a ReplicaSet while the replicaset controller
 /// writes its status), which the detector cannot tell from echoes of one controller's own
 /// writes. A loop is still reported and counted in the metrics; it only never stalls a
-/// rollout for minutes.
+/// rollout for minutes. A failed sync is logged at debug level until it has failed
+/// [`MAX_RETRIES`] times in a row, as kcm's controllers log one at verbosity 2 until then:
+/// the races between them (a conflict, a status not yet caught up) settle on a retry.
 pub fn controller<K>(manager: &Manager) -> Controller<K>
 where
     K: CachedResource<DynamicType = ()>,
 {
-    Controller::new(api::<K>(manager), config()).hot_loop(HotLoopConfig {
-        max_backoff: Duration::from_secs(1),
-        ..HotLoopConfig::default()
-    })
+    Controller::new(api::<K>(manager), config())
+        .hot_loop(HotLoopConfig {
+            max_backoff: Duration::from_secs(1),
+            ..HotLoopConfig::default()
+        })
+        .quiet_retries(MAX_RETRIES)
 }
+
+/// kcm's `maxRetries`: the failures in a row after which its controllers log a sync error
+/// where it is seen (and drop the key; here it goes on being retried).
+pub const MAX_RETRIES: u32 = 15;
 
 /// How the shared caches watch: everything, no selectors.
 pub fn config() -> watcher::Config {

@@ -92,6 +92,7 @@ pub struct Controller<K: Resource> {
     middleware: Vec<Arc<dyn Middleware<K>>>,
     error_policy: Option<ErrorPolicy<K>>,
     keep_managed_fields: bool,
+    quiet_retries: u32,
 }
 
 impl<K: Resource> Debug for Controller<K> {
@@ -153,6 +154,7 @@ impl<K: CachedResource> Controller<K> {
             middleware: Vec::new(),
             error_policy: None,
             keep_managed_fields: false,
+            quiet_retries: 0,
         }
     }
 
@@ -184,6 +186,18 @@ impl<K: CachedResource> Controller<K> {
     /// Retry spacing for failed reconciles.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.rate_limit = limit;
+        self
+    }
+
+    /// Logs a failed reconcile that will be retried at debug level until the object has
+    /// failed `retries` times in a row, and at warn level from then on (default 0: every
+    /// failure at warn, as controller-runtime logs every reconciler error). For controllers
+    /// whose failures are routine races settled by a retry, as kube-controller-manager's
+    /// controllers log a failed sync at verbosity 2 until its 15th retry (`maxRetries`).
+    /// Terminal errors, panics and timeouts are logged as always; the metrics count every
+    /// failure.
+    pub fn quiet_retries(mut self, retries: u32) -> Self {
+        self.quiet_retries = retries;
         self
     }
 
@@ -447,6 +461,7 @@ impl<K: CachedResource> Controller<K> {
             reconcile: Box::new(move |obj, ctx| Box::pin(reconcile(obj, ctx))),
             ctx,
             timeout: self.timeout,
+            quiet_retries: self.quiet_retries,
             middleware: self.middleware,
             metrics,
             labels,
@@ -585,6 +600,8 @@ struct Worker<K, Ctx, E> {
     reconcile: ReconcileFn<K, Ctx, E>,
     ctx: Arc<Ctx>,
     timeout: Duration,
+    /// Failures in a row of one object logged at debug level before warn.
+    quiet_retries: u32,
     middleware: Vec<Arc<dyn Middleware<K>>>,
     metrics: Arc<Metrics>,
     labels: crate::metrics::Labels,
@@ -956,6 +973,11 @@ where
         false
     }
 
+    /// Whether a failure of `key`, just requeued, is still within [`Controller::quiet_retries`].
+    fn quiet(&self, key: &ObjectKey) -> bool {
+        self.queue.num_requeues(key) <= self.quiet_retries
+    }
+
     fn count_error(&self) {
         self.metrics
             .reconcile_errors
@@ -1081,7 +1103,11 @@ where
                             }
                             None => self.queue.add_rate_limited(key),
                         };
-                        tracing::warn!(%error, retry_in = ?delay, "reconcile failed");
+                        if self.quiet(key) {
+                            tracing::debug!(%error, retry_in = ?delay, "reconcile failed");
+                        } else {
+                            tracing::warn!(%error, retry_in = ?delay, "reconcile failed");
+                        }
                     }
                 }
                 Outcome::Failed {

@@ -111,3 +111,91 @@ async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
         "{text}"
     );
 }
+
+async fn fails_three_times(
+    _cm: Arc<ConfigMap>,
+    attempts: Arc<Mutex<Vec<String>>>,
+) -> Result<Action, FirstAttempt> {
+    let mut attempts = attempts.lock().unwrap();
+    attempts.push(reconcile::current().expect("inside a reconcile").id);
+    if attempts.len() <= 3 {
+        return Err(FirstAttempt);
+    }
+    Ok(Action::await_change())
+}
+
+/// With `quiet_retries(2)`, the first two failures of an object in a row are logged at debug
+/// level and the third at warn, as kube-controller-manager's controllers log a failed sync
+/// at verbosity 2 until their `maxRetries`.
+#[tokio::test(start_paused = true)]
+async fn quiet_retries_log_routine_failures_at_debug_until_they_persist() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let env = TestEnv::builder().in_process().start().await;
+    let client: Client = env.client();
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut manager = Manager::new(client.clone());
+    let controller = Controller::new(
+        Api::<ConfigMap>::namespaced(client.clone(), "default"),
+        watcher::Config::default().labels("app=quiet"),
+    )
+    .named("quiet")
+    .quiet_retries(2);
+    manager.add(controller, fails_three_times, attempts.clone());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(manager.run(async move {
+        let _ = stopped.await;
+    }));
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("quiet".into()),
+            labels: Some([("app".to_string(), "quiet".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    Api::<ConfigMap>::namespaced(client, "default")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while attempts.lock().unwrap().len() < 4 {
+        assert!(tokio::time::Instant::now() < deadline, "four reconciles");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    let level_of_failure = |id: &str| {
+        let span = format!("reconcile_id={id}}}");
+        let line = text
+            .lines()
+            .find(|l| l.contains(&span) && l.contains("reconcile failed"))
+            .unwrap_or_else(|| panic!("a failure line in {span}:\n{text}"));
+        ["DEBUG", "WARN"]
+            .into_iter()
+            .find(|level| line.contains(level))
+            .unwrap_or_else(|| panic!("a level in {line}"))
+    };
+    let levels: Vec<&str> = attempts[..3]
+        .iter()
+        .map(|id| level_of_failure(id))
+        .collect();
+    assert_eq!(levels, ["DEBUG", "DEBUG", "WARN"], "{text}");
+    let succeeded = format!("reconcile_id={}}}", attempts[3]);
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains(&succeeded) && l.contains("reconcile failed")),
+        "{text}"
+    );
+}
