@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -626,16 +627,7 @@ impl Registry {
         let Some(addresses) = self.catalog.get("networking.k8s.io", "v1", "ipaddresses") else {
             return Ok(());
         };
-        let address = json!({
-            "metadata": {
-                "name": ip,
-                "labels": {
-                    "ipaddress.kubernetes.io/ip-family": "IPv4",
-                    "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io",
-                },
-            },
-            "spec": {"parentRef": {"group": "", "resource": "services", "namespace": ns.unwrap_or(""), "name": service}},
-        });
+        let address = ip_address_for(ip, ns, service);
         // Boxed: creating a Service creates an IPAddress through the same create.
         Box::pin(self.create(&addresses, None, address, &WriteOptions::default()))
             .await
@@ -771,12 +763,11 @@ impl Registry {
     }
 }
 
-/// What the repair remembers between rounds: how many rounds in a row each node port and
-/// cluster IP was seen taken with no Service holding it.
+/// What the node port repair remembers between rounds: how many rounds in a row each node
+/// port was seen taken with no Service holding it.
 #[derive(Debug, Default)]
 pub(crate) struct Leaks {
     ports: BTreeMap<i64, u32>,
-    ips: BTreeMap<String, u32>,
 }
 
 /// Rounds an address must be seen taken by no Service before it is given back (kube's
@@ -804,95 +795,152 @@ fn count_leaks<T: Ord + Clone>(
     (kept, next)
 }
 
+/// What a round of the node port repair found wrong with a Service, for the Warning Event
+/// kube's `portallocator-repair-controller` records about it.
+#[derive(Debug, Clone)]
+pub(crate) struct PortProblem {
+    /// The Service, as listed.
+    pub service: Arc<Value>,
+    /// The Event's reason (`PortNotAllocated`, `PortAlreadyAllocated`, `PortOutOfRange`).
+    pub reason: &'static str,
+    /// The Event's message, kube's words.
+    pub message: String,
+}
+
+/// The node ports a Service holds, as kube's repair counts them (`collectServiceNodePorts`):
+/// a port given twice with the same protocol counts twice (a duplicate), with another
+/// protocol once; the health check node port unless a UDP-only port already holds it.
+fn collect_service_node_ports(svc: &Value) -> Vec<i64> {
+    let mut ports = Vec::new();
+    let mut seen: BTreeMap<i64, BTreeSet<&str>> = BTreeMap::new();
+    for port in svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(node_port) = port["nodePort"].as_i64().filter(|p| *p != 0) else {
+            continue;
+        };
+        let protocol = port["protocol"].as_str().unwrap_or("TCP");
+        let protocols = seen.entry(node_port).or_default();
+        if protocols.is_empty() || protocols.contains(protocol) {
+            ports.push(node_port);
+        }
+        protocols.insert(protocol);
+    }
+    if let Some(health) = svc
+        .pointer("/spec/healthCheckNodePort")
+        .and_then(Value::as_i64)
+        .filter(|p| *p != 0)
+        && seen.get(&health).is_none_or(|p| p.contains("TCP"))
+    {
+        ports.push(health);
+    }
+    ports
+}
+
+/// The `IPAddress` kube's allocator records a Service's cluster IP with (its family and
+/// manager labels, and the Service as its parent).
+pub(crate) fn ip_address_for(ip: &str, ns: Option<&str>, service: &str) -> Value {
+    let family = if ip.contains(':') { "IPv6" } else { "IPv4" };
+    json!({
+        "metadata": {
+            "name": ip,
+            "labels": {
+                "ipaddress.kubernetes.io/ip-family": family,
+                "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io",
+            },
+        },
+        "spec": {"parentRef": {"group": "", "resource": "services", "namespace": ns.unwrap_or(""), "name": service}},
+    })
+}
+
 impl Registry {
-    /// One round of kube-apiserver's service address repair (`start-service-ip-repair-controllers`):
+    /// One round of kube-apiserver's node port repair (`portallocator-repair-controller`):
     /// node ports the Services hold are marked taken, and ports taken by no Service for
-    /// [`ROUNDS_BEFORE_RELEASE`] rounds are given back; a Service's cluster IP without its
-    /// `IPAddress` gets one, and an `IPAddress` whose Service is gone or holds another IP is
-    /// deleted after as many rounds.
-    pub(crate) async fn repair_service_addresses(&self, leaks: &mut Leaks) -> Result<()> {
+    /// [`ROUNDS_BEFORE_RELEASE`] rounds are given back. Returns what it found wrong with
+    /// the Services, in their order: a port not marked taken (marked now), a port two
+    /// Services hold, a port outside the range.
+    pub(crate) async fn repair_node_ports(&self, leaks: &mut Leaks) -> Result<Vec<PortProblem>> {
         let Some(services) = self.catalog.get("", "v1", "services") else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let listed = self.list(&services, None, &ListOptions::default()).await?;
-        let in_use: BTreeSet<i64> = listed
-            .items
-            .iter()
-            .flat_map(|s| node_ports_of(s).collect::<Vec<_>>())
-            .collect();
         let counts = leaks.ports.clone();
-        let mut counted = BTreeMap::new();
+        let mut outcome = (BTreeMap::new(), Vec::new());
         self.change_node_ports(|taken| {
-            let (kept, next) = count_leaks(taken, &in_use, &counts);
+            let mut rebuilt = BTreeSet::new();
+            let mut problems = Vec::new();
+            for svc in &listed.items {
+                for port in collect_service_node_ports(svc) {
+                    let problem = if !NODE_PORTS.contains(&port) {
+                        Some((
+                            "PortOutOfRange",
+                            format!(
+                                "Port {port} is not within the port range {}-{}; please recreate service",
+                                NODE_PORTS.start(),
+                                NODE_PORTS.end()
+                            ),
+                        ))
+                    } else if !rebuilt.insert(port) {
+                        Some((
+                            "PortAlreadyAllocated",
+                            format!(
+                                "Port {port} was assigned to multiple services; please recreate service"
+                            ),
+                        ))
+                    } else if !taken.contains(&port) {
+                        Some((
+                            "PortNotAllocated",
+                            format!("Port {port} is not allocated; repairing"),
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some((reason, message)) = problem {
+                        problems.push(PortProblem {
+                            service: svc.clone(),
+                            reason,
+                            message,
+                        });
+                    }
+                }
+            }
+            let (kept, next) = count_leaks(taken, &rebuilt, &counts);
             *taken = kept;
-            counted = next;
+            outcome = (next, problems);
             Ok(())
         })
         .await?;
-        leaks.ports = counted;
+        leaks.ports = outcome.0;
+        Ok(outcome.1)
+    }
 
-        let Some(addresses) = self.catalog.get("networking.k8s.io", "v1", "ipaddresses") else {
-            return Ok(());
+    /// The ranges of every stored ServiceCIDR, whatever their state (what kube's
+    /// `servicecidr.ContainsIP` looks in); without the ServiceCIDR API, or none stored, the
+    /// default range.
+    pub(crate) async fn service_cidr_ranges(&self) -> Result<Vec<ServiceIpRange>> {
+        let Some(cidrs) = self.catalog.get("networking.k8s.io", "v1", "servicecidrs") else {
+            return Ok(vec![ServiceIpRange::default()]);
         };
-        let mut held: BTreeMap<String, (Option<String>, String)> = BTreeMap::new();
-        for svc in &listed.items {
-            let ns = crate::resources::meta::meta_str(svc, "namespace").map(String::from);
-            let name = crate::resources::meta::meta_str(svc, "name")
-                .unwrap_or("")
-                .to_string();
-            for ip in svc
-                .pointer("/spec/clusterIPs")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .filter(|ip| !ip.is_empty() && *ip != "None")
-            {
-                held.insert(ip.to_string(), (ns.clone(), name.clone()));
-            }
+        let listed = self.list(&cidrs, None, &ListOptions::default()).await?;
+        if listed.items.is_empty() {
+            return Ok(vec![ServiceIpRange::default()]);
         }
-        let stored = self.list(&addresses, None, &ListOptions::default()).await?;
-        let mut taken = BTreeSet::new();
-        let mut allocated = BTreeSet::new();
-        for address in &stored.items {
-            let text = |pointer: &str| address.pointer(pointer).and_then(Value::as_str);
-            let Some(ip) = crate::resources::meta::meta_str(address, "name") else {
-                continue;
-            };
-            if text("/metadata/labels/ipaddress.kubernetes.io~1managed-by")
-                != Some("ipallocator.k8s.io")
-                || text("/spec/parentRef/resource") != Some("services")
-            {
-                continue;
-            }
-            taken.insert(ip.to_string());
-            let parent = |field: &str| text(&format!("/spec/parentRef/{field}")).unwrap_or("");
-            if held.get(ip).is_some_and(|(ns, name)| {
-                ns.as_deref().unwrap_or("") == parent("namespace") && name == parent("name")
-            }) {
-                allocated.insert(ip.to_string());
-            }
-        }
-        let (kept, next) = count_leaks(&taken, &allocated, &leaks.ips);
-        leaks.ips = next;
-        for ip in taken.difference(&kept) {
-            tracing::info!(
-                ip,
-                "the cluster IP's IPAddress has no Service holding it; releasing"
-            );
-            self.release_ip(ip).await;
-        }
-        for (ip, (ns, name)) in &held {
-            if !taken.contains(ip) {
-                tracing::info!(ip, service = %name, "the Service's cluster IP has no IPAddress; repairing");
-                match self.claim_ip(ip, ns.as_deref(), name).await {
-                    Ok(()) => {}
-                    Err(e) if e.reason == Reason::AlreadyExists => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        Ok(())
+        Ok(listed
+            .items
+            .iter()
+            .flat_map(|cidr| {
+                cidr.pointer("/spec/cidrs")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .filter_map(parse_cidr)
+                    .collect::<Vec<_>>()
+            })
+            .collect())
     }
 }
 
@@ -1041,8 +1089,6 @@ pub(crate) fn carry_service_addresses(new: &mut Value, current: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
 
     fn cidr(name: &str, cidrs: &[&str], ready: Option<&str>, deleting: bool) -> Arc<Value> {

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use konverge_store::{KeyRange, KeyValue, KvStore, RangeRequest};
 use serde_json::{Value, json};
 
-pub(crate) use allocate::Leaks;
 pub use allocate::ServiceIpRange;
+pub(crate) use allocate::{Leaks, ip_address_for};
 pub use cache::WatchCacheConfig;
 pub(crate) use list::Item;
 pub use list::{ListOptions, ListResult, ResourceVersionMatch};
