@@ -351,6 +351,13 @@ pub trait Plugin: Send + Sync + std::fmt::Debug {
         matches!(operation, Operation::Create | Operation::Update)
     }
 
+    /// Whether its mutating phase may change `metadata.managedFields` (a webhook's patch may
+    /// change anything; the built-in plugins never do). The chain copies them before such a
+    /// plugin runs, to put them back if they no longer decode.
+    fn may_change_managed_fields(&self) -> bool {
+        false
+    }
+
     /// The mutating phase: may change `object` (then says so), or refuse the write.
     async fn admit(
         &self,
@@ -480,7 +487,10 @@ impl Chain {
         if acting.peek().is_none() {
             return Ok(false);
         }
-        let managed_before = object.pointer("/metadata/managedFields").cloned();
+        let managed_before = self
+            .acting(attributes)
+            .any(|p| p.may_change_managed_fields())
+            .then(|| object.pointer("/metadata/managedFields").cloned());
         let mut changed = false;
         for plugin in acting {
             match plugin.admit(attributes, object, registry).await {
@@ -499,8 +509,8 @@ impl Chain {
                 }
             }
         }
-        if changed {
-            keep_managed_fields_decodable(attributes.trace, object, managed_before);
+        if changed && let Some(before) = managed_before {
+            keep_managed_fields_decodable(attributes.trace, object, before);
         }
         Ok(changed)
     }

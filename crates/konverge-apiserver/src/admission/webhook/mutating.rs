@@ -56,6 +56,10 @@ impl Plugin for MutatingAdmissionWebhook {
         "MutatingAdmissionWebhook"
     }
 
+    fn may_change_managed_fields(&self) -> bool {
+        true
+    }
+
     fn handles(&self, rt: &ResourceType) -> bool {
         self.source.may_handle(rt)
     }
