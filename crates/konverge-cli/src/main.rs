@@ -12,7 +12,8 @@
 //!   throughput of `konverge up`), `controller` (konverge-runtime against kube-runtime),
 //!   `doctor` (the doctor's memory and findings on 10,000 objects), `auth` (RBAC against
 //!   AlwaysAllow for a ServiceAccount's requests), `workloads` (the deployment and replicaset
-//!   controllers' requests per pod, against kube-controller-manager's).
+//!   controllers' requests per pod, against kube-controller-manager's); and `creates`, load
+//!   on any running server for profiling it.
 //! - `konverge envtest assets`: a folder for controller-runtime envtest's `KUBEBUILDER_ASSETS`
 //!   whose `kube-apiserver` and `etcd` are this binary standing in for them (see `envtest`).
 

@@ -46,14 +46,39 @@ async fn reconcile(
     Ok(Action::await_change())
 }
 
-#[tokio::test(start_paused = true)]
-async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
+async fn fails_three_times(
+    _cm: Arc<ConfigMap>,
+    attempts: Arc<Mutex<Vec<String>>>,
+) -> Result<Action, FirstAttempt> {
+    let mut attempts = attempts.lock().unwrap();
+    attempts.push(reconcile::current().expect("inside a reconcile").id);
+    if attempts.len() <= 3 {
+        return Err(FirstAttempt);
+    }
+    Ok(Action::await_change())
+}
+
+/// Runs a controller of the ConfigMaps labelled `app=<name>` (named `name`, its failures
+/// quiet for `quiet` retries) until `reconcile` has run `attempts` times on one such
+/// ConfigMap, and returns the log lines at `level` and above, and each attempt's reconcile id
+/// (in paused time, in-process: the retries after failures take no real time).
+async fn run_logged<F, Fut>(
+    name: &str,
+    level: tracing::Level,
+    quiet: u32,
+    reconcile: F,
+    attempts: usize,
+) -> (String, Vec<String>)
+where
+    F: Fn(Arc<ConfigMap>, Arc<Mutex<Vec<String>>>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Action, FirstAttempt>> + Send + 'static,
+{
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
         .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
+        .with_max_level(level)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
@@ -63,9 +88,10 @@ async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
     let mut manager = Manager::new(client.clone());
     let controller = Controller::new(
         Api::<ConfigMap>::namespaced(client.clone(), "default"),
-        watcher::Config::default().labels("app=traced"),
+        watcher::Config::default().labels(&format!("app={name}")),
     )
-    .named("tracer");
+    .named(name)
+    .quiet_retries(quiet);
     manager.add(controller, reconcile, ids.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let running = tokio::spawn(manager.run(async move {
@@ -73,8 +99,8 @@ async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
     }));
     let cm = ConfigMap {
         metadata: ObjectMeta {
-            name: Some("traced".into()),
-            labels: Some([("app".to_string(), "traced".to_string())].into()),
+            name: Some(name.into()),
+            labels: Some([("app".to_string(), name.to_string())].into()),
             ..ObjectMeta::default()
         },
         ..ConfigMap::default()
@@ -84,19 +110,27 @@ async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while ids.lock().unwrap().len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "two reconciles");
+    while ids.lock().unwrap().len() < attempts {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{attempts} reconciles"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let _ = stop.send(());
     running.await.unwrap().unwrap();
-
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let ids = ids.lock().unwrap().clone();
+    (text, ids)
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
+    let (text, ids) = run_logged("traced", tracing::Level::INFO, 0, reconcile, 2).await;
     assert_ne!(ids[0], ids[1], "each attempt has its own id");
     for id in &ids {
         let span =
-            format!("reconcile{{controller=tracer object=default/traced reconcile_id={id}}}");
+            format!("reconcile{{controller=traced object=default/traced reconcile_id={id}}}");
         assert!(
             text.lines()
                 .any(|l| l.contains(&span) && l.contains("reconciler speaking")),
@@ -112,69 +146,13 @@ async fn reconcile_logs_carry_controller_object_and_reconcile_id() {
     );
 }
 
-async fn fails_three_times(
-    _cm: Arc<ConfigMap>,
-    attempts: Arc<Mutex<Vec<String>>>,
-) -> Result<Action, FirstAttempt> {
-    let mut attempts = attempts.lock().unwrap();
-    attempts.push(reconcile::current().expect("inside a reconcile").id);
-    if attempts.len() <= 3 {
-        return Err(FirstAttempt);
-    }
-    Ok(Action::await_change())
-}
-
 /// With `quiet_retries(2)`, the first two failures of an object in a row are logged at debug
 /// level and the third at warn, as kube-controller-manager's controllers log a failed sync
 /// at verbosity 2 until their `maxRetries`.
 #[tokio::test(start_paused = true)]
 async fn quiet_retries_log_routine_failures_at_debug_until_they_persist() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
-    let env = TestEnv::builder().in_process().start().await;
-    let client: Client = env.client();
-    let attempts = Arc::new(Mutex::new(Vec::new()));
-    let mut manager = Manager::new(client.clone());
-    let controller = Controller::new(
-        Api::<ConfigMap>::namespaced(client.clone(), "default"),
-        watcher::Config::default().labels("app=quiet"),
-    )
-    .named("quiet")
-    .quiet_retries(2);
-    manager.add(controller, fails_three_times, attempts.clone());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(manager.run(async move {
-        let _ = stopped.await;
-    }));
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some("quiet".into()),
-            labels: Some([("app".to_string(), "quiet".to_string())].into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    };
-    Api::<ConfigMap>::namespaced(client, "default")
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while attempts.lock().unwrap().len() < 4 {
-        assert!(tokio::time::Instant::now() < deadline, "four reconciles");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
-
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let attempts = attempts.lock().unwrap().clone();
+    let (text, attempts) =
+        run_logged("quiet", tracing::Level::DEBUG, 2, fails_three_times, 4).await;
     let level_of_failure = |id: &str| {
         let span = format!("reconcile_id={id}}}");
         let line = text

@@ -390,18 +390,10 @@ async fn sync(registry: &Registry, namespace: &str, name: &str) -> Result<(), Ap
 mod tests {
     use std::sync::Arc;
 
-    use konverge_store::MemStore;
-
     use super::*;
 
     async fn registry() -> (Arc<crate::ApiServer>, Registry) {
-        let server = crate::ApiServer::builder(Arc::new(MemStore::new()))
-            .control_loops(false)
-            .build()
-            .await
-            .expect("server");
-        let registry = server.registry().clone();
-        (server, registry)
+        crate::controllers::tests::server_without_loops().await
     }
 
     fn pod(cpu: &str) -> Vec<u8> {

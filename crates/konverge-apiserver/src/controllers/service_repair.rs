@@ -350,46 +350,44 @@ impl Repair<'_> {
                     .unwrap_or("")
                     .to_string()
             };
-            let wrong_reference = format!(
-                "the ClusterIP [{family}]: {ip} for Service {ns}/{name} has a wrong reference; repairing"
-            );
-            if !parent("group").is_empty() || parent("resource") != "services" {
+            // An IPAddress for another kind of parent, or for a Service that does not exist,
+            // is made again for this one; one another Service also holds is reported.
+            let wrong_reference = if !parent("group").is_empty() || parent("resource") != "services"
+            {
+                true
+            } else if parent("namespace") != ns || parent("name") != name {
+                let (other_ns, other) = (parent("namespace"), parent("name"));
+                match self
+                    .get(&self.kinds.services, Some(&other_ns), &other)
+                    .await
+                {
+                    None => true,
+                    Some(other_svc) => {
+                        let held_there = other_svc
+                            .pointer("/spec/clusterIPs")
+                            .and_then(Value::as_array)
+                            .is_some_and(|ips| ips.iter().any(|held| held.as_str() == Some(&ip)));
+                        if held_there {
+                            self.record(svc, &self.kinds.services, "ClusterIPAlreadyAllocated", "ClusterIPAllocation",
+                                format!("Cluster IP [{family}]:{ip} was assigned to multiple services; please recreate service")).await;
+                        }
+                        false
+                    }
+                }
+            } else {
+                false
+            };
+            if wrong_reference {
                 self.record(
                     svc,
                     &self.kinds.services,
                     "ClusterIPNotAllocated",
                     "ClusterIPAllocation",
-                    wrong_reference,
+                    format!("the ClusterIP [{family}]: {ip} for Service {ns}/{name} has a wrong reference; repairing"),
                 )
                 .await;
                 self.recreate_address(&ip, ns, name).await;
                 continue;
-            }
-            if parent("namespace") != ns || parent("name") != name {
-                let (other_ns, other) = (parent("namespace"), parent("name"));
-                let Some(other_svc) = self
-                    .get(&self.kinds.services, Some(&other_ns), &other)
-                    .await
-                else {
-                    self.record(
-                        svc,
-                        &self.kinds.services,
-                        "ClusterIPNotAllocated",
-                        "ClusterIPAllocation",
-                        wrong_reference,
-                    )
-                    .await;
-                    self.recreate_address(&ip, ns, name).await;
-                    continue;
-                };
-                let held_there = other_svc
-                    .pointer("/spec/clusterIPs")
-                    .and_then(Value::as_array)
-                    .is_some_and(|ips| ips.iter().any(|held| held.as_str() == Some(&ip)));
-                if held_there {
-                    self.record(svc, &self.kinds.services, "ClusterIPAlreadyAllocated", "ClusterIPAllocation",
-                        format!("Cluster IP [{family}]:{ip} was assigned to multiple services; please recreate service")).await;
-                }
             }
             let label = |name: &str| {
                 address
@@ -622,20 +620,13 @@ fn reference(rt: &ResourceType, object: &Value) -> Value {
 mod tests {
     use std::sync::Arc;
 
-    use konverge_store::MemStore;
-
     use super::*;
 
     /// A server over a new store, its repair's first passes done.
     async fn start() -> (Arc<crate::ApiServer>, Registry) {
-        let server = crate::ApiServer::builder(Arc::new(MemStore::new()))
-            .control_loops(false)
-            .build()
-            .await
-            .expect("server");
-        let registry = server.registry().clone();
+        let started = crate::controllers::tests::server_without_loops().await;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        (server, registry)
+        started
     }
 
     fn rt(registry: &Registry, group: &str, plural: &str) -> std::sync::Arc<ResourceType> {

@@ -25,14 +25,21 @@ struct Cluster {
     _loops: tokio::task::JoinHandle<()>,
 }
 
+/// A server over a new memory store, without kube-controller-manager's loops (its own
+/// run), and its registry.
+pub(crate) async fn server_without_loops() -> (Arc<crate::ApiServer>, Registry) {
+    let server = crate::ApiServer::builder(Arc::new(MemStore::new()))
+        .control_loops(false)
+        .build()
+        .await
+        .expect("server");
+    let registry = server.registry().clone();
+    (server, registry)
+}
+
 impl Cluster {
     async fn start(settings: Settings) -> Cluster {
-        let server = crate::ApiServer::builder(Arc::new(MemStore::new()))
-            .control_loops(false)
-            .build()
-            .await
-            .expect("server");
-        let registry = server.registry().clone();
+        let (server, registry) = server_without_loops().await;
         let loops = tokio::spawn(run_shared(registry.clone(), settings, NO_RESYNC, None));
         // The first pass (over everything) is done, and some time passes.
         tokio::time::sleep(Duration::from_secs(10)).await;

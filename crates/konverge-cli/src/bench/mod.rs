@@ -6,6 +6,7 @@ mod auth;
 mod cluster;
 mod compare;
 mod controller;
+mod creates;
 mod doctor;
 mod envtest;
 mod lists;
@@ -42,6 +43,10 @@ pub(crate) enum Target {
     /// Full lists of 50,000 ConfigMaps as JSON and protobuf: time, size, and the server's
     /// memory during and after, vs a real etcd holding the same objects.
     Lists(lists::ListsArgs),
+    /// Closed-loop creates of ConfigMaps against a running server named by a kubeconfig
+    /// (`konverge up`, another build, kube-apiserver): rate, latency and, given its process
+    /// id, the server's CPU per create. For profiling a server under load.
+    Creates(creates::CreatesArgs),
 }
 
 pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
@@ -55,5 +60,6 @@ pub(crate) async fn run(target: Target) -> anyhow::Result<()> {
         Target::Cluster(args) => cluster::run(args).await,
         Target::Envtest(args) => envtest::run(args).await,
         Target::Lists(args) => lists::run(args).await,
+        Target::Creates(args) => creates::run(args).await,
     }
 }
