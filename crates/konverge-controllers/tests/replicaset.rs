@@ -8,6 +8,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::events::v1::Event;
@@ -15,6 +16,7 @@ use konverge_controllers::Clock;
 use konverge_controllers::controller_ref::controller_of;
 use konverge_testkit::{ChangeKind, Failure, FaultPlan, Rule, StatusCode, TestEnv, Verb, World};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -479,17 +481,33 @@ async fn failed_creates_set_replica_failure_until_they_succeed() {
         Failure::new(StatusCode::FORBIDDEN, "Forbidden").message(quota),
         2,
     );
+    // Watched from before the create: the condition stays only until a sync succeeds, a
+    // few milliseconds later, too short a time for polling to be sure to see it.
+    let mut versions = kube::runtime::watcher(
+        sets.clone(),
+        kube::runtime::watcher::Config::default().fields("metadata.name=web"),
+    )
+    .applied_objects()
+    .boxed();
     let rs = sets
         .create(&PostParams::default(), &replica_set("web", 4))
         .await
         .expect("created");
-    let failed = support::wait_for(&sets, "web", WITHIN, |rs| {
-        rs.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| !c.is_empty())
+    let failed = tokio::time::timeout(WITHIN, async {
+        loop {
+            let rs = versions
+                .try_next()
+                .await
+                .expect("watching")
+                .expect("the watch goes on");
+            let conditions = rs.status.as_ref().and_then(|s| s.conditions.as_ref());
+            if conditions.is_some_and(|c| !c.is_empty()) {
+                return rs;
+            }
+        }
     })
-    .await;
+    .await
+    .expect("a status with a condition");
     let condition = &failed
         .status
         .expect("a status")
