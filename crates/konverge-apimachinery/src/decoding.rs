@@ -108,6 +108,39 @@ pub fn json(text: &str) -> Result<Decoded, DecodeError> {
     })
 }
 
+/// A finite float as it reads back after Go's JSON encoder wrote it: with no fraction and
+/// below 1e21 it is written as an integer (`2.0` is `2`, `2e3` is `2000`).
+fn go_float(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 1e21 {
+        if v >= i64::MIN as f64 && v < i64::MAX as f64 {
+            return Value::from(v as i64);
+        }
+        if v >= 0.0 && v < u64::MAX as f64 {
+            return Value::from(v as u64);
+        }
+    }
+    serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
+}
+
+/// The numbers of a JSON body as kube-apiserver's unstructured decoding leaves them (the
+/// custom resources' path: sigs.k8s.io/json keeps a number an int64 when it reads as one
+/// and makes it a float64 otherwise, and Go's encoder writes a float64 with no fraction as
+/// an integer). `2.0` and `1e3` are stored and served as `2` and `1000`, as a Go client
+/// decoding them into an integer field needs. (An integer beyond int64, which kube makes a
+/// float64 and writes rounded to 17 digits, is left as it is.)
+pub fn numbers_as_unstructured(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64().filter(|f| f.is_finite()) {
+                *value = go_float(f);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(numbers_as_unstructured),
+        Value::Object(fields) => fields.values_mut().for_each(numbers_as_unstructured),
+        _ => {}
+    }
+}
+
 /// Decodes a YAML document as sigs.k8s.io/yaml does (goyaml v2, then `json.Marshal`): YAML
 /// 1.1 booleans and octal numbers; the last of duplicate keys kept; keys that are not strings
 /// written as Go writes them (`yes:` is `"true"`, `0x10:` is `"16"`, `1e6:` is `"1e+06"`);
@@ -251,17 +284,7 @@ impl<'de> Visitor<'de> for GoYamlVisitor {
             };
             return Err(E::custom(format!("json: unsupported value: {shown}")));
         }
-        if v.fract() == 0.0 && v.abs() < 1e21 {
-            if v >= i64::MIN as f64 && v < i64::MAX as f64 {
-                return Ok(GoYaml::plain((v as i64).into()));
-            }
-            if v >= 0.0 && v < u64::MAX as f64 {
-                return Ok(GoYaml::plain((v as u64).into()));
-            }
-        }
-        Ok(GoYaml::plain(
-            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
-        ))
+        Ok(GoYaml::plain(go_float(v)))
     }
     fn visit_str<E>(self, v: &str) -> Result<GoYaml, E> {
         Ok(GoYaml::plain(Value::String(v.to_string())))
@@ -543,6 +566,19 @@ impl<'de> Visitor<'de> for PathSeed<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn numbers_read_as_kube_reads_a_custom_resource() {
+        let mut body: Value = serde_json::from_str(
+            r#"{"a": 2.0, "b": [1e3, 2.5, 7], "c": {"d": 12.0e2, "e": 9007199254740993, "f": 0.25}}"#,
+        )
+        .unwrap();
+        numbers_as_unstructured(&mut body);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"a":2,"b":[1000,2.5,7],"c":{"d":1200,"e":9007199254740993,"f":0.25}}"#
+        );
+    }
 
     #[test]
     fn duplicate_json_fields_are_named_by_path_once_each() {

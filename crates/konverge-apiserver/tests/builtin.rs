@@ -3259,3 +3259,94 @@ fn node_ports_of(svc: &Value) -> Vec<i64> {
         .filter_map(|p| p["nodePort"].as_i64())
         .collect()
 }
+
+/// A custom resource's numbers are read as kube's unstructured decoding reads them: a float
+/// with no fraction is the integer it equals, in creates, merge patches and updates, so a Go
+/// client reading the field into an integer gets `3`, not `3.0` (which it cannot decode); a
+/// fraction stays. A built-in kind's integer field refuses `3.0`, as its typed decoder does.
+#[tokio::test]
+async fn custom_resource_numbers_are_read_as_kube_reads_them() {
+    let t = TestServer::start(Backend::Memory).await;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "dials.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "dials", "singular": "dial", "kind": "Dial", "listKind": "DialList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                "openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object",
+                    "properties": {
+                        "replicas": {"type": "integer"},
+                        "ratio": {"type": "number"},
+                        "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    }}}}}}],
+        },
+    });
+    let dials = "/apis/example.com/v1/namespaces/default/dials";
+    define(&t, crd, dials).await;
+    let json = Some("application/json");
+    let (code, created) = t
+        .raw(
+            "POST",
+            dials,
+            json,
+            r#"{"apiVersion": "example.com/v1", "kind": "Dial", "metadata": {"name": "d"},
+                "spec": {"replicas": 3.0, "ratio": 2.5, "free": {"n": 1e3, "m": [4.0, 0.5]}}}"#,
+        )
+        .await;
+    assert_eq!(code, 200, "{created}");
+    let text = |v: &Value| serde_json::to_string(&v["spec"]).unwrap();
+    assert_eq!(
+        text(&created),
+        r#"{"free":{"m":[4,0.5],"n":1000},"ratio":2.5,"replicas":3}"#
+    );
+    let (code, patched) = t
+        .raw(
+            "PATCH",
+            &format!("{dials}/d"),
+            Some("application/merge-patch+json"),
+            r#"{"spec": {"replicas": 5.0, "ratio": 6.0}}"#,
+        )
+        .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(
+        text(&patched),
+        r#"{"free":{"m":[4,0.5],"n":1000},"ratio":6,"replicas":5}"#
+    );
+    let stored = get(&t, &format!("{dials}/d")).await;
+    assert_eq!(text(&stored), text(&patched));
+    let mut replaced = stored.clone();
+    replaced["spec"]["replicas"] = json!(7.0);
+    let (code, updated) = t
+        .raw(
+            "PUT",
+            &format!("{dials}/d"),
+            json,
+            serde_json::to_vec(&replaced).unwrap(),
+        )
+        .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["spec"]["replicas"].to_string(), "7");
+
+    let (code, refused) = t
+        .raw(
+            "POST",
+            "/apis/apps/v1/namespaces/default/deployments",
+            json,
+            r#"{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "f"},
+                "spec": {"replicas": 2.0, "selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}}}}"#,
+        )
+        .await;
+    assert_eq!(code, 400, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Deployment in version \"v1\" cannot be handled as a Deployment: "),
+        "{refused}"
+    );
+}

@@ -597,9 +597,13 @@ impl Registry {
             crate::resources::builtin::omit_empty(rt, &mut body);
             check_quantities(rt, &body)?;
         }
-        if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
-            strict.extend(unknown(structural.prune(&mut body)));
-            strict.extend(unknown(coerce_metadata(structural, &mut body)));
+        if let Some(custom) = &rt.custom {
+            // Read as kube reads custom resources: unstructured, so `2.0` is the integer 2.
+            konverge_apimachinery::decoding::numbers_as_unstructured(&mut body);
+            if let Some(structural) = &custom.structural {
+                strict.extend(unknown(structural.prune(&mut body)));
+                strict.extend(unknown(coerce_metadata(structural, &mut body)));
+            }
         }
         strict_decoding(strict, opts.field_validation, &prefix, warnings)?;
         if let Some(structural) = rt.custom.as_ref().and_then(|c| c.structural.as_ref()) {
